@@ -1,0 +1,361 @@
+"""Typed config schema and the value checks that run before any compute.
+
+The YAML tree under ``conf/`` is merged onto :class:`Config` (registered in
+Hydra's ConfigStore as ``schema``), so a misspelt key or a value of the wrong
+type fails when Hydra composes the config. :func:`validate` then checks values
+(ranges, names, divisibility) and raises :class:`ConfigError` naming the field
+and the valid choices. ``train(cfg)`` calls it first, before a model is built.
+
+This module imports nothing of the project. The lists of valid names for the
+objective live in ``dapo_exp.objective``; they are repeated here as plain tuples
+(and a test checks the two agree) so that the schema stays import-free.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any, Optional
+
+from hydra.core.config_store import ConfigStore
+from omegaconf import DictConfig, OmegaConf
+
+LOSS_AGG_MODES = ("seq-mean-token-mean", "token-mean", "seq-mean-token-sum-norm", "group-token-mean")
+KL_ESTIMATORS = ("k1", "k2", "k3")
+OVERLONG_PUNISHMENT_MODES = ("none", "soft", "linear_ramp", "beyond_max")
+DS_SIGNALS = ("acc", "reward")
+DS_SURPLUS = ("discard", "carry")
+DS_ON_CAP = ("error", "partial")
+ENGINES = ("hf", "vllm")
+LOGGER_BACKENDS = ("wandb", "none")
+WANDB_MODES = ("offline", "online", "disabled")
+DEVICES = ("auto", "cpu", "cuda")
+DTYPES = ("float32", "bfloat16", "float16", "auto")
+TASKS = ("arith", "dapo_math", "gsm8k", "math500")
+VERIFIERS = ("math_dapo", "math_verify")
+
+
+class ConfigError(ValueError):
+    """A config value is invalid; the message names the field."""
+
+
+@dataclass
+class AlgoConfig:
+    # Each fix of DAPO is a config group under conf/ that sets keys here; the keys
+    # are the keyword arguments of the functions in dapo_exp/objective.py.
+    adv_norm_std: bool = True
+    adv_eps: float = 1e-6
+    eps_low: float = 0.2
+    eps_high: float = 0.2
+    dual_clip: Optional[float] = None
+    loss_agg: str = "seq-mean-token-mean"
+    kl_coef: float = 0.0
+    kl_estimator: str = "k3"
+    overlong_filtering: bool = False
+    overlong_punishment: str = "none"
+    overlong_cache_len: int = 16
+    overlong_factor: float = 1.0
+    overlong_max_len: Optional[int] = None
+    dynamic_sampling: bool = False
+    ds_signal: str = "acc"
+    ds_max_rounds: int = 10
+    ds_on_cap: str = "error"
+    ds_surplus: str = "discard"
+    ds_oversample: float = 1.0
+    tis_cap: Optional[float] = None
+
+
+@dataclass
+class TaskConfig:
+    name: str = "arith"
+    train_source: Optional[str] = None
+    eval_source: Optional[str] = None
+    eval_limit: Optional[int] = None
+    verifier: str = "math_dapo"
+    verifier_timeout_s: float = 5.0
+    chat_template: bool = True
+    max_prompt_len: int = 2048
+    arith_seed: int = 1234
+    arith_n_train: int = 4000
+    arith_n_eval: int = 64
+    arith_max_operand: int = 60
+    arith_n_operands_max: int = 3
+
+
+@dataclass
+class ModelConfig:
+    name: str = "tiny"
+    path: str = "tiny"
+    dtype: str = "float32"
+    trust_remote_code: bool = False
+    gradient_checkpointing: bool = False
+    hidden_size: int = 96
+    num_layers: int = 3
+    num_heads: int = 4
+    warmstart_steps: int = 300
+    warmstart_lr: float = 3e-3
+    warmstart_batch_size: int = 64
+    warmstart_long_frac: float = 0.15
+    warmstart_wrong_frac: float = 0.3
+    cache_dir: str = "~/.cache/dapo_exp/warmstart"
+
+
+@dataclass
+class RolloutConfig:
+    engine: str = "hf"
+    n: int = 8
+    max_response_len: int = 48
+    temperature: float = 1.0
+    top_p: float = 1.0
+    gen_batch_size: int = 256
+    vllm_gpu_memory_utilization: float = 0.5
+    vllm_sleep: bool = True
+    vllm_enforce_eager: bool = True
+
+
+@dataclass
+class TrainConfig:
+    steps: int = 30
+    prompts_per_step: int = 16
+    mini_batch_size: int = 64
+    micro_batch_size: int = 32
+    token_budget: Optional[int] = None
+    ppo_epochs: int = 1
+    device: str = "auto"
+    bf16: str = "auto"
+    torch_compile: bool = False
+    logprob_chunk: int = 1024
+
+
+@dataclass
+class OptimConfig:
+    lr: float = 2e-4
+    warmup_steps: int = 2
+    weight_decay: float = 0.1
+    grad_clip: float = 1.0
+    beta1: float = 0.9
+    beta2: float = 0.999
+
+
+@dataclass
+class EvalConfig:
+    every: int = 10
+    before_training: bool = True
+    k: int = 4
+    temperature: float = 1.0
+    top_p: float = 0.7
+    max_response_len: Optional[int] = None
+    save_samples: bool = True
+
+
+@dataclass
+class LoggerConfig:
+    backend: str = "wandb"
+    project: str = "dapo-exp"
+    entity: Optional[str] = None
+    group: Optional[str] = None
+    mode: str = "offline"
+    tags: list[str] = field(default_factory=list)
+
+
+@dataclass
+class CheckpointConfig:
+    every: int = 10
+    keep: int = 2
+
+
+@dataclass
+class Config:
+    seed: int = 0
+    preset: str = "custom"
+    sweep: str = "default"
+    out_dir: str = "."
+    algo: AlgoConfig = field(default_factory=AlgoConfig)
+    task: TaskConfig = field(default_factory=TaskConfig)
+    model: ModelConfig = field(default_factory=ModelConfig)
+    rollout: RolloutConfig = field(default_factory=RolloutConfig)
+    train: TrainConfig = field(default_factory=TrainConfig)
+    optim: OptimConfig = field(default_factory=OptimConfig)
+    eval: EvalConfig = field(default_factory=EvalConfig)
+    logger: LoggerConfig = field(default_factory=LoggerConfig)
+    checkpoint: CheckpointConfig = field(default_factory=CheckpointConfig)
+    # free-form notes an experiment preset may carry (paper values that have no
+    # knob of their own, e.g. the rollout-step count the paper trained for)
+    notes: dict[str, Any] = field(default_factory=dict)
+
+
+def register_configs() -> None:
+    """Register :class:`Config` as ``schema`` (the first entry of conf/config.yaml's defaults)."""
+    ConfigStore.instance().store(name="schema", node=Config)
+
+
+register_configs()
+
+
+# --------------------------------------------------------------------------- #
+# Value checks                                                                  #
+# --------------------------------------------------------------------------- #
+def _choice(path: str, value: Any, choices: tuple[str, ...]) -> None:
+    if value not in choices:
+        raise ConfigError(f"{path}={value!r} is not valid; choose one of: {', '.join(choices)}")
+
+
+def _require(ok: bool, path: str, msg: str) -> None:
+    if not ok:
+        raise ConfigError(f"{path}: {msg}")
+
+
+def validate(cfg: DictConfig | Config) -> None:
+    """Check every value that the type system cannot; raise :class:`ConfigError` naming the field."""
+    c = cfg if isinstance(cfg, DictConfig) else OmegaConf.structured(cfg)
+    a, r, t, o, e = c.algo, c.rollout, c.train, c.optim, c.eval
+
+    _require(a.eps_low >= 0, "algo.eps_low", f"must be >= 0, got {a.eps_low}")
+    _require(a.eps_high >= 0, "algo.eps_high", f"must be >= 0, got {a.eps_high}")
+    _require(a.eps_low < 1, "algo.eps_low", f"must be < 1 (ratio lower bound 1 - eps_low > 0), got {a.eps_low}")
+    _require(a.dual_clip is None or a.dual_clip > 1, "algo.dual_clip", f"must be > 1 or null, got {a.dual_clip}")
+    _require(a.adv_eps >= 0, "algo.adv_eps", f"must be >= 0, got {a.adv_eps}")
+    _choice("algo.loss_agg", a.loss_agg, LOSS_AGG_MODES)
+    _choice("algo.kl_estimator", a.kl_estimator, KL_ESTIMATORS)
+    _require(a.kl_coef >= 0, "algo.kl_coef", f"must be >= 0, got {a.kl_coef}")
+    _choice("algo.overlong_punishment", a.overlong_punishment, OVERLONG_PUNISHMENT_MODES)
+    max_len = a.overlong_max_len if a.overlong_max_len is not None else r.max_response_len
+    _require(max_len > 0, "algo.overlong_max_len", f"must be > 0, got {max_len}")
+    _require(
+        0 <= a.overlong_cache_len <= max_len,
+        "algo.overlong_cache_len",
+        f"must satisfy 0 <= cache_len <= max_len ({max_len}), got {a.overlong_cache_len}",
+    )
+    _require(a.overlong_factor >= 0, "algo.overlong_factor", f"must be >= 0, got {a.overlong_factor}")
+    _choice("algo.ds_signal", a.ds_signal, DS_SIGNALS)
+    _choice("algo.ds_surplus", a.ds_surplus, DS_SURPLUS)
+    _choice("algo.ds_on_cap", a.ds_on_cap, DS_ON_CAP)
+    _require(a.ds_max_rounds >= 0, "algo.ds_max_rounds", f"must be >= 0 (0 = unlimited), got {a.ds_max_rounds}")
+    _require(a.ds_oversample >= 1.0, "algo.ds_oversample", f"must be >= 1, got {a.ds_oversample}")
+    _require(a.tis_cap is None or a.tis_cap >= 1.0, "algo.tis_cap", f"must be >= 1 or null, got {a.tis_cap}")
+
+    _choice("task.name", c.task.name, TASKS)
+    _choice("task.verifier", c.task.verifier, VERIFIERS)
+    _require(c.task.verifier_timeout_s > 0, "task.verifier_timeout_s", "must be > 0")
+    _choice("model.dtype", c.model.dtype, DTYPES)
+
+    _choice("rollout.engine", r.engine, ENGINES)
+    _require(r.n >= 1, "rollout.n", f"group size must be >= 1, got {r.n}")
+    _require(
+        not a.dynamic_sampling or r.n >= 2,
+        "rollout.n",
+        f"dynamic sampling needs a group size >= 2 (a group of 1 is never mixed), got {r.n}",
+    )
+    _require(r.max_response_len > 0, "rollout.max_response_len", "must be > 0")
+    _require(r.temperature > 0, "rollout.temperature", f"must be > 0, got {r.temperature}")
+    _require(0 < r.top_p <= 1, "rollout.top_p", f"must be in (0, 1], got {r.top_p}")
+    _require(r.gen_batch_size >= 1, "rollout.gen_batch_size", "must be >= 1")
+
+    _require(t.steps >= 0, "train.steps", "must be >= 0")
+    _require(t.prompts_per_step >= 1, "train.prompts_per_step", "must be >= 1")
+    batch = t.prompts_per_step * r.n
+    _require(t.mini_batch_size >= 1, "train.mini_batch_size", "must be >= 1")
+    _require(
+        batch % t.mini_batch_size == 0,
+        "train.mini_batch_size",
+        f"must divide the rollout batch prompts_per_step * rollout.n = {batch}, got {t.mini_batch_size}",
+    )
+    _require(
+        t.mini_batch_size % r.n == 0,
+        "train.mini_batch_size",
+        f"must be a multiple of the group size rollout.n = {r.n} (mini-batches hold whole groups), "
+        f"got {t.mini_batch_size}",
+    )
+    _require(t.micro_batch_size >= 1, "train.micro_batch_size", "must be >= 1")
+    _require(
+        t.mini_batch_size % t.micro_batch_size == 0,
+        "train.micro_batch_size",
+        f"must divide train.mini_batch_size = {t.mini_batch_size}, got {t.micro_batch_size}",
+    )
+    _require(t.token_budget is None or t.token_budget >= 1, "train.token_budget", "must be >= 1 or null")
+    _require(t.ppo_epochs >= 1, "train.ppo_epochs", "must be >= 1")
+    _choice("train.device", t.device, DEVICES)
+    _choice("train.bf16", str(t.bf16), ("auto", "true", "false", "True", "False"))
+    _require(t.logprob_chunk >= 1, "train.logprob_chunk", "must be >= 1")
+
+    _require(o.lr > 0, "optim.lr", f"must be > 0, got {o.lr}")
+    _require(o.warmup_steps >= 0, "optim.warmup_steps", "must be >= 0")
+    _require(o.grad_clip >= 0, "optim.grad_clip", "must be >= 0 (0 disables clipping)")
+
+    _require(e.every >= 0, "eval.every", "must be >= 0 (0 = only at the end)")
+    _require(e.k >= 1, "eval.k", "must be >= 1")
+    _require(e.temperature > 0, "eval.temperature", "must be > 0")
+    _require(0 < e.top_p <= 1, "eval.top_p", "must be in (0, 1]")
+
+    _choice("logger.backend", c.logger.backend, LOGGER_BACKENDS)
+    _choice("logger.mode", c.logger.mode, WANDB_MODES)
+    _require(c.checkpoint.every >= 0, "checkpoint.every", "must be >= 0 (0 = only at the end)")
+    _require(c.checkpoint.keep >= 1, "checkpoint.keep", "must be >= 1")
+
+
+# --------------------------------------------------------------------------- #
+# Which fixes a resolved config has on (used for labels, W&B tags, analysis)    #
+# --------------------------------------------------------------------------- #
+def fix_switches(cfg: DictConfig | Config) -> dict[str, Any]:
+    """The state of each DAPO fix, read from the values (not from the preset name).
+
+    So a run launched as ``fixes=full clip_higher=disabled`` is reported as what it
+    is (the leave-one-out ``full_no_clip``), whatever preset it started from.
+    """
+    a = cfg.algo
+    return {
+        "clip_higher": bool(a.eps_high > a.eps_low),
+        "dynamic_sampling": bool(a.dynamic_sampling),
+        "token_level_loss": a.loss_agg != "seq-mean-token-mean",
+        "overlong_punishment": a.overlong_punishment != "none",
+        "overlong_filtering": bool(a.overlong_filtering),
+    }
+
+
+# The presets of conf/fixes/ as switch states; a run whose switches equal one of
+# these is labelled with its name. Also used by tests (each ladder step adds one fix).
+PRESET_SWITCHES: dict[str, dict[str, bool]] = {}
+
+
+def _preset(name: str, *on: str) -> None:
+    keys = ("clip_higher", "dynamic_sampling", "token_level_loss", "overlong_punishment", "overlong_filtering")
+    PRESET_SWITCHES[name] = {k: (k in on) for k in keys}
+
+
+_preset("grpo")
+_preset("clip", "clip_higher")
+_preset("clip_ds", "clip_higher", "dynamic_sampling")
+_preset("full", "clip_higher", "dynamic_sampling", "token_level_loss", "overlong_punishment")
+_preset("full_no_clip", "dynamic_sampling", "token_level_loss", "overlong_punishment")
+_preset("full_no_ds", "clip_higher", "token_level_loss", "overlong_punishment")
+_preset("full_no_tl", "clip_higher", "dynamic_sampling", "overlong_punishment")
+_preset("full_no_sop", "clip_higher", "dynamic_sampling", "token_level_loss")
+_preset("paper_2_of", "overlong_filtering")
+_preset("paper_3_clip", "overlong_filtering", "clip_higher")
+_preset("paper_4_sop", "overlong_filtering", "clip_higher", "overlong_punishment")
+_preset("paper_5_tl", "overlong_filtering", "clip_higher", "overlong_punishment", "token_level_loss")
+_preset(
+    "paper_6_dapo", "overlong_filtering", "clip_higher", "overlong_punishment", "token_level_loss", "dynamic_sampling"
+)
+# paper_1_grpo has the same switches as grpo; the label prefers the ladder name
+# only when the run was launched from the ladder preset (see config_label).
+
+
+def config_label(cfg: DictConfig | Config) -> str:
+    """A readable label for a run's configuration: the preset whose switches match, else ``a+b+c``."""
+    sw = fix_switches(cfg)
+    preset = getattr(cfg, "preset", "custom")
+    if preset in PRESET_SWITCHES and PRESET_SWITCHES[preset] == sw:
+        return preset
+    if preset == "paper_1_grpo" and not any(sw.values()):
+        return preset
+    for name, state in PRESET_SWITCHES.items():
+        if state == sw:
+            return name
+    short = {
+        "clip_higher": "clip",
+        "dynamic_sampling": "ds",
+        "token_level_loss": "tl",
+        "overlong_punishment": "sop",
+        "overlong_filtering": "of",
+    }
+    return "+".join(short[k] for k, v in sw.items() if v) or "grpo"
