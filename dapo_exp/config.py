@@ -77,8 +77,9 @@ class TaskConfig:
     arith_seed: int = 1234
     arith_n_train: int = 4000
     arith_n_eval: int = 64
-    arith_max_operand: int = 60
-    arith_n_operands_max: int = 3
+    arith_max_operand: int = 9
+    arith_n_operands_max: int = 4
+    arith_ops: str = "+"
 
 
 @dataclass

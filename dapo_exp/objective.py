@@ -397,23 +397,27 @@ def policy_loss(
     each accumulates exactly the mini-batch gradient.
 
     Returns:
-        ``(loss, stats)``: scalar loss; ``stats`` holds weighted sums (same
-        weights) of the policy-gradient loss, clip indicators and KL, which also
-        add up over micro-batches to mini-batch means.
+        ``(loss, stats)``: scalar loss; ``stats`` holds this micro-batch's share of
+        the policy-gradient loss and KL (they add up over micro-batches to the
+        mini-batch values) and plain counts over the masked tokens (``n_tokens``,
+        ``n_clipped_high``, ``n_clipped_low``, ``n_clipped_dual``, ``ratio_sum``),
+        from which the trainer computes token fractions.
     """
     out = clipped_surrogate(logp, old_logp, advantages, eps_low, eps_high, dual_clip)
     pg = weighted_token_sum(out.loss, mask, weights)
     loss = pg
+    m = mask.to(logp.dtype)
 
-    def wsum(x: Tensor) -> Tensor:
-        return weighted_token_sum(x.to(logp.dtype), mask, weights).detach()
+    def count(x: Tensor) -> Tensor:
+        return (x.to(logp.dtype) * m).sum().detach()
 
     stats = {
         "pg_loss": pg.detach(),
-        "clipfrac_high": wsum(out.clipped_high),
-        "clipfrac_low": wsum(out.clipped_low),
-        "clipfrac_dual": wsum(out.clipped_dual),
-        "ratio_mean": wsum(out.ratio),
+        "n_tokens": m.sum().detach(),
+        "n_clipped_high": count(out.clipped_high),
+        "n_clipped_low": count(out.clipped_low),
+        "n_clipped_dual": count(out.clipped_dual),
+        "ratio_sum": count(out.ratio),
     }
     if ref_logp is not None and kl_coef != 0.0:
         kl = weighted_token_sum(kl_penalty(logp, ref_logp, kl_estimator), mask, weights)

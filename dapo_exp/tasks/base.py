@@ -32,7 +32,8 @@ class TaskData:
 
 def render_prompt(problem_text: str, tokenizer: Any, use_chat_template: bool) -> list[int]:
     """Token ids of a prompt: through the tokenizer's chat template when it has one
-    and ``use_chat_template`` is set, else the raw text."""
+    and ``use_chat_template`` is set, else the raw text after the BOS token (if the
+    tokenizer has one; the chat template adds its own)."""
     if use_chat_template and getattr(tokenizer, "chat_template", None):
         out = tokenizer.apply_chat_template(
             [{"role": "user", "content": problem_text}], add_generation_prompt=True, tokenize=True
@@ -40,4 +41,7 @@ def render_prompt(problem_text: str, tokenizer: Any, use_chat_template: bool) ->
         if isinstance(out, dict) or hasattr(out, "input_ids"):  # BatchEncoding in newer transformers
             out = out["input_ids"]
         return list(out)
-    return list(tokenizer(problem_text, add_special_tokens=False)["input_ids"])
+    ids = list(tokenizer(problem_text, add_special_tokens=False)["input_ids"])
+    if tokenizer.bos_token_id is not None:
+        ids = [tokenizer.bos_token_id] + ids
+    return ids

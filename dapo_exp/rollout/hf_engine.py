@@ -1,0 +1,86 @@
+"""Rollouts with HF transformers ``generate`` on the trainer's own model.
+
+The engine samples from the very module the trainer optimises, so
+:meth:`HFEngine.sync_weights` has nothing to copy. Prompts are left-padded and
+generated in chunks of ``gen_batch_size`` sequences with the KV cache; each chunk
+is seeded from ``(spec.seed, chunk index)`` so that a resumed run samples exactly
+what an uninterrupted one would.
+"""
+
+from __future__ import annotations
+
+import time
+
+import torch
+
+from dapo_exp.rollout.engine import Generations, SamplingSpec
+
+
+class HFEngine:
+    def __init__(self, model: torch.nn.Module, tokenizer, gen_batch_size: int = 256) -> None:
+        self.model = model
+        self.tokenizer = tokenizer
+        self.gen_batch_size = gen_batch_size
+        self.eos_ids = self._eos_ids(model, tokenizer)
+
+    @staticmethod
+    def _eos_ids(model, tokenizer) -> set[int]:
+        ids = model.generation_config.eos_token_id
+        ids = ids if isinstance(ids, list) else [ids]
+        if tokenizer.eos_token_id is not None:
+            ids.append(tokenizer.eos_token_id)
+        return {int(i) for i in ids if i is not None}
+
+    @torch.no_grad()
+    def generate(self, prompt_ids: list[list[int]], spec: SamplingSpec) -> Generations:
+        """Sample ``spec.n`` responses per prompt; group-major output."""
+        device = next(self.model.parameters()).device
+        pad = self.tokenizer.pad_token_id
+        flat = [p for p in prompt_ids for _ in range(spec.n)]  # group-major
+        responses: list[list[int]] = []
+        truncated: list[bool] = []
+        was_training = self.model.training
+        self.model.eval()
+        t0 = time.perf_counter()
+        for c, start in enumerate(range(0, len(flat), self.gen_batch_size)):
+            chunk = flat[start : start + self.gen_batch_size]
+            width = max(len(p) for p in chunk)
+            ids = torch.full((len(chunk), width), pad, dtype=torch.long)
+            att = torch.zeros((len(chunk), width), dtype=torch.long)
+            for i, p in enumerate(chunk):
+                ids[i, width - len(p) :] = torch.tensor(p)
+                att[i, width - len(p) :] = 1
+            torch.manual_seed(spec.seed * 1_000_003 + c)
+            out = self.model.generate(
+                input_ids=ids.to(device),
+                attention_mask=att.to(device),
+                do_sample=True,
+                temperature=spec.temperature,
+                top_p=spec.top_p,
+                top_k=0,  # no top-k truncation (transformers defaults to 50)
+                max_new_tokens=spec.max_new_tokens,
+                pad_token_id=pad,
+                eos_token_id=sorted(self.eos_ids),
+            )
+            for row in out[:, width:].tolist():
+                cut = next((j for j, t in enumerate(row) if t in self.eos_ids), None)
+                if cut is None:
+                    responses.append(row[: spec.max_new_tokens])
+                    truncated.append(True)
+                else:
+                    responses.append(row[: cut + 1])
+                    truncated.append(False)
+        if was_training:
+            self.model.train()
+        secs = time.perf_counter() - t0
+        n_tok = sum(len(r) for r in responses)
+        return Generations(responses, truncated, None, {"gen_tokens": n_tok, "gen_seconds": secs})
+
+    def sync_weights(self, model: torch.nn.Module) -> None:
+        """Nothing to do: the engine samples from the trainer's module itself."""
+
+    def sleep(self) -> None:
+        """Nothing to free: the engine shares the trainer's model."""
+
+    def wake(self) -> None:
+        """See :meth:`sleep`."""
