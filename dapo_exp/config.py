@@ -66,13 +66,24 @@ class AlgoConfig:
 
 @dataclass
 class TaskConfig:
+    # which task (TASKS); loaded by dapo_exp.tasks.load_task
     name: str = "arith"
+    # training data: a known name, HF id, hf:<owner>/<name>[@split] or local
+    # .parquet/.jsonl/.json (null = the task's default, dapo_math: DAPO-Math-17k)
     train_source: Optional[str] = None
+    # held-out data, same forms (null = the task's default, dapo_math: aime24)
     eval_source: Optional[str] = None
+    # keep only the first N eval problems (null = all; paper: all 30 AIME problems)
     eval_limit: Optional[int] = None
+    # reward rule (VERIFIERS): math_dapo (the paper's exact match) | math_verify (symbolic)
     verifier: str = "math_dapo"
+    # per-response limit in seconds for answers checked in a worker process; overrun = wrong
     verifier_timeout_s: float = 5.0
+    # verifier worker processes (null = half the CPUs, 1 to 8); started only when needed
+    verifier_workers: Optional[int] = None
+    # render prompts through the tokenizer's chat template (paper: yes, one user message)
     chat_template: bool = True
+    # maximum prompt length in tokens; longer prompts are cut by the trainer (paper: 2048)
     max_prompt_len: int = 2048
     arith_seed: int = 1234
     arith_n_train: int = 4000
@@ -104,7 +115,7 @@ class ModelConfig:
 class RolloutConfig:
     engine: str = "hf"
     n: int = 8
-    max_response_len: int = 48
+    max_response_len: int = 64
     temperature: float = 1.0
     top_p: float = 1.0
     gen_batch_size: int = 256

@@ -77,3 +77,22 @@ def dry_run_sweep(argv: list[str], config_dir: str) -> bool:
             print(f"#{n} : {' '.join(job)}")
             print(OmegaConf.to_yaml(cfg))
     return True
+
+
+def record_failure(out_dir: str, exc: BaseException) -> None:
+    """Make sure a failed job's directory says so (``summary.json``, status ``failed``).
+
+    ``train`` writes it itself once it has started; this covers failures before that
+    (a bad config value, a missing dataset), so the analysis can list the job.
+    """
+    import json
+    from pathlib import Path
+
+    path = Path(out_dir) / "summary.json"
+    try:
+        if path.exists() and json.loads(path.read_text()).get("status") == "failed":
+            return
+    except (OSError, ValueError):
+        pass
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text(json.dumps({"status": "failed", "error": f"{type(exc).__name__}: {exc}"}, indent=1))

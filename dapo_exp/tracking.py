@@ -121,7 +121,7 @@ def start_tracker(
         run.define_metric(STEP_METRIC)
         for pattern, axis in STEP_AXES.items():
             run.define_metric(pattern, step_metric=axis)
-        run.define_metric("eval/acc_avg", summary="max")
+        run.define_metric("eval/acc_avg", summary="max,last")
         return WandbTracker(run)
     except Exception as exc:  # noqa: BLE001
         log.warning("could not start W&B (%s); continuing without it", exc)

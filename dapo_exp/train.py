@@ -23,6 +23,7 @@ tests call it with a composed config.
 from __future__ import annotations
 
 import copy
+import hashlib
 import json
 import logging
 import math
@@ -373,10 +374,13 @@ def _train(cfg, out, summary, t_start, label, switches, resolved, commit) -> dic
     # ---- 1. task, policy, engine, optimizer -------------------------------------
     task = load_task(cfg.task)
     model_path = resolve_model_path(cfg.model, cfg.task, r.max_response_len)
-    tokenizer, model = load_policy(model_path, cfg.model.dtype, str(device), cfg.model.trust_remote_code)
+    # master weights stay float32 whatever model.dtype says: at the paper's lr 1e-6 an
+    # AdamW update is far below bfloat16's resolution and would round away. model.dtype
+    # is the compute dtype (bf16 autocast on CUDA, train.bf16) and the vLLM engine's dtype.
+    tokenizer, model = load_policy(model_path, "float32", str(device), cfg.model.trust_remote_code)
     if cfg.model.gradient_checkpointing:
         model.gradient_checkpointing_enable()
-    verifier = get_verifier(cfg.task.verifier, cfg.task.verifier_timeout_s)
+    verifier = get_verifier(cfg.task.verifier, cfg.task.verifier_timeout_s, cfg.task.verifier_workers)
     use_chat = bool(cfg.task.chat_template)
     train_prompts = [render_prompt(p.prompt, tokenizer, use_chat) for p in task.train]
     eval_prompts = [render_prompt(p.prompt, tokenizer, use_chat) for p in task.eval]
@@ -419,7 +423,8 @@ def _train(cfg, out, summary, t_start, label, switches, resolved, commit) -> dic
     sampler = PromptSampler(len(train_prompts), cfg.seed, state["sampler_position"])
 
     # ---- 3. tracking (a W&B run or a no-op; the loop never branches on it) ---------
-    state["wandb_id"] = state.get("wandb_id") or f"{label}-s{cfg.seed}-{abs(hash(str(out))) % 10**8:08d}"
+    # stable across processes (Python's hash() is salted), so a restarted run continues its W&B run
+    state["wandb_id"] = state.get("wandb_id") or f"{label}-s{cfg.seed}-{hashlib.sha1(str(out).encode()).hexdigest()[:8]}"
     tracker = start_tracker(
         cfg.logger.backend, out_dir=str(out), config={**resolved, "git_commit": commit, "label": label},
         project=cfg.logger.project, group=cfg.logger.group or cfg.sweep, name=f"{label}-s{cfg.seed}",
@@ -644,7 +649,8 @@ def _train(cfg, out, summary, t_start, label, switches, resolved, commit) -> dic
         model_path=model_path, n_params=n_params,
     )
     write_json(out / runfiles.SUMMARY, summary)
-    tracker.summary({"final/" + k: v for k, v in summary["final"].items()} | {"wall_time_s": state["wall_time_s"]})
+    tracker.summary({k: v for k, v in summary.items() if k not in ("config", "traceback")}
+                    | {"final/" + k: v for k, v in summary["final"].items()})
     tracker.finish()
     _print_summary(summary)
     return summary

@@ -1,0 +1,83 @@
+"""Analysis of ablation runs: runs -> DataFrames -> the comparison table and curves.
+
+A library: functions return DataFrames and matplotlib Figures; the notebooks,
+the command line (``python -m dapo_exp.analysis``) and the Hydra callback only
+call it. It reads run directories (:mod:`dapo_exp.runfiles`) and W&B; it never
+imports the trainer, the rollout engines or torch.
+
+Typical use::
+
+    from dapo_exp import analysis as A
+    data = A.load_runs("multirun/four_presets")        # or A.load_wandb("entity/project/group")
+    table = A.comparison_table(data)                    # numeric, one row per configuration
+    print(A.table_markdown(table))
+    fig = A.plot_curves(data, x="rollouts")             # compute-matched curves
+    A.write_table(table, "out"); A.write_figures(data, "out/figures")
+
+Modules: ``runs`` (local runs, the frames), ``wandb_reader`` (W&B online and
+offline), ``stats`` (t intervals), ``table``, ``curves``, ``samples`` (rollout
+inspection), ``report`` (everything at once), ``cli``, ``callback``.
+
+The names below are imported on first use, so that ``dapo_exp.analysis.callback``
+(instantiated by Hydra for every run) does not pull in pandas or matplotlib.
+"""
+
+from __future__ import annotations
+
+import importlib
+from typing import Any
+
+_EXPORTS = {
+    "runs": (
+        "RunRecord",
+        "RunSet",
+        "SWITCHES",
+        "find_run_dirs",
+        "load_runs",
+        "read_run_dir",
+        "records_to_runset",
+        "history_wide",
+    ),
+    "wandb_reader": ("WandbRun", "load_wandb", "read_offline", "fetch_online", "parse_wandb_file", "to_record"),
+    "stats": ("Interval", "t_interval", "paired_difference", "welch_difference", "difference"),
+    "table": (
+        "TABLE_METRICS",
+        "TableMetric",
+        "LADDER",
+        "PAPER_AIME24",
+        "PAPER_HEADER",
+        "comparison_table",
+        "format_table",
+        "table_markdown",
+        "table_latex",
+        "write_table",
+        "order_labels",
+        "baseline_label",
+    ),
+    "curves": (
+        "CURVE_METRICS",
+        "X_AXES",
+        "label_color",
+        "label_colors",
+        "xy_frame",
+        "curve_frame",
+        "plot_curves",
+        "write_figures",
+    ),
+    "samples": ("load_samples", "sample_stats", "sample_examples", "format_examples"),
+    "report": ("AnalysisResult", "run_analysis"),
+}
+_WHERE = {name: mod for mod, names in _EXPORTS.items() for name in names}
+__all__ = sorted(_WHERE)
+
+
+def __getattr__(name: str) -> Any:
+    if name in _WHERE:
+        value = getattr(importlib.import_module(f"{__name__}.{_WHERE[name]}"), name)
+        globals()[name] = value
+        return value
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+
+
+def __dir__() -> list[str]:
+    return sorted(set(globals()) | set(__all__))

@@ -1,6 +1,55 @@
-"""Placeholder replaced by the analysis module."""
+"""Hydra callback: the comparison table and curves at the end of every multirun.
+
+Enabled in conf/config.yaml (``hydra.callbacks.analysis``). After the last job of
+a sweep, :meth:`AnalysisCallback.on_multirun_end` analyses the sweep directory
+(``hydra.sweep.dir``), writes ``<sweep dir>/analysis/`` (table.md/.csv/.tex,
+runs.csv, figures/) and prints the table and the figure directory. It never
+raises: a failing analysis prints a warning and the sweep's result stands.
+
+This module imports only Hydra at import time (Hydra instantiates callbacks for
+every run, single runs included); the analysis (pandas, matplotlib) is imported
+when a multirun ends. Nothing here imports torch or the trainer.
+"""
+
+from __future__ import annotations
+
+import sys
+import traceback
+from typing import Any
+
 from hydra.experimental.callback import Callback
 
 
 class AnalysisCallback(Callback):
-    pass
+    """``on_multirun_end``: run :func:`dapo_exp.analysis.report.run_analysis` over the sweep dir.
+
+    ``out_subdir``: where under the sweep dir the files go; ``figures``: draw the curves.
+    """
+
+    def __init__(self, out_subdir: str = "analysis", figures: bool = True, band: str = "minmax") -> None:
+        self.out_subdir = out_subdir
+        self.figures = figures
+        self.band = band
+
+    def on_multirun_end(self, config: Any, **kwargs: Any) -> None:
+        try:
+            import os
+
+            sweep_dir = str(config.hydra.sweep.dir)
+            if not os.path.isdir(sweep_dir):
+                print(f"[analysis] sweep directory {sweep_dir} does not exist; nothing to analyse", flush=True)
+                return
+            from dapo_exp.analysis.report import run_analysis
+
+            result = run_analysis(
+                sweep_dir, out=os.path.join(sweep_dir, self.out_subdir), figures=self.figures, band=self.band
+            )
+            print("\n[analysis] " + result.text(), flush=True)
+        except Exception as exc:  # noqa: BLE001 - the analysis must never fail a sweep
+            print(
+                f"[analysis] WARNING: the analysis of the sweep failed ({type(exc).__name__}: {exc}); "
+                "the runs are unaffected. Re-run it with: python -m dapo_exp.analysis <sweep dir>",
+                file=sys.stderr,
+                flush=True,
+            )
+            traceback.print_exc(file=sys.stderr)

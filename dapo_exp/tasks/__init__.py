@@ -1,0 +1,69 @@
+"""Tasks: problems (train and held-out eval), the prompt template, and the verifiers.
+
+``load_task(task_cfg)`` dispatches on ``task.name``:
+
+- ``arith``: the embedded toy (``dapo_exp.tasks.arith.load_arith``), generated in code;
+- ``dapo_math``: DAPO-Math-17k for training, AIME 2024 for evaluation (the paper's);
+- ``gsm8k``: GSM8K train / test;
+- ``math500``: DAPO-Math-17k for training, MATH-500 for evaluation.
+
+``task.train_source`` / ``task.eval_source`` replace the defaults with a known name, an
+HF id or a local file (see :mod:`dapo_exp.tasks.math_data`); ``task.eval_limit`` keeps
+the first N eval problems. :func:`check_task_sources` runs the cheap checks (files exist,
+names known) so that the trainer can fail before spending compute.
+
+This package's ``__init__`` stays import-light (the verifier worker processes import it):
+the data modules are imported inside the functions.
+"""
+
+from __future__ import annotations
+
+import logging
+from typing import Any
+
+from dapo_exp.tasks.base import Problem, TaskData
+
+__all__ = ["Problem", "TaskData", "load_task", "check_task_sources"]
+
+log = logging.getLogger(__name__)
+
+
+def _get(cfg: Any, key: str, default: Any = None) -> Any:
+    return cfg.get(key, default) if isinstance(cfg, dict) else getattr(cfg, key, default)
+
+
+def check_task_sources(task_cfg: Any) -> None:
+    """Raise :class:`~dapo_exp.tasks.math_data.TaskSourceError` naming the field and path/id if the
+    task's data cannot be loaded (missing file, unknown data set, bad ``eval_limit``). No network."""
+    from dapo_exp.tasks.math_data import check_task_sources as _check
+
+    _check(task_cfg)
+
+
+def load_task(task_cfg: Any) -> TaskData:
+    """The :class:`TaskData` of ``task_cfg.name`` (``arith`` | ``dapo_math`` | ``gsm8k`` | ``math500``),
+    eval set truncated to ``task_cfg.eval_limit`` problems when that is set.
+
+    ``stats`` holds the loading counts (rows, duplicates dropped, malformed skipped, per split)
+    and ``eval_limit_dropped``.
+    """
+    name = _get(task_cfg, "name")
+    check_task_sources(task_cfg)
+    if name == "arith":
+        from dapo_exp.tasks.arith import load_arith
+
+        data = load_arith(task_cfg)
+    elif name in ("dapo_math", "gsm8k", "math500"):
+        from dapo_exp.tasks.math_data import load_math_task
+
+        data = load_math_task(task_cfg)
+    else:
+        from dapo_exp.config import TASKS, ConfigError
+
+        raise ConfigError(f"task.name={name!r} is not valid; choose one of: {', '.join(TASKS)}")
+    limit = _get(task_cfg, "eval_limit")
+    if limit is not None and len(data.eval) > limit:
+        data.stats["eval_limit_dropped"] = len(data.eval) - limit
+        data.eval = data.eval[:limit]
+        log.info("task %s: eval set truncated to task.eval_limit=%d problems", name, limit)
+    return data

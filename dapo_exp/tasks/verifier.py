@@ -1,14 +1,64 @@
 """The verifier interface shared by every task: response text -> correct or not.
 
-``get_verifier(name, timeout_s)`` returns an object with
-``verify_batch(responses, answers) -> list[VerifyResult]``. The reward of a
-response is +1 if correct, -1 otherwise (the paper's).
+``get_verifier(name, timeout_s)`` returns an object with ``verify(response, answer)``
+and ``verify_batch(responses, answers)``, both giving :class:`VerifyResult`. The reward
+of a response is +1 if correct, -1 otherwise (:func:`reward_of`, the paper's rule).
+
+Two verifiers (``task.verifier``), which read the answer the same way and differ only
+in how they compare it:
+
+- ``math_dapo`` (default, the paper's): the last ``Answer:`` match in the last 300
+  characters of the response, Minerva-normalised, exact string match with the
+  normalised ground truth. See :mod:`dapo_exp.tasks.math_dapo`.
+- ``math_verify``: the same extracted answer, compared by symbolic equivalence with
+  HF's ``math-verify`` (``1/2`` = ``\\frac{1}{2}`` = ``0.5``). Everything ``math_dapo``
+  accepts it accepts too (equal normalised strings short-cut to correct). A response
+  without an ``Answer:`` line is wrong under both (the template asks for one).
+
+Model output is untrusted. The verifier never raises on any response content (a
+``bytes``, ``None`` or megabyte string included), never evaluates code, and each item
+returns within ``timeout_s``; an overrun counts as wrong with ``timed_out=True``.
+How that is achieved:
+
+- Fast path, in-process: the ``math_dapo`` rule reads at most 300 characters of the
+  response and only runs regexes without nested quantifiers over them, so its cost is
+  bounded whatever the content (see :mod:`~dapo_exp.tasks.math_dapo`); the ground
+  truth takes this path only when it is at most :data:`MAX_INPROCESS_ANSWER_CHARS`
+  long (longer ones go to a worker). ``math_verify`` also decides here without sympy
+  when the normalised strings are equal or are both plain integers.
+- Everything else (all ``math-verify`` parsing, which can hang or blow up on input such
+  as ``10^10^10^10``) runs in a :class:`~dapo_exp.tasks.verify_pool.WorkerPool`: a few
+  long-lived worker *subprocesses* (``subprocess.Popen`` of ``python -m
+  dapo_exp.tasks.verify_pool``) speaking JSON lines. The parent enforces the limit by
+  waiting on the pipes with a deadline per task and SIGKILLs and replaces only the
+  worker that overran. Chosen over ``ProcessPoolExecutor`` because that cannot cancel a
+  running task (killing one means breaking the whole pool), and over ``multiprocessing``
+  because it refuses to start children inside daemonic processes, and ``fork``/``spawn``/
+  ``forkserver`` would copy or re-import the trainer (CUDA state, torch threads,
+  ``__main__``); ``signal.alarm`` is out since it works only in the main thread. The
+  workers also cap their memory (``RLIMIT_AS``). See the module docstring there.
 """
 
 from __future__ import annotations
 
+import functools
+import logging
+import os
 import re
 from dataclasses import dataclass
+from typing import Any, Callable, Sequence
+
+from dapo_exp.tasks import math_dapo
+from dapo_exp.tasks.math_dapo import TAIL_CHARS
+
+log = logging.getLogger(__name__)
+
+# The names accepted by get_verifier (config.VERIFIERS repeats them; a test checks they agree).
+VERIFIER_NAMES = ("math_dapo", "math_verify")
+# Ground truths up to this many characters are normalised in-process (their regex cost
+# is then bounded too); longer ones, which no real data set has, go to a worker.
+MAX_INPROCESS_ANSWER_CHARS = 1000
+_PLAIN_INT = re.compile(r"[+-]?[0-9]{1,1000}", re.ASCII)
 
 
 @dataclass
@@ -23,34 +73,228 @@ def reward_of(result: VerifyResult) -> float:
     return 1.0 if result.correct else -1.0
 
 
-_ANSWER = re.compile(r"Answer\s*:\s*([^\n]*)", re.IGNORECASE)
-
-
-def extract_last_answer(text: str) -> str | None:
-    """The content of the last ``Answer:`` line, stripped, or None."""
-    found = _ANSWER.findall(text)
-    if not found:
+def extract_last_answer(text: str, tail_chars: int | None = TAIL_CHARS) -> str | None:
+    """The content of the last ``Answer:`` line within the last ``tail_chars`` characters
+    (None: the whole text), stripped but not normalised; None if there is none or it is blank."""
+    raw = math_dapo.last_answer_text(_as_text(text), tail_chars)
+    if raw is None:
         return None
-    ans = found[-1].strip()
-    return ans or None
+    return raw.strip() or None
 
 
-class SimpleVerifier:
-    """Last ``Answer:`` line, whitespace-stripped, exact string match."""
-
-    def __init__(self, timeout_s: float = 5.0) -> None:
-        self.timeout_s = timeout_s
-
-    def verify(self, response: str, answer: str) -> VerifyResult:
-        pred = extract_last_answer(response)
-        return VerifyResult(correct=pred is not None and pred == answer.strip(), pred=pred)
-
-    def verify_batch(self, responses: list[str], answers: list[str]) -> list[VerifyResult]:
-        return [self.verify(r, a) for r, a in zip(responses, answers)]
+def default_workers() -> int:
+    """Worker processes used when none is asked for: half the CPUs, between 1 and 8."""
+    return max(1, min(8, (os.cpu_count() or 2) // 2))
 
 
-def get_verifier(name: str, timeout_s: float = 5.0):
-    """Return the verifier called ``name``."""
-    if name in ("math_dapo", "simple"):
-        return SimpleVerifier(timeout_s)
-    raise ValueError(f"unknown verifier {name!r}; valid: math_dapo, math_verify")
+# --------------------------------------------------------------------------- #
+# Scorers: (response text, ground truth) -> (correct, pred). Run in-process on  #
+# the fast path and inside the pool's workers (which look them up by name).     #
+# --------------------------------------------------------------------------- #
+def _as_text(x: Any) -> str:
+    """Untrusted input as ``str``: bytes decoded leniently, None as "", anything else ``str(x)``."""
+    if isinstance(x, str):
+        return x
+    if x is None:
+        return ""
+    if isinstance(x, (bytes, bytearray)):
+        return bytes(x).decode("utf-8", errors="replace")
+    try:
+        return str(x)
+    except Exception:
+        return ""
+
+
+@functools.lru_cache(maxsize=8192)
+def _normalized_truth(answer: str) -> str:
+    # ground truths repeat G times per step (and across steps): normalise each once
+    return math_dapo.normalize_final_answer(answer)
+
+
+def _score_math_dapo(response: str, answer: str) -> tuple[bool, str | None]:
+    pred = math_dapo.extract_pred(response)
+    return (pred is not None and pred == _normalized_truth(answer)), pred
+
+
+def _score_math_verify(answer_text: str, answer: str) -> tuple[bool, str | None]:
+    """Symbolic equivalence of an extracted answer (raw ``Answer:`` capture) and the ground truth.
+
+    Runs only inside a worker (``math-verify``'s own signal-based timeouts are off; the
+    pool's deadline replaces them). The ground truth is parsed as ``\\boxed{gt}``; the
+    answer is tried as ``\\boxed{<math_dapo-normalised answer>}`` (units, ``x =``, ``$``
+    already stripped) and then as written; correct if either parse is equivalent.
+    """
+    from math_verify import parse, verify
+
+    gold = parse("\\boxed{" + answer + "}", parsing_timeout=None) or parse(answer, parsing_timeout=None)
+    if not gold:
+        return False, None
+    norm = math_dapo.normalize_final_answer(answer_text)
+    for text in ("\\boxed{" + norm + "}", answer_text):
+        pred = parse(text, parsing_timeout=None)
+        if pred and verify(gold, pred, timeout_seconds=None):
+            return True, None
+    return False, None
+
+
+SCORERS: dict[str, Callable[[str, str], tuple[bool, str | None]]] = {
+    "math_dapo": _score_math_dapo,
+    "math_verify": _score_math_verify,
+}
+
+
+def preload_scorer(kind: str) -> None:
+    """Import what scorer ``kind`` needs (workers call this before reporting ready)."""
+    if kind == "math_verify":
+        import logging as _logging
+
+        import math_verify  # noqa: F401
+
+        _logging.getLogger("math_verify").setLevel(_logging.ERROR)
+        # warm sympy/antlr so that the first real task is not charged the first-call cost
+        _score_math_verify("1/2", "\\frac{1}{2}")
+
+
+# --------------------------------------------------------------------------- #
+# Verifiers                                                                      #
+# --------------------------------------------------------------------------- #
+class _Verifier:
+    """Shared plumbing: coercion, the worker pool (started lazily), batching."""
+
+    name = ""
+    _preload: tuple[str, ...] = ()
+
+    def __init__(self, timeout_s: float = 5.0, workers: int | None = None) -> None:
+        if not timeout_s > 0:
+            raise ValueError(f"task.verifier_timeout_s must be > 0, got {timeout_s}")
+        if workers is not None and workers < 1:
+            raise ValueError(f"task.verifier_workers must be >= 1 or null (auto), got {workers}")
+        self.timeout_s = float(timeout_s)
+        self.workers = workers or default_workers()
+        self._pool = None
+
+    @property
+    def pool(self):
+        if self._pool is None:
+            from dapo_exp.tasks.verify_pool import WorkerPool
+
+            self._pool = WorkerPool(self.workers, preload=self._preload)
+        return self._pool
+
+    def warmup(self) -> None:
+        """Start the worker processes now rather than on the first slow item."""
+        self.pool.start()
+
+    def close(self) -> None:
+        if self._pool is not None:
+            self._pool.close()
+
+    def __enter__(self):
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self.close()
+
+    def verify(self, response: Any, answer: Any) -> VerifyResult:
+        """Score one response against one ground truth (never raises on content)."""
+        return self.verify_batch([response], [answer])[0]
+
+    def verify_batch(self, responses: Sequence[Any], answers: Sequence[Any]) -> list[VerifyResult]:
+        """Score ``responses[i]`` against ``answers[i]``; one :class:`VerifyResult` each, in order.
+
+        Raises only on caller error (lengths differ), never on content.
+        """
+        if len(responses) != len(answers):
+            raise ValueError(f"verify_batch: {len(responses)} responses but {len(answers)} answers")
+        out: list[VerifyResult | None] = [None] * len(responses)
+        slow: list[tuple[int, tuple[str, str, str], str | None]] = []  # (index, task, pred)
+        for i, (resp, ans) in enumerate(zip(responses, answers)):
+            try:
+                tail = _as_text(resp)[-TAIL_CHARS:]
+                truth = _as_text(ans)
+                res = self._fast(tail, truth)
+                if isinstance(res, VerifyResult):
+                    out[i] = res
+                else:
+                    task, pred = res
+                    slow.append((i, task, pred))
+            except Exception as exc:  # cannot happen on str input; belt and braces
+                log.warning("verifier: item %d scored wrong after %s", i, type(exc).__name__)
+                out[i] = VerifyResult(False, None)
+        if slow:
+            # identical (kind, answer, truth) tasks are scored once per batch
+            unique: dict[tuple[str, str, str], int] = {}
+            for _, task, _ in slow:
+                unique.setdefault(task, len(unique))
+            results = self.pool.run(list(unique), self.timeout_s)
+            n_timeouts = 0
+            for i, task, pred in slow:
+                r = results[unique[task]]
+                n_timeouts += r.timed_out
+                out[i] = VerifyResult(bool(r.correct), pred if pred is not None else r.pred, bool(r.timed_out))
+            if n_timeouts:
+                log.warning("verifier %s: %d item(s) timed out after %.1f s (scored wrong)", self.name, n_timeouts,
+                            self.timeout_s)
+        return out  # type: ignore[return-value]
+
+    def _fast(self, tail: str, truth: str) -> VerifyResult | tuple[tuple[str, str, str], str | None]:
+        """A result when it can be decided in bounded time here, else (worker task, pred)."""
+        raise NotImplementedError
+
+
+class MathDapoVerifier(_Verifier):
+    """The paper's ``math_dapo`` reward (see :mod:`dapo_exp.tasks.math_dapo`)."""
+
+    name = "math_dapo"
+
+    def _fast(self, tail, truth):
+        if len(truth) <= MAX_INPROCESS_ANSWER_CHARS:
+            return VerifyResult(*_score_math_dapo(tail, truth))
+        return ("math_dapo", tail, truth), None
+
+
+class MathVerifyVerifier(_Verifier):
+    """The paper's answer extraction, compared by symbolic equivalence (``math-verify``)."""
+
+    name = "math_verify"
+    _preload = ("math_verify",)
+
+    def __init__(self, timeout_s: float = 5.0, workers: int | None = None) -> None:
+        import importlib.util
+
+        if importlib.util.find_spec("math_verify") is None:
+            raise ImportError(
+                "task.verifier=math_verify needs the math-verify package: pip install 'math-verify>=0.7' "
+                "(or pip install -e '.[math]'); or use task.verifier=math_dapo"
+            )
+        super().__init__(timeout_s, workers)
+
+    def _fast(self, tail, truth):
+        raw = math_dapo.last_answer_text(tail)
+        if raw is None:
+            return VerifyResult(False, None)
+        pred = math_dapo.normalize_final_answer(raw) or None
+        if pred is None:
+            return VerifyResult(False, None)
+        if len(truth) <= MAX_INPROCESS_ANSWER_CHARS:
+            gt = _normalized_truth(truth)
+            if pred == gt:
+                return VerifyResult(True, pred)
+            if _PLAIN_INT.fullmatch(pred) and _PLAIN_INT.fullmatch(gt):
+                return VerifyResult(int(pred) == int(gt), pred)
+        return ("math_verify", raw, truth), pred
+
+
+_VERIFIERS = {"math_dapo": MathDapoVerifier, "math_verify": MathVerifyVerifier}
+
+
+def get_verifier(name: str, timeout_s: float = 5.0, workers: int | None = None) -> _Verifier:
+    """The verifier called ``name`` (``task.verifier``): ``math_dapo`` or ``math_verify``.
+
+    ``timeout_s`` bounds each item that goes to a worker process (``task.verifier_timeout_s``);
+    ``workers`` is the number of worker processes (``task.verifier_workers``; None: half
+    the CPUs, 1 to 8), started on first need.
+    """
+    if name not in _VERIFIERS:
+        raise ValueError(f"task.verifier={name!r} is not valid; choose one of: {', '.join(VERIFIER_NAMES)}")
+    return _VERIFIERS[name](timeout_s, workers)

@@ -1,0 +1,67 @@
+"""Command line: ``python -m dapo_exp.analysis <sweep dir | run dirs...> --out DIR``
+or ``python -m dapo_exp.analysis --wandb entity/project[/group] --out DIR``.
+
+Writes table.md / table.csv / table.tex, runs.csv and figures/curves_vs_*.{png,svg}
+under ``--out``, and prints the Markdown table and the figure directory.
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+from pathlib import Path
+
+from dapo_exp.analysis.curves import BANDS
+
+
+def build_parser() -> argparse.ArgumentParser:
+    p = argparse.ArgumentParser(
+        prog="python -m dapo_exp.analysis",
+        description="Comparison table and curves of GRPO/DAPO ablation runs.",
+    )
+    p.add_argument("paths", nargs="*", help="a sweep directory (searched recursively) or run directories")
+    p.add_argument(
+        "--wandb",
+        metavar="SPEC",
+        help="entity/project[/group] (online, wandb.Api, cached) or a local directory of offline W&B runs",
+    )
+    p.add_argument("--group", help="W&B group (when not in SPEC)")
+    p.add_argument("--tags", nargs="*", default=None, help="W&B tags a run must all have")
+    p.add_argument("--out", help="output directory (default: <sweep dir>/analysis, or analysis_out/)")
+    p.add_argument("--cache-dir", help="W&B download cache (default ~/.cache/dapo_exp/wandb or $DAPO_WANDB_CACHE)")
+    p.add_argument("--refresh", action="store_true", help="download W&B runs again, ignoring the cache")
+    p.add_argument("--band", choices=tuple(BANDS), default="minmax", help="seed band of the curves")
+    p.add_argument(
+        "--end-window", type=int, default=1, help="training metrics 'at the end' = mean of the last N logged values"
+    )
+    p.add_argument("--no-figures", action="store_true", help="table only")
+    return p
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = build_parser().parse_args(argv)
+    if bool(args.paths) == bool(args.wandb):
+        build_parser().error("give run/sweep directories or --wandb SPEC (exactly one of them)")
+    out = args.out
+    if out is None:
+        out = str(Path(args.paths[0]) / "analysis") if len(args.paths) == 1 and not args.wandb else "analysis_out"
+    from dapo_exp.analysis.report import run_analysis
+
+    try:
+        result = run_analysis(
+            args.paths or None,
+            wandb=args.wandb,
+            out=out,
+            group=args.group,
+            tags=args.tags,
+            cache_dir=args.cache_dir,
+            refresh=args.refresh,
+            band=args.band,
+            end_window=args.end_window,
+            figures=not args.no_figures,
+        )
+    except (FileNotFoundError, ValueError) as exc:
+        print(f"error: {exc}", file=sys.stderr)
+        return 2
+    print(result.text())
+    return 0

@@ -1,0 +1,243 @@
+"""Training curves per configuration: mean over seeds with a seed band, against step or compute.
+
+Figures are plain :class:`matplotlib.figure.Figure` objects drawn with the Agg
+canvas (no pyplot, no GUI backend), so they work the same in a notebook, a
+script or a Hydra callback. Each configuration label keeps one colour in every
+figure (:func:`label_color`).
+
+x axes (:data:`X_AXES`):
+
+- ``step``: the training step;
+- ``rollouts``: rollouts generated so far (``compute/rollouts_total``);
+- ``tokens``: response tokens generated so far (``compute/gen_tokens_total``).
+
+The compute axes compare configurations at equal generation cost (dynamic
+sampling generates more per step). An eval point at step s is placed at the
+compute of the last training step <= s (0 before the first step). On a compute
+axis the seeds of a configuration are interpolated onto a common grid, over the
+range that every seed covers, before the mean and the band are taken.
+"""
+
+from __future__ import annotations
+
+import colorsys
+import hashlib
+import os
+from pathlib import Path
+from typing import Sequence
+
+import numpy as np
+import pandas as pd
+from matplotlib.figure import Figure
+
+from dapo_exp import runfiles
+from dapo_exp.analysis.runs import RunSet
+from dapo_exp.analysis.table import LADDER, order_labels
+
+X_AXES = {"step": None, "rollouts": runfiles.CUM_ROLLOUTS, "tokens": runfiles.CUM_TOKENS}
+X_LABELS = {
+    "step": "training step",
+    "rollouts": "rollouts generated (compute/rollouts_total)",
+    "tokens": "response tokens generated (compute/gen_tokens_total)",
+}
+CURVE_METRICS: tuple[str, ...] = (
+    runfiles.EVAL_ACC,
+    runfiles.ENTROPY,
+    runfiles.RESP_LEN,
+    runfiles.TRUNC,
+    runfiles.CLIP_HIGH,
+    runfiles.CLIP_LOW,
+    runfiles.ZERO_VAR,
+    runfiles.GEN_ROUNDS,
+)
+BANDS = {"minmax": "band: min–max across seeds", "sd": "band: mean ± 1 sd across seeds"}
+
+# Fixed colours for the named presets; the ladder runs along a sequential map
+# (dark = naive GRPO, bright = DAPO). Any other label gets a colour from a hash
+# of its name: the same label has the same colour in every figure and session.
+PRESET_COLORS = {
+    "grpo": "#7f7f7f",
+    "clip": "#1f77b4",
+    "clip_ds": "#2ca02c",
+    "full": "#d62728",
+    "full_no_clip": "#9467bd",
+    "full_no_ds": "#8c564b",
+    "full_no_tl": "#e377c2",
+    "full_no_sop": "#bcbd22",
+}
+_LADDER_COLORS = ("#440154", "#414487", "#2a788e", "#22a884", "#7ad151", "#fde725")
+PRESET_COLORS.update(dict(zip(LADDER, _LADDER_COLORS)))
+
+
+def label_color(label: str) -> str:
+    """The colour of a configuration label (stable across figures, runs and sessions)."""
+    if label in PRESET_COLORS:
+        return PRESET_COLORS[label]
+    h = int(hashlib.md5(label.encode()).hexdigest()[:8], 16)
+    hue = (h % 3600) / 3600.0
+    light = 0.38 + 0.14 * ((h >> 12) % 3) / 2
+    r, g, b = colorsys.hls_to_rgb(hue, light, 0.75)
+    return "#{:02x}{:02x}{:02x}".format(int(r * 255), int(g * 255), int(b * 255))
+
+
+def label_colors(labels) -> dict[str, str]:
+    return {label: label_color(label) for label in labels}
+
+
+def _history(data: RunSet | pd.DataFrame, included_only: bool = True) -> pd.DataFrame:
+    if isinstance(data, RunSet):
+        h = data.history
+        if included_only and len(data.runs):
+            h = h[h["run"].isin(data.included["run"])]
+        return h
+    return data
+
+
+def xy_frame(history: RunSet | pd.DataFrame, metric: str, x: str = "step") -> pd.DataFrame:
+    """One metric against an x axis, per run: columns run, label, seed, x, y (sorted by run, x).
+
+    ``history``: a :class:`RunSet` (its included runs) or a history frame (all its rows).
+    """
+    history = _history(history)
+    if x not in X_AXES:
+        raise ValueError(f"x={x!r}: choose one of {', '.join(X_AXES)}")
+    y = history[history["metric"] == metric][["run", "label", "seed", "step", "value"]].rename(columns={"value": "y"})
+    if x == "step":
+        out = y.assign(x=y["step"].astype(float))
+    else:
+        c = history[history["metric"] == X_AXES[x]][["run", "step", "value"]].rename(columns={"value": "x"})
+        parts = []
+        for run, g in y.groupby("run", sort=False):
+            cx = c[c["run"] == run].sort_values("step")
+            g = g.sort_values("step")
+            if not len(cx):
+                continue
+            m = pd.merge_asof(g, cx[["step", "x"]], on="step", direction="backward")
+            m["x"] = m["x"].fillna(0.0)
+            parts.append(m)
+        out = pd.concat(parts, ignore_index=True) if parts else y.assign(x=np.nan).iloc[:0]
+    return out[["run", "label", "seed", "x", "y"]].sort_values(["run", "x"]).reset_index(drop=True)
+
+
+def curve_frame(
+    history: RunSet | pd.DataFrame, metric: str, x: str = "step", band: str = "minmax"
+) -> pd.DataFrame:
+    """Per configuration and x: ``mean`` over seeds, band ``lo``/``hi`` and ``n`` seeds.
+
+    ``band="minmax"``: min and max across seeds; ``"sd"``: mean ± 1 sample sd (0 for one seed).
+    On the step axis the seeds are aligned by step; on a compute axis they are
+    linearly interpolated onto the union of their x values within the range all
+    seeds cover.
+    """
+    if band not in BANDS:
+        raise ValueError(f"band={band!r}: choose one of {', '.join(BANDS)}")
+    xy = xy_frame(history, metric, x)
+    frames = []
+    for label, g in xy.groupby("label", sort=False):
+        if x == "step":
+            wide = g.pivot_table(index="x", columns="run", values="y", aggfunc="last")
+        else:
+            runs = [r.drop_duplicates("x", keep="last") for _, r in g.groupby("run")]
+            lo_x = max(r["x"].min() for r in runs)
+            hi_x = min(r["x"].max() for r in runs)
+            grid = np.unique(np.concatenate([r["x"].to_numpy() for r in runs]))
+            grid = grid[(grid >= lo_x) & (grid <= hi_x)]
+            wide = pd.DataFrame(
+                {name: np.interp(grid, r["x"], r["y"]) for name, r in zip([r["run"].iloc[0] for r in runs], runs)},
+                index=pd.Index(grid, name="x"),
+            )
+        n = wide.notna().sum(axis=1)
+        mean = wide.mean(axis=1)
+        if band == "minmax":
+            lo, hi = wide.min(axis=1), wide.max(axis=1)
+        else:
+            sd = wide.std(axis=1, ddof=1).fillna(0.0)
+            lo, hi = mean - sd, mean + sd
+        frames.append(pd.DataFrame({"label": label, "x": wide.index.to_numpy(), "mean": mean.to_numpy(),
+                                    "lo": lo.to_numpy(), "hi": hi.to_numpy(), "n": n.to_numpy()}))
+    if not frames:
+        return pd.DataFrame(columns=["label", "x", "mean", "lo", "hi", "n"])
+    return pd.concat(frames, ignore_index=True)
+
+
+def plot_curves(
+    data: RunSet | pd.DataFrame,
+    *,
+    metrics: Sequence[str] = CURVE_METRICS,
+    x: str = "step",
+    band: str = "minmax",
+    labels: Sequence[str] | None = None,
+    ncols: int = 4,
+) -> Figure:
+    """A grid of panels, one per metric: mean over seeds (line) and the seed band, per configuration.
+
+    ``data``: a :class:`RunSet` (its included runs) or a history frame. A metric
+    that no run logged gets an empty panel saying so.
+    """
+    hist = _history(data)
+    present = order_labels(hist["label"].unique()) if len(hist) else []
+    labels = [l for l in (labels or present) if l in present]
+    nrows = max(1, int(np.ceil(len(metrics) / ncols)))
+    fig = Figure(figsize=(4.2 * ncols, 3.2 * nrows + 0.9), layout="constrained")
+    axes = fig.subplots(nrows, ncols, squeeze=False).ravel()
+    n_seeds = hist.groupby("label")["run"].nunique().to_dict() if len(hist) else {}
+    for ax, metric in zip(axes, metrics):
+        cf = curve_frame(hist, metric, x, band) if len(hist) else pd.DataFrame()
+        ax.set_title(metric, fontsize=10)
+        ax.set_xlabel(X_LABELS[x], fontsize=8)
+        ax.grid(alpha=0.3)
+        if not len(cf):
+            ax.text(0.5, 0.5, "not logged", ha="center", va="center", transform=ax.transAxes, color="0.5")
+            continue
+        for label in labels:
+            c = cf[cf["label"] == label]
+            if not len(c):
+                continue
+            color = label_color(label)
+            marker = "o" if metric.startswith("eval/") else None
+            ax.plot(c["x"], c["mean"], color=color, lw=1.6, marker=marker, ms=3, label=label)
+            if (c["n"] > 1).any():
+                ax.fill_between(c["x"], c["lo"], c["hi"], color=color, alpha=0.18, lw=0)
+    for ax in axes[len(metrics) :]:
+        ax.set_visible(False)
+    handles = [
+        _line(label_color(l), f"{l} (n={n_seeds.get(l, 0)})") for l in labels
+    ]
+    if handles:
+        fig.legend(handles=handles, loc="outside lower center", ncols=min(len(handles), 6), fontsize=8, frameon=False)
+    fig.suptitle(f"vs {X_LABELS[x]} — line: mean over seeds; {BANDS[band]}", fontsize=11)
+    return fig
+
+
+def _line(color: str, text: str):
+    from matplotlib.lines import Line2D
+
+    return Line2D([], [], color=color, lw=2, label=text)
+
+
+def write_figures(
+    data: RunSet | pd.DataFrame,
+    out_dir: str | os.PathLike,
+    *,
+    axes: Sequence[str] = tuple(X_AXES),
+    band: str = "minmax",
+    metrics: Sequence[str] = CURVE_METRICS,
+    formats: Sequence[str] = ("png", "svg"),
+) -> list[Path]:
+    """Write ``curves_vs_<axis>.{png,svg}`` for each x axis; returns the files written.
+
+    A compute axis that no run logged is skipped.
+    """
+    out = Path(out_dir)
+    out.mkdir(parents=True, exist_ok=True)
+    hist = _history(data)
+    written = []
+    for x in axes:
+        if X_AXES[x] is not None and not (hist["metric"] == X_AXES[x]).any():
+            continue
+        fig = plot_curves(data, metrics=metrics, x=x, band=band)
+        for fmt in formats:
+            p = out / f"curves_vs_{x}.{fmt}"
+            fig.savefig(p, dpi=130)
+            written.append(p)
+    return written

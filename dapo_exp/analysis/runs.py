@@ -1,0 +1,420 @@
+"""Runs -> tidy DataFrames: one row per run, and a long history frame for curves.
+
+Every source of runs (local run directories, W&B online, W&B offline files) is
+first turned into :class:`RunRecord` objects holding the same three things:
+the resolved config, the trainer's summary (``summary.json``, see
+:mod:`dapo_exp.runfiles`) and the history rows (``{"step": int, metric: value}``).
+:func:`records_to_runset` turns records into frames, so every source gives the
+same frames for the same runs.
+
+The runs frame (:attr:`RunSet.runs`), one row per run:
+
+=====================  =========================================================
+``run``                id: the run dir relative to the sweep dir, or the W&B id
+``label``              configuration label (:func:`dapo_exp.config.config_label`,
+                       read from the switches, not the preset name); for a run
+                       killed before summary.json, from its ``config.json`` or
+                       ``.hydra/config.yaml``
+``preset, seed``       launch preset (``fixes=``) and seed
+``status``             finished | failed | killed | running | crashed ...
+``included``           True when the run counts in the table's statistics
+                       (status ``finished``); the rest are reported, not used
+``exclude_reason``     why not
+``clip_higher`` ...    the five switches (:data:`SWITCHES`)
+``model, task``        ``model.path`` and ``task.name``
+``wall_time_s``        ``summary.wall_time_s``
+``final/<eval key>``   ``summary.final`` (eval at the end); ``best/``, ``base/``
+                       (step 0) likewise; derived from the eval history where the
+                       summary lacks them
+``end/<metric>``       training metric at the end: mean of its last ``end_window``
+                       logged values (default 1 = the last value)
+``avg/<metric>``       training metric averaged over all logged steps
+``config.<a.b>``       the flattened resolved config
+=====================  =========================================================
+
+The history frame (:attr:`RunSet.history`) is long: ``run, label, seed, step,
+metric, value``; eval metrics sit at the steps where evaluation ran.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import os
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Iterable, Sequence
+
+import numpy as np
+import pandas as pd
+
+from dapo_exp import runfiles
+
+SWITCHES = ("clip_higher", "dynamic_sampling", "token_level_loss", "overlong_punishment", "overlong_filtering")
+# keys of summary.json the runs frame reads (the rest of the summary is ignored)
+SUMMARY_KEYS = (
+    "status",
+    "label",
+    "preset",
+    "switches",
+    "seed",
+    "wall_time_s",
+    "steps_done",
+    "final",
+    "best",
+    "base",
+    "error",
+    "git_commit",
+)
+EVAL_PREFIX = "eval/"
+# directories never searched for runs
+_PRUNE = {"wandb", runfiles.CHECKPOINTS, ".hydra", "__pycache__", ".ipynb_checkpoints"}
+
+
+@dataclass
+class RunRecord:
+    """One run as read from any source, before it becomes rows of frames."""
+
+    run: str
+    config: dict[str, Any]
+    summary: dict[str, Any] | None
+    history: list[dict[str, Any]]
+    source: str = "local"
+    # the run directory (local runs, offline W&B runs inside one); None for online W&B runs
+    path: str | None = None
+    name: str | None = None
+    group: str | None = None
+    tags: tuple[str, ...] = ()
+    # the backend's own run state (W&B: finished, failed, crashed, killed, running), if any
+    state: str | None = None
+
+
+@dataclass
+class RunSet:
+    """The frames of a set of runs. ``runs``: one row per run; ``history``: long frame."""
+
+    runs: pd.DataFrame
+    history: pd.DataFrame
+    sources: list[str] = field(default_factory=list)
+
+    @property
+    def included(self) -> pd.DataFrame:
+        """Runs that count in the statistics (status finished)."""
+        return self.runs[self.runs["included"]] if len(self.runs) else self.runs
+
+    @property
+    def excluded(self) -> pd.DataFrame:
+        """Runs kept for the record but left out of the statistics (failed, killed, running)."""
+        return self.runs[~self.runs["included"]] if len(self.runs) else self.runs
+
+    @property
+    def n_excluded(self) -> int:
+        return int(len(self.excluded))
+
+    def describe(self) -> str:
+        """One line: how many runs, how many excluded and why."""
+        if not len(self.runs):
+            return "0 runs"
+        ex = self.excluded
+        s = f"{len(self.runs)} runs, {len(self.runs) - len(ex)} included"
+        if len(ex):
+            counts = ex["status"].value_counts()
+            s += f", {len(ex)} excluded (" + ", ".join(f"{n} {st}" for st, n in counts.items()) + ")"
+        return s
+
+    def __repr__(self) -> str:
+        return f"RunSet({self.describe()}; history {len(self.history)} rows)"
+
+
+# --------------------------------------------------------------------------- #
+# Local run directories                                                         #
+# --------------------------------------------------------------------------- #
+def is_run_dir(path: str | os.PathLike) -> bool:
+    """A run directory holds ``summary.json`` or ``metrics.jsonl``."""
+    p = Path(path)
+    return (p / runfiles.SUMMARY).is_file() or (p / runfiles.METRICS).is_file()
+
+
+def find_run_dirs(root: str | os.PathLike) -> list[Path]:
+    """All run directories under ``root`` (itself included), sorted; does not look inside a run dir."""
+    root = Path(root)
+    if is_run_dir(root):
+        return [root]
+    found: list[Path] = []
+    for dirpath, dirnames, _ in os.walk(root):
+        if is_run_dir(dirpath):
+            found.append(Path(dirpath))
+            dirnames[:] = []
+            continue
+        dirnames[:] = sorted(d for d in dirnames if d not in _PRUNE)
+    return sorted(found)
+
+
+def read_jsonl(path: str | os.PathLike) -> list[dict[str, Any]]:
+    """Lines of a JSONL file; a torn last line (a killed writer) or a bad line is skipped."""
+    rows = []
+    with open(path, encoding="utf-8") as f:
+        for line in f:
+            line = line.strip()
+            if not line:
+                continue
+            try:
+                obj = json.loads(line)
+            except json.JSONDecodeError:
+                continue
+            if isinstance(obj, dict):
+                rows.append(obj)
+    return rows
+
+
+def _early_config(run_dir: Path) -> dict[str, Any]:
+    """The config of a run killed before writing summary.json: the trainer's ``config.json``
+    (written at the start), else the one Hydra recorded in ``.hydra/config.yaml``."""
+    cj = run_dir / "config.json"
+    if cj.is_file():
+        try:
+            cfg = json.loads(cj.read_text(encoding="utf-8")).get("config")
+            if isinstance(cfg, dict):
+                return cfg
+        except (json.JSONDecodeError, AttributeError):
+            pass
+    p = run_dir / ".hydra" / "config.yaml"
+    if not p.is_file():
+        return {}
+    from omegaconf import OmegaConf
+
+    cfg = OmegaConf.load(p)
+    try:
+        return OmegaConf.to_container(cfg, resolve=True)  # type: ignore[return-value]
+    except Exception:  # noqa: BLE001 - interpolations that need Hydra's runtime
+        return OmegaConf.to_container(cfg, resolve=False)  # type: ignore[return-value]
+
+
+def read_run_dir(run_dir: str | os.PathLike, root: str | os.PathLike | None = None) -> RunRecord:
+    """Read one run directory into a :class:`RunRecord` (no network)."""
+    run_dir = Path(run_dir)
+    summary = None
+    sp = run_dir / runfiles.SUMMARY
+    if sp.is_file():
+        try:
+            summary = json.loads(sp.read_text(encoding="utf-8"))
+        except json.JSONDecodeError:
+            summary = None
+    config = (summary or {}).get("config") or _early_config(run_dir)
+    mp = run_dir / runfiles.METRICS
+    history = read_jsonl(mp) if mp.is_file() else []
+    if root is not None:
+        rel = os.path.relpath(run_dir, root)
+        run_id = run_dir.name if rel == "." else rel
+    else:
+        run_id = str(run_dir)
+    return RunRecord(run=run_id, config=config or {}, summary=summary, history=history, path=str(run_dir))
+
+
+def load_runs(paths: str | os.PathLike | Sequence[str | os.PathLike], *, end_window: int = 1) -> RunSet:
+    """Collect local runs into a :class:`RunSet` (the source of truth; no network).
+
+    ``paths``: a sweep directory (searched recursively for run directories), a run
+    directory, or a list of either.
+    """
+    if isinstance(paths, (str, os.PathLike)):
+        paths = [paths]
+    paths = [Path(p) for p in paths]
+    for p in paths:
+        if not p.exists():
+            raise FileNotFoundError(f"no such run or sweep directory: {p}")
+    # run ids: relative to the sweep dir (one sweep), else to the common parent of
+    # the sweeps, so that runs of two sweeps with the same overrides stay distinct
+    roots = [p if not is_run_dir(p) else p.parent for p in paths]
+    common = roots[0] if len(set(roots)) == 1 else Path(os.path.commonpath([r.resolve().parent for r in roots]))
+    dirs = list(dict.fromkeys(d.resolve() if len(set(roots)) > 1 else d for p in paths for d in find_run_dirs(p)))
+    records = [read_run_dir(d, root=common) for d in dirs]
+    return records_to_runset(records, end_window=end_window, sources=[str(p) for p in paths])
+
+
+# --------------------------------------------------------------------------- #
+# Records -> frames (shared by every source)                                    #
+# --------------------------------------------------------------------------- #
+def _is_number(v: Any) -> bool:
+    return isinstance(v, (bool, int, float, np.bool_, np.integer, np.floating))
+
+
+def history_wide(rows: Iterable[dict[str, Any]]) -> pd.DataFrame:
+    """History rows -> one row per step (numeric metrics only), sorted by step.
+
+    Rows of the same step merge (a train line and an eval line of one step; a step
+    logged again after a resume: the later value wins).
+    """
+    clean = []
+    for r in rows:
+        step = r.get("step")
+        if step is None or not _is_number(step):
+            continue
+        d = {k: float(v) for k, v in r.items() if k != "step" and _is_number(v)}
+        d = {k: v for k, v in d.items() if not math.isnan(v)}
+        d["step"] = int(step)
+        clean.append(d)
+    if not clean:
+        return pd.DataFrame({"step": pd.Series([], dtype="int64")})
+    df = pd.DataFrame(clean)
+    df = df.groupby("step", sort=True).last().reset_index()
+    return df
+
+
+def _eval_points(summary: dict[str, Any], wide: pd.DataFrame) -> dict[str, dict[str, float]]:
+    """final / best / base eval metrics: the summary's, else derived from the eval history."""
+    out: dict[str, dict[str, float]] = {"final": {}, "best": {}, "base": {}}
+    eval_cols = [c for c in wide.columns if c.startswith(EVAL_PREFIX)]
+    if eval_cols:
+        ev = wide.dropna(subset=eval_cols, how="all")
+        if len(ev):
+            out["final"] = ev.iloc[-1][eval_cols].dropna().to_dict()
+            if runfiles.EVAL_ACC in ev and ev[runfiles.EVAL_ACC].notna().any():
+                out["best"] = ev.loc[ev[runfiles.EVAL_ACC].idxmax(), eval_cols].dropna().to_dict()
+            base = ev[ev["step"] == 0]
+            if len(base):
+                out["base"] = base.iloc[0][eval_cols].dropna().to_dict()
+    for k in out:
+        given = summary.get(k)
+        if isinstance(given, dict):
+            out[k] = {**out[k], **{m: float(v) for m, v in given.items() if _is_number(v)}}
+    return out
+
+
+def _flatten(d: dict[str, Any], prefix: str) -> dict[str, Any]:
+    out: dict[str, Any] = {}
+    for k, v in d.items():
+        key = f"{prefix}{k}"
+        if isinstance(v, dict):
+            out.update(_flatten(v, key + "."))
+        elif isinstance(v, (list, tuple)):
+            out[key] = json.dumps(list(v))
+        else:
+            out[key] = v
+    return out
+
+
+def _switches_and_label(config: dict[str, Any]) -> tuple[dict[str, bool], str | None]:
+    """Switch states and label computed from a resolved config (when the summary lacks them)."""
+    if not isinstance(config.get("algo"), dict):
+        return {}, None
+    try:
+        from omegaconf import OmegaConf
+
+        from dapo_exp.config import config_label, fix_switches
+
+        cfg = OmegaConf.create({"algo": config["algo"], "preset": config.get("preset", "custom")})
+        return fix_switches(cfg), config_label(cfg)
+    except Exception:  # noqa: BLE001 - a config from another version of the schema
+        return {}, None
+
+
+def _status(rec: RunRecord) -> tuple[str, bool, str]:
+    summ = rec.summary or {}
+    status = summ.get("status")
+    if status:
+        if status == runfiles.STATUS_FINISHED:
+            return status, True, ""
+        err = summ.get("error")
+        return status, False, f"status {status}" + (f": {str(err).splitlines()[0][:120]}" if err else "")
+    if rec.source == "wandb":
+        # No trainer status in W&B. The trainer sets the final eval metrics in the W&B
+        # summary only once it has finished; with them, and no failure recorded by W&B,
+        # the run finished. Without them it never reached its end (or it is a run of
+        # another program); W&B's own state says more when it is not "finished".
+        if summ.get("final") and rec.state in (None, runfiles.STATUS_FINISHED):
+            return runfiles.STATUS_FINISHED, True, ""
+        st = rec.state if rec.state and rec.state != runfiles.STATUS_FINISHED else "killed"
+        return st, False, f"no trainer status in the W&B summary (W&B state {rec.state or 'unknown'})"
+    return "killed", False, "no summary.json (killed, or still running)"
+
+
+def _num(v: Any) -> float:
+    try:
+        return float(v)
+    except (TypeError, ValueError):
+        return float("nan")
+
+
+def _run_row(rec: RunRecord, wide: pd.DataFrame, end_window: int) -> dict[str, Any]:
+    cfg = rec.config or {}
+    summ = rec.summary or {}
+    status, included, reason = _status(rec)
+    sw_cfg, label_cfg = _switches_and_label(cfg)
+    switches = summ.get("switches") or sw_cfg
+    label = summ.get("label") or cfg.get("label") or label_cfg or cfg.get("preset") or "unknown"
+    seed = summ.get("seed", cfg.get("seed"))
+    row: dict[str, Any] = {
+        "run": rec.run,
+        "label": str(label),
+        "preset": summ.get("preset", cfg.get("preset")),
+        "seed": int(seed) if _is_number(seed) else seed,
+        "status": status,
+        "included": included,
+        "exclude_reason": reason,
+    }
+    for k in SWITCHES:
+        row[k] = bool(switches[k]) if k in switches else None
+    row.update(
+        {
+            "model": (cfg.get("model") or {}).get("path"),
+            "task": (cfg.get("task") or {}).get("name"),
+            "engine": (cfg.get("rollout") or {}).get("engine"),
+            "sweep": cfg.get("sweep"),
+            "group": rec.group,
+            "wall_time_s": _num(summ.get("wall_time_s")),
+            "steps_done": _num(summ.get("steps_done", wide["step"].max() if len(wide) else np.nan)),
+            "git_commit": summ.get("git_commit"),
+            "error": summ.get("error"),
+            "source": rec.source,
+            "path": rec.path,
+            "name": rec.name,
+        }
+    )
+    for which, vals in _eval_points(summ, wide).items():
+        for m, v in vals.items():
+            row[f"{which}/{m}"] = v
+    train_cols = [c for c in wide.columns if c != "step" and not c.startswith(EVAL_PREFIX)]
+    for c in train_cols:
+        s = wide[c].dropna()
+        if len(s):
+            row[f"end/{c}"] = float(s.iloc[-max(1, end_window) :].mean())
+            row[f"avg/{c}"] = float(s.mean())
+    row.update(_flatten(cfg, "config."))
+    return row
+
+
+def records_to_runset(
+    records: Sequence[RunRecord], *, end_window: int = 1, sources: list[str] | None = None
+) -> RunSet:
+    """Turn :class:`RunRecord` objects (from any source) into a :class:`RunSet`."""
+    rows, hist = [], []
+    for rec in records:
+        wide = history_wide(rec.history)
+        row = _run_row(rec, wide, end_window)
+        rows.append(row)
+        if len(wide) and wide.shape[1] > 1:
+            long = wide.melt(id_vars="step", var_name="metric", value_name="value").dropna(subset=["value"])
+            long.insert(0, "run", rec.run)
+            long.insert(1, "label", row["label"])
+            long.insert(2, "seed", row["seed"])
+            hist.append(long)
+    runs = pd.DataFrame(rows)
+    if not len(runs):
+        runs = pd.DataFrame(columns=["run", "label", "preset", "seed", "status", "included", "exclude_reason"])
+    else:
+        fixed = [c for c in runs.columns if "/" not in c and not c.startswith("config.")]
+        metric_cols = sorted(c for c in runs.columns if "/" in c and not c.startswith("config."))
+        config_cols = sorted(c for c in runs.columns if c.startswith("config."))
+        runs = runs[fixed + metric_cols + config_cols]
+        runs["included"] = runs["included"].astype(bool)
+    history = (
+        pd.concat(hist, ignore_index=True)
+        if hist
+        else pd.DataFrame({"run": [], "label": [], "seed": [], "step": [], "metric": [], "value": []})
+    )
+    if len(history):
+        history = history.sort_values(["run", "metric", "step"], kind="stable").reset_index(drop=True)
+        history["step"] = history["step"].astype("int64")
+        history["value"] = history["value"].astype(float)
+    return RunSet(runs=runs.reset_index(drop=True), history=history, sources=sources or [])

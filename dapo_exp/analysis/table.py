@@ -1,0 +1,318 @@
+"""The comparison table in the form of Table 1 of the DAPO paper, one row per configuration.
+
+Each cell is the mean over seeds with the half-width of its 95% Student-t
+confidence interval (``mean ± t_{0.975, n-1} s / sqrt(n)``; "n/a" when n = 1).
+Only runs with status ``finished`` count; failed and killed runs are reported
+(``table.attrs["excluded"]``) and left out. The last columns give the
+difference of final accuracy to the baseline row (``paper_1_grpo`` when the
+ladder is present, else ``grpo``) with its own 95% CI: a paired t interval over
+per-seed differences when both rows have the same seeds, Welch's t otherwise
+(column ``Δ test``). Where a configuration matches a row of the paper's Table 1
+(or one of its verl re-runs of the released recipe), the paper's AIME 2024
+avg@32 of Qwen2.5-32B sits in its own column, for orientation only: another
+model and another task, never comparable number for number.
+"""
+
+from __future__ import annotations
+
+import math
+import os
+from dataclasses import dataclass
+from pathlib import Path
+
+import numpy as np
+import pandas as pd
+
+from dapo_exp import runfiles
+from dapo_exp.analysis.runs import RunSet
+from dapo_exp.analysis.stats import difference, t_interval
+
+
+@dataclass(frozen=True)
+class TableMetric:
+    """A column of the table: ``source`` (a runs-frame column) times ``scale``, shown with ``digits``."""
+
+    key: str
+    header: str
+    source: str
+    scale: float = 1.0
+    digits: int = 3
+
+
+# The columns. "end": the training metric's last logged value (mean of the last
+# `end_window` values, see load_runs); "avg": its mean over all logged steps.
+TABLE_METRICS: tuple[TableMetric, ...] = (
+    TableMetric("final_acc", "final acc (%)", f"final/{runfiles.EVAL_ACC}", 100.0, 1),
+    TableMetric("best_acc", "best acc (%)", f"best/{runfiles.EVAL_ACC}", 100.0, 1),
+    TableMetric("entropy", "entropy (end)", f"end/{runfiles.ENTROPY}", 1.0, 3),
+    TableMetric("resp_len", "response length (end)", f"end/{runfiles.RESP_LEN}", 1.0, 1),
+    TableMetric("truncated", "truncated frac (end)", f"end/{runfiles.TRUNC}", 1.0, 3),
+    TableMetric("clip_high", "clipfrac higher (avg)", f"avg/{runfiles.CLIP_HIGH}", 1.0, 4),
+    TableMetric("clip_low", "clipfrac lower (avg)", f"avg/{runfiles.CLIP_LOW}", 1.0, 4),
+    TableMetric("zero_var", "zero-var groups (avg)", f"avg/{runfiles.ZERO_VAR}", 1.0, 3),
+    TableMetric("rollouts_per_trained", "rollouts / trained (avg)", f"avg/{runfiles.ROLLOUTS_PER_TRAINED}", 1.0, 2),
+    TableMetric("wall_time", "wall time (s)", "wall_time_s", 1.0, 0),
+)
+DIFF_KEY = "final_acc"
+
+# The paper's ladder (Table 1, cumulative) and the default order of the other presets.
+LADDER = ("paper_1_grpo", "paper_2_of", "paper_3_clip", "paper_4_sop", "paper_5_tl", "paper_6_dapo")
+PRESET_ORDER = (
+    "grpo",
+    "clip",
+    "clip_ds",
+    "full",
+    "full_no_clip",
+    "full_no_ds",
+    "full_no_tl",
+    "full_no_sop",
+)
+
+PAPER_HEADER = "paper AIME24 avg@32 (Qwen2.5-32B)"
+# Table 1 of arXiv 2503.14476 (AIME 2024 avg@32, Qwen2.5-32B base) and the verl
+# re-runs of the released recipe, keyed by our configuration label.
+PAPER_AIME24: dict[str, tuple[float, str]] = {
+    "paper_1_grpo": (30.0, "Table 1: naive GRPO"),
+    "paper_2_of": (36.0, "Table 1: + overlong filtering"),
+    "paper_3_clip": (38.0, "Table 1: + clip-higher"),
+    "paper_4_sop": (41.0, "Table 1: + soft overlong punishment"),
+    "paper_5_tl": (42.0, "Table 1: + token-level loss"),
+    "paper_6_dapo": (50.0, "Table 1: + dynamic sampling (DAPO)"),
+    "grpo": (30.0, "Table 1: naive GRPO"),
+    "full": (52.0, "verl re-run: DAPO (released recipe)"),
+    "full_no_ds": (50.0, "verl re-run: DAPO w/o dynamic sampling"),
+    # switches clip_higher + overlong_punishment (config_label: "clip+sop")
+    "clip+sop": (44.0, "verl re-run: DAPO w/o token-level loss and dynamic sampling"),
+}
+
+
+def order_labels(labels) -> list[str]:
+    """The paper's ladder first (when present), then grpo, clip, clip_ds, full, full_no_*, then the rest.
+
+    The rest sort by their number of fixes (``a+b+c`` labels), then by name.
+    """
+    labels = list(dict.fromkeys(labels))
+    first = [l for l in LADDER if l in labels] + [l for l in PRESET_ORDER if l in labels]
+    rest = sorted((l for l in labels if l not in first), key=lambda l: (l == "unknown", l.count("+"), l))
+    return first + rest
+
+
+def baseline_label(labels) -> str | None:
+    """``paper_1_grpo`` when the ladder is present, else ``grpo``; None when neither is."""
+    labels = set(labels)
+    if "paper_1_grpo" in labels:
+        return "paper_1_grpo"
+    return "grpo" if "grpo" in labels else None
+
+
+def _runs_frame(data: RunSet | pd.DataFrame) -> pd.DataFrame:
+    return data.runs if isinstance(data, RunSet) else data
+
+
+def comparison_table(
+    data: RunSet | pd.DataFrame,
+    *,
+    baseline: str | None = None,
+    metrics: tuple[TableMetric, ...] = TABLE_METRICS,
+    confidence: float = 0.95,
+) -> pd.DataFrame:
+    """The comparison table, numeric: one row per configuration label (index ``config``).
+
+    For each metric ``m`` of ``metrics``: ``m`` (mean over seeds), ``m_lo``/``m_hi``
+    (Student-t ``confidence`` interval; NaN when n = 1) and ``m_n``. Then
+    ``d_final_acc`` (+ ``_lo``, ``_hi``, ``_n``, ``_p``) and ``d_test``: final accuracy
+    minus the baseline's, in percentage points, paired t by seed when the seeds match,
+    Welch's t otherwise; ``paper_aime24`` and ``paper_row`` (NaN / "" where the
+    configuration is not a row of the paper). ``n``: included runs; ``seeds``;
+    ``excluded``: runs of that configuration left out (failed, killed, running).
+
+    ``attrs``: ``baseline``, ``confidence``, ``n_excluded``, ``excluded`` (the excluded
+    runs as records: run, label, seed, status, exclude_reason), ``notes`` (warnings, e.g. a seed
+    that occurs twice in one configuration) and ``caption``.
+
+    Runs are grouped by ``label`` alone (the switch states): runs that differ in
+    another knob (model, lr, task) land in one row; analyse such sweeps separately.
+    """
+    runs = _runs_frame(data)
+    labels = order_labels(runs["label"]) if len(runs) else []
+    inc = runs[runs["included"]] if len(runs) else runs
+    if baseline is None:
+        baseline = baseline_label(inc["label"]) if len(inc) else None
+    diff = next((m for m in metrics if m.key == DIFF_KEY), None)
+
+    def per_seed(label: str, m: TableMetric) -> pd.Series:
+        g = inc[inc["label"] == label]
+        if m.source not in g:
+            return pd.Series(dtype=float)
+        return pd.Series(g[m.source].to_numpy(dtype=float) * m.scale, index=g["seed"].to_numpy()).dropna()
+
+    rows, notes = [], []
+    for label in labels:
+        g = inc[inc["label"] == label]
+        dup = sorted({str(s) for s in g["seed"][g["seed"].duplicated()]})
+        if dup:
+            notes.append(
+                f"{label}: seed(s) {', '.join(dup)} appear in more than one run (another sweep, or another "
+                "setting of a knob that is not a switch); each run counts as a sample and the difference is Welch's"
+            )
+        row: dict[str, object] = {
+            "config": label,
+            "n": int(len(g)),
+            "seeds": ",".join(str(s) for s in sorted(g["seed"].tolist(), key=str)),
+            "excluded": int(((runs["label"] == label) & ~runs["included"]).sum()),
+        }
+        for m in metrics:
+            iv = t_interval(per_seed(label, m), confidence)
+            row.update({m.key: iv.mean, f"{m.key}_lo": iv.lo, f"{m.key}_hi": iv.hi, f"{m.key}_n": iv.n})
+        d = f"d_{DIFF_KEY}"
+        row.update({d: np.nan, f"{d}_lo": np.nan, f"{d}_hi": np.nan, f"{d}_n": 0, f"{d}_p": np.nan, "d_test": ""})
+        if diff is not None and baseline is not None and label != baseline and baseline in set(inc["label"]):
+            iv = difference(per_seed(label, diff), per_seed(baseline, diff), confidence)
+            row.update({d: iv.mean, f"{d}_lo": iv.lo, f"{d}_hi": iv.hi, f"{d}_n": iv.n, f"{d}_p": iv.p})
+            row["d_test"] = iv.test
+        elif label == baseline:
+            row["d_test"] = "baseline"
+        paper = PAPER_AIME24.get(label)
+        row["paper_aime24"] = paper[0] if paper else np.nan
+        row["paper_row"] = paper[1] if paper else ""
+        rows.append(row)
+    table = pd.DataFrame(rows).set_index("config") if rows else pd.DataFrame(index=pd.Index([], name="config"))
+    excluded = runs[~runs["included"]] if len(runs) else runs
+    table.attrs["baseline"] = baseline
+    table.attrs["confidence"] = confidence
+    table.attrs["n_excluded"] = int(len(excluded))
+    # plain records, not a DataFrame: pandas compares attrs when it concatenates frames
+    table.attrs["excluded"] = (
+        excluded[["run", "label", "seed", "status", "exclude_reason"]].to_dict("records") if len(excluded) else []
+    )
+    table.attrs["metrics"] = [m.key for m in metrics]
+    table.attrs["notes"] = notes
+    table.attrs["caption"] = caption(table)
+    return table
+
+
+def caption(table: pd.DataFrame) -> str:
+    """The table's caption: what the cells are, how the intervals are computed, what is excluded."""
+    conf = int(round(100 * table.attrs.get("confidence", 0.95)))
+    base = table.attrs.get("baseline")
+    n_ex = table.attrs.get("n_excluded", 0)
+    parts = [
+        f"Mean over seeds ± half-width of the {conf}% Student-t confidence interval "
+        f"(t_{{{(1 + conf / 100) / 2:.3f}, n-1}} · s / √n); n/a where n = 1 (undefined); "
+        "(n=k) marks a cell with fewer values than the row's n.",
+        "end: last logged value of the training metric; avg: mean over the logged training steps.",
+    ]
+    if base:
+        parts.append(
+            f"Δ final acc: difference to {base} in percentage points with its {conf}% CI — "
+            "paired t on per-seed differences when the seeds match, Welch's t otherwise (column Δ test)."
+        )
+    parts.append(
+        f"{PAPER_HEADER}: from Table 1 of arXiv 2503.14476 and its verl re-runs of the released recipe; "
+        "another model and task, for orientation only, not comparable with our numbers."
+    )
+    parts.append(f"Excluded runs (failed, killed or without summary): {n_ex}.")
+    return " ".join(parts)
+
+
+# --------------------------------------------------------------------------- #
+# Formatting and writing                                                        #
+# --------------------------------------------------------------------------- #
+def _fmt(x: float, digits: int) -> str:
+    return "" if x is None or (isinstance(x, float) and math.isnan(x)) else f"{x:.{digits}f}"
+
+
+def _cell(mean: float, lo: float, hi: float, n: int, row_n: int | None, digits: int, signed: bool = False) -> str:
+    """``mean ± half-width``; "n/a" for an undefined interval; ``(n=k)`` when k differs from ``row_n``."""
+    if n == 0 or math.isnan(mean):
+        return ""
+    m = f"{mean:+.{digits}f}" if signed else f"{mean:.{digits}f}"
+    h = "n/a" if math.isnan(lo) or math.isnan(hi) else f"{(hi - lo) / 2:.{digits}f}"
+    s = f"{m} ± {h}"
+    if row_n is not None and n != row_n:
+        s += f" (n={n})"
+    return s
+
+
+def format_table(table: pd.DataFrame, metrics: tuple[TableMetric, ...] = TABLE_METRICS) -> pd.DataFrame:
+    """The table as strings, one column per quantity, ready for Markdown / LaTeX."""
+    keys = table.attrs.get("metrics", [m.key for m in metrics])
+    metrics = tuple(m for m in metrics if m.key in keys)
+    base = table.attrs.get("baseline") or "baseline"
+    digits = {m.key: m.digits for m in metrics}
+    d = f"d_{DIFF_KEY}"
+    out = []
+    for label, r in table.iterrows():
+        row = {"config": label, "n": int(r["n"])}
+        for m in metrics:
+            lo, hi, n = r[f"{m.key}_lo"], r[f"{m.key}_hi"], int(r[f"{m.key}_n"])
+            row[m.header] = _cell(r[m.key], lo, hi, n, row["n"], m.digits)
+        if d in table:
+            row[f"Δ final acc vs {base} (pp)"] = (
+                "—"
+                if r["d_test"] == "baseline"
+                else _cell(r[d], r[f"{d}_lo"], r[f"{d}_hi"], int(r[f"{d}_n"]), None, digits.get(DIFF_KEY, 1), True)
+            )
+            row["Δ test"] = r["d_test"]
+        row[PAPER_HEADER] = _fmt(r["paper_aime24"], 0)
+        row["paper row"] = r["paper_row"]
+        out.append(row)
+    return pd.DataFrame(out)
+
+
+def table_markdown(table: pd.DataFrame) -> str:
+    """Caption, the table in Markdown, and the list of excluded runs."""
+    lines = [f"**Comparison table.** {table.attrs.get('caption', caption(table))}", ""]
+    if len(table):
+        lines.append(format_table(table).to_markdown(index=False))
+    else:
+        lines.append("(no runs)")
+    for note in table.attrs.get("notes", []):
+        lines += ["", f"Note: {note}."]
+    ex = table.attrs.get("excluded") or []
+    if ex:
+        lines += ["", f"Excluded runs ({len(ex)}):", ""]
+        lines += [f"- {r['run']} ({r['label']}, seed {r['seed']}): {r['status']} — {r['exclude_reason']}" for r in ex]
+    return "\n".join(lines) + "\n"
+
+
+def table_latex(table: pd.DataFrame) -> str:
+    """The table as a LaTeX ``table`` environment (booktabs) with its caption."""
+    f = format_table(table)
+    cap = table.attrs.get("caption", caption(table))
+    tex = f.to_latex(index=False, escape=True, caption=_latex_escape(cap), label="tab:dapo-ablation")
+    return tex.replace("±", r"$\pm$").replace("Δ", r"$\Delta$").replace("—", "--")
+
+
+_LATEX = {
+    "\\": r"\textbackslash{}",
+    "%": r"\%",
+    "_": r"\_",
+    "&": r"\&",
+    "#": r"\#",
+    "{": r"\{",
+    "}": r"\}",
+    "$": r"\$",
+    "~": r"\textasciitilde{}",
+    "^": r"\textasciicircum{}",
+    "±": r"$\pm$",
+    "Δ": r"$\Delta$",
+    "√": r"$\surd$",
+    "·": r"$\cdot$",
+    "—": "--",
+}
+
+
+def _latex_escape(s: str) -> str:
+    return "".join(_LATEX.get(c, c) for c in s)
+
+
+def write_table(table: pd.DataFrame, out_dir: str | os.PathLike) -> dict[str, Path]:
+    """Write ``table.md`` (caption + table + excluded runs), ``table.csv`` (numeric) and ``table.tex``."""
+    out = Path(out_dir)
+    out.mkdir(parents=True, exist_ok=True)
+    paths = {"md": out / "table.md", "csv": out / "table.csv", "tex": out / "table.tex"}
+    paths["md"].write_text(table_markdown(table), encoding="utf-8")
+    table.to_csv(paths["csv"])
+    paths["tex"].write_text(table_latex(table), encoding="utf-8")
+    return paths

@@ -1,0 +1,25 @@
+#!/usr/bin/env bash
+# Question: how do the fixes interact? Every combination of the five switches (2^5 = 32
+#           configurations), so main effects and interactions can be estimated, not only a ladder.
+# Runs:     96 = 32 configurations x 3 seeds (SEEDS=0,1,2).
+# Cost:     CPU toy (default config, 2 cores): ~2-3 min per run -> ~3-5 hours run one after another
+#           (estimate; the lead corrects it after measuring).
+#           One GPU, toy config: ~1 min per run -> ~1.5-2 hours (estimate). At model scale this is a
+#           cluster job: 96 runs of hours each (estimate).
+# SLURM:    bash sweeps/factorial.sh hydra/launcher=submitit_slurm hydra.launcher.partition=<partition> \
+#               hydra.launcher.gpus_per_node=1 hydra.launcher.timeout_min=120 hydra.launcher.array_parallelism=32
+# Output:   multirun/factorial/; table and curves in multirun/factorial/analysis/. Runs are labelled
+#           from their switches (dapo_exp.config.config_label): preset names where they match
+#           (grpo, clip, full, paper_6_dapo ...), else e.g. "clip+sop+of".
+# Base preset is `grpo` (no fix), so the five switch groups alone decide the configuration.
+# Extra overrides pass through: bash sweeps/factorial.sh train.steps=60
+set -euo pipefail
+cd "$(dirname "$0")/.."
+SEEDS="${SEEDS:-0,1,2}"
+python run.py -m sweep=factorial fixes=grpo \
+    clip_higher=disabled,enabled \
+    dynamic_sampling=disabled,enabled \
+    token_level_loss=disabled,enabled \
+    overlong_punishment=disabled,soft \
+    overlong_filtering=disabled,enabled \
+    seed="$SEEDS" "$@"

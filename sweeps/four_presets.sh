@@ -1,0 +1,19 @@
+#!/usr/bin/env bash
+# Question: do the DAPO fixes help, one group at a time? Naive GRPO vs + Clip-Higher vs
+#           + Dynamic Sampling vs the full released recipe (+ token-level loss + soft overlong punishment).
+# Runs:     12 = 4 configurations (grpo, clip, clip_ds, full) x 3 seeds (SEEDS=0,1,2).
+# Cost:     CPU toy (default config, 2 cores): ~2-3 min per run -> ~25-35 min run one after another
+#           (estimate; the lead corrects it after measuring).
+#           One GPU, toy config: ~1 min per run -> ~10-15 min (estimate). A 0.5B-1.5B model on
+#           task=dapo_math: hours per run (estimate: measure one run first).
+# SLURM:    bash sweeps/four_presets.sh hydra/launcher=submitit_slurm hydra.launcher.partition=<partition> \
+#               hydra.launcher.gpus_per_node=1 hydra.launcher.timeout_min=120
+#           (one job per run; needs the `slurm` extra: pip install -e ".[slurm]").
+# Output:   multirun/four_presets/<overrides>/ per run; at the end the Hydra callback writes
+#           multirun/four_presets/analysis/ (table.md/.csv/.tex, figures/) and prints the table.
+#           Again later: python -m dapo_exp.analysis multirun/four_presets
+# Extra overrides pass through: bash sweeps/four_presets.sh train.steps=60 logger=none
+set -euo pipefail
+cd "$(dirname "$0")/.."
+SEEDS="${SEEDS:-0,1,2}"
+python run.py -m sweep=four_presets fixes=grpo,clip,clip_ds,full seed="$SEEDS" "$@"

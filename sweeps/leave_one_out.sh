@@ -1,0 +1,21 @@
+#!/usr/bin/env bash
+# Question: which fix of the released recipe matters most? Remove one at a time from `full`
+#           (clip-higher, dynamic sampling, token-level loss, soft overlong punishment) and compare
+#           with `full` (the paper's verl re-runs: DAPO 52, without dynamic sampling 50).
+# Runs:     15 = 5 configurations (full, full_no_clip, full_no_ds, full_no_tl, full_no_sop) x 3 seeds.
+# Cost:     CPU toy (default config, 2 cores): ~2-3 min per run -> ~30-45 min run one after another
+#           (estimate; the lead corrects it after measuring).
+#           One GPU, toy config: ~1 min per run -> ~15 min (estimate). A 0.5B-1.5B model on
+#           task=dapo_math: hours per run (estimate: measure one run first).
+# SLURM:    bash sweeps/leave_one_out.sh hydra/launcher=submitit_slurm hydra.launcher.partition=<partition> \
+#               hydra.launcher.gpus_per_node=1 hydra.launcher.timeout_min=120
+# Output:   multirun/leave_one_out/; table and curves in multirun/leave_one_out/analysis/
+#           (no grpo row here, so no difference column; analyse together with four_presets for one:
+#            python -m dapo_exp.analysis multirun/four_presets multirun/leave_one_out --out analysis_out/loo)
+# Extra overrides pass through: bash sweeps/leave_one_out.sh train.steps=60
+set -euo pipefail
+cd "$(dirname "$0")/.."
+SEEDS="${SEEDS:-0,1,2}"
+python run.py -m sweep=leave_one_out \
+    fixes=full,full_no_clip,full_no_ds,full_no_tl,full_no_sop \
+    seed="$SEEDS" "$@"

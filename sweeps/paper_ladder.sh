@@ -1,0 +1,20 @@
+#!/usr/bin/env bash
+# Question: does the cumulative ladder of Table 1 of the DAPO paper (naive GRPO 30 -> + overlong
+#           filtering 36 -> + clip-higher 38 -> + soft overlong punishment 41 -> + token-level loss 42
+#           -> + dynamic sampling 50, AIME24 avg@32 at 32B) climb the same way here?
+# Runs:     18 = 6 ladder presets (paper_1_grpo .. paper_6_dapo) x 3 seeds (SEEDS=0,1,2).
+# Cost:     CPU toy (default config, 2 cores): ~2-3 min per run -> ~35-55 min run one after another
+#           (estimate; the lead corrects it after measuring).
+#           One GPU, toy config: ~1 min per run -> ~20 min (estimate). A 0.5B-1.5B model on
+#           task=dapo_math: hours per run (estimate: measure one run first).
+# SLURM:    bash sweeps/paper_ladder.sh hydra/launcher=submitit_slurm hydra.launcher.partition=<partition> \
+#               hydra.launcher.gpus_per_node=1 hydra.launcher.timeout_min=120
+# Output:   multirun/paper_ladder/; table and curves in multirun/paper_ladder/analysis/ (the paper's
+#           numbers sit in their own column, next to ours, never mixed).
+# Extra overrides pass through: bash sweeps/paper_ladder.sh train.steps=60
+set -euo pipefail
+cd "$(dirname "$0")/.."
+SEEDS="${SEEDS:-0,1,2}"
+python run.py -m sweep=paper_ladder \
+    fixes=paper_1_grpo,paper_2_of,paper_3_clip,paper_4_sop,paper_5_tl,paper_6_dapo \
+    seed="$SEEDS" "$@"

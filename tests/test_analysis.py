@@ -1,0 +1,446 @@
+"""dapo_exp.analysis: frames, the comparison table recomputed by hand, curves, samples, CLI, callback.
+
+The synthetic sweep (tests/fixtures_runs.py, STANDARD_SWEEP) has final accuracies
+  grpo 30 34 32 | clip 40 36 (+ seed 2 failed, 0) | clip_ds 41 44 45 | full 50 46 (+ seed 2 killed) | full_no_ds 48
+so the expected numbers below are computed from these by hand.
+"""
+
+from __future__ import annotations
+
+import math
+import subprocess
+import sys
+from pathlib import Path
+
+import numpy as np
+import pandas as pd
+import pytest
+from fixtures_runs import LADDER_SWEEP, STANDARD_SWEEP, algo_of, make_sweep
+from omegaconf import OmegaConf
+from scipy import stats
+
+from dapo_exp import analysis as A
+from dapo_exp import runfiles
+
+REPO = Path(__file__).resolve().parents[1]
+# two-sided 95% Student-t quantiles from a printed table
+T975 = {1: 12.7062, 2: 4.3027, 3: 3.1824}
+
+
+@pytest.fixture(scope="module")
+def sweep(tmp_path_factory) -> Path:
+    root = tmp_path_factory.mktemp("multirun") / "demo"
+    make_sweep(root, STANDARD_SWEEP)
+    return root
+
+
+@pytest.fixture(scope="module")
+def data(sweep):
+    return A.load_runs(sweep)
+
+
+@pytest.fixture(scope="module")
+def table(data):
+    return A.comparison_table(data)
+
+
+@pytest.fixture(scope="module")
+def ladder(tmp_path_factory):
+    root = tmp_path_factory.mktemp("multirun") / "ladder"
+    make_sweep(root, LADDER_SWEEP)
+    return A.load_runs(root)
+
+
+# --------------------------------------------------------------------------- #
+# Frames                                                                        #
+# --------------------------------------------------------------------------- #
+def test_runs_frame_one_row_per_run_with_status(data):
+    runs = data.runs.set_index("run")
+    assert len(runs) == len(STANDARD_SWEEP) == 13
+    assert runs.loc["fixes=clip,seed=2", "status"] == "failed"
+    assert not runs.loc["fixes=clip,seed=2", "included"]
+    assert "synthetic failure" in runs.loc["fixes=clip,seed=2", "exclude_reason"]
+    # killed: no summary.json, still a row, labelled from .hydra/config.yaml
+    killed = runs.loc["fixes=full,seed=2"]
+    assert (killed["status"], killed["included"], killed["label"], killed["seed"]) == ("killed", False, "full", 2)
+    assert data.n_excluded == 2
+    assert data.describe() == "13 runs, 11 included, 2 excluded (1 failed, 1 killed)"
+    full0 = runs.loc["fixes=full,seed=0"]
+    assert full0[list(A.SWITCHES)].tolist() == [True, True, True, True, False]
+    assert (full0["model"], full0["task"], full0["preset"]) == ("tiny", "arith", "full")
+    assert full0["final/eval/acc_avg"] == pytest.approx(0.50)
+    assert full0["base/eval/acc_avg"] == pytest.approx(0.10)
+    # training metrics: last value and average over steps 1..6
+    assert full0[f"end/{runfiles.ENTROPY}"] == pytest.approx(1.0 - 0.3 + 0.1)
+    assert full0[f"avg/{runfiles.ZERO_VAR}"] == pytest.approx(0.1 + 0.035)
+    assert full0["config.algo.loss_agg"] == "token-mean"
+
+
+def test_history_frame_is_long(data):
+    h = data.history
+    assert list(h.columns) == ["run", "label", "seed", "step", "metric", "value"]
+    acc = h[(h["run"] == "fixes=grpo,seed=1") & (h["metric"] == runfiles.EVAL_ACC)]
+    assert acc["step"].tolist() == [0, 3, 6]
+    assert acc["value"].tolist() == pytest.approx([0.10, 0.22, 0.34])
+    ent = h[(h["run"] == "fixes=grpo,seed=1") & (h["metric"] == runfiles.ENTROPY)]
+    assert ent["step"].tolist() == [1, 2, 3, 4, 5, 6]
+
+
+def test_end_window_averages_the_last_values(sweep):
+    d = A.load_runs(sweep / "fixes=grpo,seed=0", end_window=3)
+    # entropy at steps 4, 5, 6 of grpo seed 0: 0.8, 0.75, 0.7
+    assert d.runs.loc[0, f"end/{runfiles.ENTROPY}"] == pytest.approx(0.75)
+
+
+def test_load_runs_accepts_a_list_of_run_dirs(sweep):
+    d = A.load_runs([sweep / "fixes=grpo,seed=0", sweep / "fixes=clip,seed=1"])
+    assert sorted(d.runs["label"]) == ["clip", "grpo"]
+    with pytest.raises(FileNotFoundError):
+        A.load_runs(sweep / "nope")
+
+
+def test_torn_metrics_line_is_skipped(tmp_path):
+    from fixtures_runs import make_run
+
+    run = make_run(tmp_path / "r", "grpo", 0, 0.3, "killed")
+    with open(run["dir"] / runfiles.METRICS, "a") as f:
+        f.write('{"step": 9, "actor/entr')
+    d = A.load_runs(run["dir"])
+    assert d.history["step"].max() == 3
+
+
+# --------------------------------------------------------------------------- #
+# Statistics                                                                    #
+# --------------------------------------------------------------------------- #
+def test_t_interval_by_hand():
+    iv = A.t_interval([30.0, 34.0, 32.0])
+    assert (iv.mean, iv.n) == (32.0, 3)
+    assert iv.half_width == pytest.approx(T975[2] * 2.0 / math.sqrt(3), abs=1e-3)
+    one = A.t_interval([5.0])
+    assert one.mean == 5.0 and one.n == 1 and math.isnan(one.lo) and math.isnan(one.hi)
+    assert A.t_interval([]).n == 0
+
+
+def test_paired_and_welch_by_hand():
+    a = pd.Series([41.0, 44.0, 45.0], index=[0, 1, 2])
+    b = pd.Series([30.0, 34.0, 32.0], index=[2, 0, 1])  # order must not matter: paired by index
+    iv = A.difference(a, b)
+    d = np.array([41 - 34, 44 - 32, 45 - 30], dtype=float)
+    assert iv.test == "paired t" and iv.n == 3
+    assert iv.mean == pytest.approx(d.mean())
+    assert iv.half_width == pytest.approx(T975[2] * d.std(ddof=1) / math.sqrt(3), abs=1e-3)
+    assert iv.p == pytest.approx(stats.ttest_rel(a.sort_index(), b.sort_index()).pvalue)
+    w = A.difference(pd.Series([50.0, 46.0], index=[0, 1]), pd.Series([30.0, 34.0, 32.0], index=[0, 1, 2]))
+    va, vb = 8.0 / 2, 4.0 / 3
+    df = (va + vb) ** 2 / (va**2 / 1 + vb**2 / 2)
+    assert w.test == "Welch t" and w.mean == pytest.approx(16.0)
+    assert w.half_width == pytest.approx(stats.t.ppf(0.975, df) * math.sqrt(va + vb))
+    assert w.p == pytest.approx(stats.ttest_ind([50, 46], [30, 34, 32], equal_var=False).pvalue)
+    assert math.isnan(A.difference(pd.Series([48.0], index=[0]), b).lo)
+
+
+# --------------------------------------------------------------------------- #
+# The comparison table                                                          #
+# --------------------------------------------------------------------------- #
+def test_table_order_and_baseline(table):
+    assert list(table.index) == ["grpo", "clip", "clip_ds", "full", "full_no_ds"]
+    assert table.attrs["baseline"] == "grpo"
+    assert table.attrs["n_excluded"] == 2
+    assert {r["run"] for r in table.attrs["excluded"]} == {"fixes=clip,seed=2", "fixes=full,seed=2"}
+    both = pd.concat([table, table])  # attrs hold no frames: pandas can compare them
+    assert len(both) == 2 * len(table)
+
+
+def test_table_numbers_by_hand(table):
+    t = table
+    # final accuracy (%) per configuration, failed and killed runs excluded
+    hand = {"grpo": [30, 34, 32], "clip": [40, 36], "clip_ds": [41, 44, 45], "full": [50, 46], "full_no_ds": [48]}
+    for label, xs in hand.items():
+        xs = np.array(xs, dtype=float)
+        assert t.loc[label, "final_acc"] == pytest.approx(xs.mean()), label
+        assert t.loc[label, "final_acc_n"] == len(xs) == t.loc[label, "n"]
+        if len(xs) > 1:
+            h = T975[len(xs) - 1] * xs.std(ddof=1) / math.sqrt(len(xs))
+            assert t.loc[label, "final_acc_hi"] - t.loc[label, "final_acc"] == pytest.approx(h, abs=1e-2)
+            assert t.loc[label, "final_acc"] - t.loc[label, "final_acc_lo"] == pytest.approx(h, abs=1e-2)
+    assert t.loc["clip", "final_acc"] == pytest.approx(38.0)  # not (40 + 36 + 0) / 3: the failed run is out
+    assert t.loc["clip", "seeds"] == "0,1" and t.loc["clip", "excluded"] == 1
+    assert math.isnan(t.loc["full_no_ds", "final_acc_lo"]) and math.isnan(t.loc["full_no_ds", "final_acc_hi"])
+    # other columns: entropy at the last step (grpo: 0.70 0.71 0.72), zero-var average, rollouts per
+    # trained (clip_ds: rounds 2,1,2,1,2,1), wall time (100 + 10 seed)
+    assert t.loc["grpo", "entropy"] == pytest.approx(0.71)
+    assert t.loc["grpo", "zero_var"] == pytest.approx(np.mean([0.135, 0.145, 0.155]))
+    assert t.loc["clip_ds", "rollouts_per_trained"] == pytest.approx(1.5)
+    assert t.loc["grpo", "rollouts_per_trained"] == pytest.approx(1.0)
+    assert t.loc["full", "wall_time"] == pytest.approx(105.0)
+    assert t.loc["grpo", "resp_len"] == pytest.approx(27.0)  # 20 + 6 + seed
+    assert t.loc["grpo", "truncated"] == pytest.approx(0.06)
+    assert t.loc["clip", "clip_high"] == pytest.approx(0.0005 * 3.5)
+    assert t.loc["grpo", "clip_low"] == pytest.approx(0.002 * 3.5)
+    assert t.loc["grpo", "best_acc"] == pytest.approx(32.0)
+
+
+def test_table_difference_to_grpo(table):
+    t = table
+    assert t.loc["grpo", "d_test"] == "baseline" and math.isnan(t.loc["grpo", "d_final_acc"])
+    # clip_ds has seeds 0,1,2 like grpo: paired on per-seed differences 11, 10, 13
+    d = np.array([41 - 30, 44 - 34, 45 - 32], dtype=float)
+    assert t.loc["clip_ds", "d_test"] == "paired t"
+    assert t.loc["clip_ds", "d_final_acc"] == pytest.approx(d.mean())
+    h = T975[2] * d.std(ddof=1) / math.sqrt(3)
+    assert t.loc["clip_ds", "d_final_acc_hi"] - t.loc["clip_ds", "d_final_acc"] == pytest.approx(h, abs=1e-2)
+    # clip and full miss seed 2 (failed / killed): Welch
+    for label, xs in (("clip", [40, 36]), ("full", [50, 46])):
+        w = stats.ttest_ind(xs, [30, 34, 32], equal_var=False)
+        assert t.loc[label, "d_test"] == "Welch t"
+        assert t.loc[label, "d_final_acc"] == pytest.approx(np.mean(xs) - 32.0)
+        assert t.loc[label, "d_final_acc_p"] == pytest.approx(w.pvalue)
+    assert t.loc["full_no_ds", "d_test"] == "Welch t" and math.isnan(t.loc["full_no_ds", "d_final_acc_lo"])
+
+
+def test_paper_column_only_where_the_paper_has_the_row(table, ladder):
+    t = table
+    assert t["paper_aime24"].to_dict() == pytest.approx(
+        {"grpo": 30.0, "clip": np.nan, "clip_ds": np.nan, "full": 52.0, "full_no_ds": 50.0}, nan_ok=True
+    )
+    lt = A.comparison_table(ladder)
+    assert list(lt.index) == [
+        "paper_1_grpo", "paper_2_of", "paper_3_clip", "paper_4_sop", "paper_5_tl", "paper_6_dapo", "grpo", "full",
+    ]
+    assert lt["paper_aime24"].tolist() == [30.0, 36.0, 38.0, 41.0, 42.0, 50.0, 30.0, 52.0]
+    assert lt.attrs["baseline"] == "paper_1_grpo"
+    assert lt.loc["paper_2_of", "d_test"] == "paired t"
+    # seeds 0,1 with 33, 34 vs 30, 31: +3 pp each
+    assert lt.loc["paper_2_of", "d_final_acc"] == pytest.approx(3.0)
+    f = A.format_table(t).set_index("config")
+    assert f.loc["clip", A.PAPER_HEADER] == "" and f.loc["clip", "paper row"] == ""
+    assert f.loc["full", A.PAPER_HEADER] == "52"
+
+
+def test_paper_mapping_labels_are_real_labels():
+    """Every key of PAPER_AIME24 is what config_label gives for some switch state."""
+    from dapo_exp.config import PRESET_SWITCHES, config_label
+
+    for label in A.PAPER_AIME24:
+        if label in PRESET_SWITCHES or label == "paper_1_grpo":
+            continue
+        sw = dict(zip(A.SWITCHES, [s in label.split("+") for s in ("clip", "ds", "tl", "sop", "of")]))
+        cfg = OmegaConf.create({"preset": "custom", "algo": algo_of(sw)})
+        assert config_label(cfg) == label
+
+
+def test_order_labels_default_and_others():
+    got = A.order_labels(["clip+sop+of", "unknown", "full_no_tl", "of", "full", "grpo", "clip+of", "clip"])
+    assert got == ["grpo", "clip", "full", "full_no_tl", "of", "clip+of", "clip+sop+of", "unknown"]
+
+
+def test_formatted_cells(table):
+    f = A.format_table(table).set_index("config")
+    assert f.loc["grpo", "final acc (%)"] == f"32.0 ± {T975[2] * 2 / math.sqrt(3):.1f}"
+    assert f.loc["full_no_ds", "final acc (%)"] == "48.0 ± n/a"
+    assert f.loc["clip_ds", "Δ test"] == "paired t"
+    assert f.loc["clip_ds", "Δ final acc vs grpo (pp)"].startswith("+11.3 ± ")
+    assert f.loc["grpo", "Δ final acc vs grpo (pp)"] == "—"
+
+
+def test_write_table_files(table, tmp_path):
+    paths = A.write_table(table, tmp_path)
+    md = paths["md"].read_text()
+    assert "Student-t" in md and "n/a where n = 1" in md and "Welch" in md
+    assert "paper AIME24 avg@32 (Qwen2.5-32B)" in md and "Excluded runs (2)" in md
+    csv = pd.read_csv(paths["csv"], index_col="config")
+    assert csv.loc["clip", "final_acc"] == pytest.approx(38.0)
+    tex = paths["tex"].read_text()
+    assert r"\begin{tabular}" in tex and r"$\pm$" in tex and r"\caption{" in tex and "Student-t" in tex
+
+
+# --------------------------------------------------------------------------- #
+# Curves                                                                        #
+# --------------------------------------------------------------------------- #
+def test_curve_frame_step_and_compute(data):
+    cf = A.curve_frame(data, runfiles.EVAL_ACC, "step")
+    g = cf[(cf["label"] == "grpo") & (cf["x"] == 6)].iloc[0]
+    assert (g["mean"], g["lo"], g["hi"], g["n"]) == pytest.approx((0.32, 0.30, 0.34, 3))
+    # failed/killed runs are not in the curves: clip has 2 seeds
+    assert cf[(cf["label"] == "clip") & (cf["x"] == 6)]["n"].item() == 2
+    # eval at step 3 sits at the rollouts generated by step 3: 3 x 64 (grpo: one round per step)
+    cr = A.curve_frame(data, runfiles.EVAL_ACC, "rollouts", band="sd")
+    g = cr[(cr["label"] == "grpo") & (cr["x"] == 192)].iloc[0]
+    assert g["mean"] == pytest.approx(0.21)
+    assert g["hi"] - g["mean"] == pytest.approx(np.std([0.20, 0.22, 0.21], ddof=1))
+    assert cr[(cr["label"] == "grpo")]["x"].min() == 0  # the step-0 eval sits at zero compute
+
+
+def test_curve_frame_interpolates_seeds_on_a_compute_axis():
+    rows = []
+    for run, xs, ys in (("a", [10, 20], [1, 2]), ("b", [15, 30], [3, 6])):
+        for step, (x, y) in enumerate(zip(xs, ys), start=1):
+            rows.append({"run": run, "label": "L", "seed": 0, "step": step, "metric": "m", "value": y})
+            rows.append(
+                {"run": run, "label": "L", "seed": 0, "step": step, "metric": runfiles.CUM_ROLLOUTS, "value": x}
+            )
+    cf = A.curve_frame(pd.DataFrame(rows), "m", "rollouts")
+    # common range [15, 20]: a(15)=1.5 a(20)=2; b(15)=3 b(20)=4
+    assert cf["x"].tolist() == [15, 20]
+    assert cf["mean"].tolist() == pytest.approx([2.25, 3.0])
+    assert cf["lo"].tolist() == pytest.approx([1.5, 2.0]) and cf["hi"].tolist() == pytest.approx([3.0, 4.0])
+
+
+def test_colours_are_stable_and_distinct():
+    assert A.label_color("grpo") == "#7f7f7f"
+    assert A.label_color("clip+sop+of") == A.label_color("clip+sop+of")
+    labels = ["grpo", "clip", "clip_ds", "full", "clip+of", "ds+tl", "clip+sop+of"]
+    assert len(set(A.label_colors(labels).values())) == len(labels)
+
+
+def test_write_figures(data, tmp_path):
+    files = A.write_figures(data, tmp_path, axes=("rollouts",), formats=("png", "svg"))
+    assert sorted(p.name for p in files) == ["curves_vs_rollouts.png", "curves_vs_rollouts.svg"]
+    assert all(p.stat().st_size > 1000 for p in files)
+
+
+def test_plot_says_what_the_band_is(data):
+    fig = A.plot_curves(data, metrics=[runfiles.EVAL_ACC, "not/logged"], x="step", band="sd", ncols=2)
+    assert "mean over seeds" in fig._suptitle.get_text() and "1 sd across seeds" in fig._suptitle.get_text()
+    legend = [t.get_text() for t in fig.legends[0].get_texts()]
+    assert legend == ["grpo (n=3)", "clip (n=2)", "clip_ds (n=3)", "full (n=2)", "full_no_ds (n=1)"]
+    line_colors = {l.get_label(): l.get_color() for l in fig.axes[0].get_lines()}
+    assert line_colors["grpo"] == A.label_color("grpo")
+    assert any(t.get_text() == "not logged" for t in fig.axes[1].texts)
+
+
+# --------------------------------------------------------------------------- #
+# Samples                                                                       #
+# --------------------------------------------------------------------------- #
+def test_samples(data):
+    s = A.load_samples(data, "eval")
+    assert len(s) == 11 * 8  # included runs x 8 samples of their last eval step
+    assert set(s["step"]) == {6}
+    st = A.sample_stats(s)
+    assert list(st.index) == ["grpo", "clip", "clip_ds", "full", "full_no_ds"]
+    ex = A.sample_examples(s, n=2)
+    assert set(ex["category"]) == {"correct", "wrong", "truncated", "longest"}
+    assert ex[ex["category"] == "truncated"]["truncated"].all()
+    assert not ex[ex["category"] == "wrong"]["correct"].any()
+    longest = ex[(ex["category"] == "longest") & (ex["label"] == "grpo")]["length"]
+    assert longest.min() >= s[s["label"] == "grpo"]["length"].nlargest(2).min()
+    assert "=== grpo ===" in A.format_examples(ex)
+    t = A.load_samples(data, "train", step=None)
+    assert set(t["step"]) == set(range(1, 7)) and "reward" in t
+
+
+# --------------------------------------------------------------------------- #
+# Command line, callback, imports                                               #
+# --------------------------------------------------------------------------- #
+def test_cli(sweep, tmp_path, capsys):
+    from dapo_exp.analysis.cli import main
+
+    assert main([str(sweep), "--out", str(tmp_path / "out"), "--no-figures"]) == 0
+    out = capsys.readouterr().out
+    assert "| grpo " in out and "excluded from the statistics: 2" in out
+    for f in ("table.md", "table.csv", "table.tex", "runs.csv"):
+        assert (tmp_path / "out" / f).is_file()
+    assert main([str(tmp_path / "missing")]) == 2
+
+
+def test_callback_prints_table_and_never_raises(sweep, tmp_path, capsys, monkeypatch):
+    from dapo_exp.analysis.callback import AnalysisCallback
+
+    cb = AnalysisCallback(figures=False)
+    cb.on_multirun_end(OmegaConf.create({"hydra": {"sweep": {"dir": str(sweep)}}}))
+    out = capsys.readouterr().out
+    assert "| clip_ds " in out and str(sweep / "analysis" / "figures") not in out
+    assert (sweep / "analysis" / "table.md").is_file()
+    # an empty sweep dir, a missing one, a broken analysis, a config without hydra: warnings only
+    (tmp_path / "empty").mkdir()
+    cb.on_multirun_end(OmegaConf.create({"hydra": {"sweep": {"dir": str(tmp_path / "empty")}}}))
+    cb.on_multirun_end(OmegaConf.create({"hydra": {"sweep": {"dir": str(tmp_path / "missing")}}}))
+    cb.on_multirun_end(OmegaConf.create({}))
+    import dapo_exp.analysis.report as report
+
+    monkeypatch.setattr(report, "run_analysis", lambda *a, **k: 1 / 0)
+    cb.on_multirun_end(OmegaConf.create({"hydra": {"sweep": {"dir": str(sweep)}}}))
+    err = capsys.readouterr().err
+    assert err.count("WARNING") == 3 and "ZeroDivisionError" in err
+
+
+def test_callback_is_instantiated_from_the_root_config():
+    from hydra import compose, initialize_config_dir
+    from hydra.utils import instantiate
+
+    from dapo_exp.analysis.callback import AnalysisCallback
+    from dapo_exp.hydra_setup import register_resolvers
+
+    register_resolvers()
+    with initialize_config_dir(config_dir=str(REPO / "conf"), version_base="1.3"):
+        cfg = compose("config", overrides=["sweep=demo"], return_hydra_config=True)
+    assert isinstance(instantiate(cfg.hydra.callbacks.analysis), AnalysisCallback)
+    assert cfg.hydra.sweep.dir == "multirun/demo"
+
+
+def test_analysis_imports_neither_torch_nor_the_trainer():
+    code = (
+        "import sys, dapo_exp.analysis.callback\n"
+        "assert 'pandas' not in sys.modules, 'the callback module must stay light'\n"
+        "import dapo_exp.analysis as A\n"
+        "[getattr(A, n) for n in A.__all__]\n"
+        "import dapo_exp.analysis.cli, dapo_exp.analysis.report\n"
+        "bad = [m for m in ('torch', 'dapo_exp.train', 'dapo_exp.rollout', 'transformers') if m in sys.modules]\n"
+        "assert not bad, bad\n"
+    )
+    subprocess.run([sys.executable, "-c", code], check=True, cwd=REPO)
+
+
+def test_duplicate_seeds_are_reported_and_not_paired(tmp_path):
+    from fixtures_runs import make_sweep as mk
+
+    mk(tmp_path / "a", [("grpo", 0, 0.3, "finished"), ("grpo", 1, 0.3, "finished"), ("full", 0, 0.5, "finished"),
+                        ("full", 1, 0.4, "finished")])
+    mk(tmp_path / "b", [("full", 0, 0.6, "finished")])
+    t = A.comparison_table(A.load_runs([tmp_path / "a", tmp_path / "b"]))
+    assert t.loc["full", "n"] == 3 and t.loc["full", "d_test"] == "Welch t"
+    assert any(n.startswith("full: seed(s) 0") for n in t.attrs["notes"])
+    assert "Note: full: seed(s) 0" in A.table_markdown(t)
+
+
+def test_no_usable_run(tmp_path):
+    from fixtures_runs import make_sweep as mk
+
+    mk(tmp_path / "s", [("grpo", 0, 0.3, "failed"), ("clip", 0, 0.3, "killed")])
+    d = A.load_runs(tmp_path / "s")
+    t = A.comparison_table(d)
+    assert list(t.index) == ["grpo", "clip"] and t["n"].tolist() == [0, 0]
+    assert t.attrs["baseline"] is None and t.attrs["n_excluded"] == 2
+    assert "| grpo " in A.table_markdown(t)
+    (tmp_path / "empty").mkdir()
+    e = A.load_runs(tmp_path / "empty")
+    assert len(e.runs) == 0 and "(no runs)" in A.table_markdown(A.comparison_table(e))
+    from dapo_exp.analysis.report import run_analysis
+
+    with pytest.raises(FileNotFoundError):
+        run_analysis(tmp_path / "empty", out=tmp_path / "out")
+
+
+def test_run_ids_stay_distinct_across_sweeps(tmp_path):
+    from fixtures_runs import make_sweep as mk
+
+    mk(tmp_path / "s1", [("full", 0, 0.5, "finished")])
+    mk(tmp_path / "s2", [("full", 0, 0.6, "finished")])
+    d = A.load_runs([tmp_path / "s1", tmp_path / "s2"])
+    assert sorted(d.runs["run"]) == ["s1/fixes=full,seed=0", "s2/fixes=full,seed=0"]
+    assert d.history.groupby("run")["metric"].size().nunique() == 1
+    one = A.load_runs(tmp_path / "s1")
+    assert one.runs["run"].tolist() == ["fixes=full,seed=0"]
+
+
+def test_killed_run_labelled_from_the_trainers_config_json(tmp_path):
+    import json
+    import shutil
+
+    from fixtures_runs import make_run, resolved_config
+
+    run = make_run(tmp_path / "r", "grpo", 4, 0.3, "killed")
+    shutil.rmtree(run["dir"] / ".hydra")
+    (run["dir"] / "config.json").write_text(json.dumps({"config": resolved_config("clip_ds", 4), "git_commit": "x"}))
+    r = A.load_runs(run["dir"]).runs.iloc[0]
+    assert (r["label"], r["seed"], r["status"], r["included"]) == ("clip_ds", 4, "killed", False)

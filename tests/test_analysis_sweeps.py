@@ -1,0 +1,73 @@
+"""The committed sweep recipes (sweeps/*.sh) expand to the runs their headers promise.
+
+Each recipe's `python run.py -m ...` line is expanded with Hydra's own override
+parser and basic sweeper (as the dry run `run.py -m --cfg job` does), and every
+distinct configuration is composed, so a renamed preset or group breaks this test
+instead of a sweep on a cluster.
+"""
+
+from __future__ import annotations
+
+import re
+import shlex
+from pathlib import Path
+
+import pytest
+
+REPO = Path(__file__).resolve().parents[1]
+SWEEPS = REPO / "sweeps"
+EXPECTED_LABELS = {
+    "four_presets.sh": {"grpo", "clip", "clip_ds", "full"},
+    "paper_ladder.sh": {"paper_1_grpo", "paper_2_of", "paper_3_clip", "paper_4_sop", "paper_5_tl", "paper_6_dapo"},
+    "leave_one_out.sh": {"full", "full_no_clip", "full_no_ds", "full_no_tl", "full_no_sop"},
+    "factorial.sh": None,  # 32 distinct switch states
+}
+
+
+def _command(script: Path) -> tuple[list[str], int]:
+    text = script.read_text()
+    runs = int(re.search(r"^# Runs:\s+(\d+)", text, re.M).group(1))
+    joined = text.replace("\\\n", " ")
+    line = next(l for l in joined.splitlines() if l.strip().startswith("python run.py -m"))
+    seeds = re.search(r'SEEDS="\$\{SEEDS:-([^}]*)\}"', text).group(1)
+    args = shlex.split(line.replace('"$SEEDS"', seeds).replace('"$@"', ""))
+    assert args[:3] == ["python", "run.py", "-m"]
+    return args[3:], runs
+
+
+def test_every_recipe_is_checked():
+    assert sorted(p.name for p in SWEEPS.glob("*.sh")) == sorted(EXPECTED_LABELS)
+
+
+@pytest.mark.parametrize("name", sorted(EXPECTED_LABELS))
+def test_recipe_expands_and_composes(name):
+    from hydra import compose, initialize_config_dir
+    from hydra._internal.core_plugins.basic_sweeper import BasicSweeper
+    from hydra.core.override_parser.overrides_parser import OverridesParser
+
+    from dapo_exp.config import config_label, fix_switches
+    from dapo_exp.hydra_setup import register_resolvers
+
+    script = SWEEPS / name
+    text = script.read_text()
+    for field in ("# Question:", "# Runs:", "# Cost:", "# SLURM:", "hydra/launcher=submitit_slurm", "estimate"):
+        assert field in text, f"{name}: header lacks {field!r}"
+    assert text.rstrip().endswith('"$@"'), f"{name}: extra overrides must pass through"
+    overrides, runs = _command(script)
+    jobs = BasicSweeper.split_arguments(OverridesParser.create().parse_overrides(overrides), None)[0]
+    assert len(jobs) == runs, f"{name}: header says {runs} runs, the command expands to {len(jobs)}"
+    sweep = next(o for o in overrides if o.startswith("sweep="))
+    assert sweep == f"sweep={name[:-3]}"
+    distinct = {tuple(o for o in job if not o.startswith("seed=")) for job in jobs}
+    register_resolvers()
+    labels, states = set(), set()
+    with initialize_config_dir(config_dir=str(REPO / "conf"), version_base="1.3"):
+        for job in sorted(distinct):
+            cfg = compose("config", overrides=list(job))
+            labels.add(config_label(cfg))
+            states.add(tuple(sorted(fix_switches(cfg).items())))
+    assert len(states) == len(distinct), f"{name}: two configurations of the sweep are the same"
+    if EXPECTED_LABELS[name] is None:
+        assert len(states) == 32
+    else:
+        assert labels == EXPECTED_LABELS[name]

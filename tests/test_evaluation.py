@@ -1,0 +1,104 @@
+"""avg@k, pass@k, maj@k and summarise_eval against hand computations."""
+
+from __future__ import annotations
+
+import math
+
+import numpy as np
+import pytest
+
+from dapo_exp import runfiles
+from dapo_exp.evaluation import avg_at_k, maj_at_k, majority_vote, pass_at_k, summarise_eval
+
+
+def test_pass_at_k_hand_values():
+    assert pass_at_k(5, 2, 1) == pytest.approx(2 / 5)
+    assert pass_at_k(5, 2, 2) == pytest.approx(1 - 3 / 10)  # 1 - C(3,2)/C(5,2)
+    assert pass_at_k(10, 3, 5) == pytest.approx(1 - 21 / 252)  # 1 - C(7,5)/C(10,5)
+    assert pass_at_k(4, 0, 4) == 0.0
+    assert pass_at_k(4, 1, 4) == 1.0  # n - c < k: every draw holds the correct one
+    assert pass_at_k(200, 1, 100) == pytest.approx(0.5)  # binomials of ~1e58, no overflow
+    for n in range(1, 12):
+        for c in range(n + 1):
+            for k in range(1, n + 1):
+                exact = 1 - math.comb(n - c, k) / math.comb(n, k)
+                assert pass_at_k(n, c, k) == pytest.approx(exact, abs=1e-12)
+
+
+@pytest.mark.parametrize("n,c,k", [(4, 5, 1), (4, -1, 1), (4, 1, 0), (4, 1, 5)])
+def test_pass_at_k_rejects_bad_arguments(n, c, k):
+    with pytest.raises(ValueError, match="pass_at_k"):
+        pass_at_k(n, c, k)
+
+
+def test_avg_at_k():
+    assert avg_at_k([[1, 0, 0, 1], [1, 1, 1, 1], [0, 0, 0, 0]]) == pytest.approx(0.5)
+    assert avg_at_k(np.array([[True, False], [True, True]])) == pytest.approx(0.75)
+    assert avg_at_k([[1], [0, 1, 1]]) == pytest.approx((1 + 2 / 3) / 2)  # each problem weighs the same
+    with pytest.raises(ValueError):
+        avg_at_k([])
+
+
+def test_majority_vote_rules():
+    assert majority_vote(["5", "5", "6", None]) == ("5", 0)
+    assert majority_vote([None, None, "3", None]) == ("3", 2)  # None never wins ...
+    assert majority_vote([None, None]) == (None, None)  # ... unless all are None
+    assert majority_vote(["7", "8", "8", "7"]) == ("7", 0)  # tie: the answer seen first
+    assert majority_vote(["b", "a", "a", "b"]) == ("b", 0)  # not alphabetical
+
+
+def test_maj_at_k_hand_value():
+    preds = [["5", "5", "6", None], [None, None, "3", None], ["7", "8", "8", "7"], [None] * 4]
+    correct = [[1, 1, 0, 0], [0, 0, 0, 0], [0, 1, 1, 0], [0, 0, 0, 0]]
+    assert maj_at_k(preds, correct) == pytest.approx(1 / 4)
+    assert maj_at_k([["3", "3", "4"]], [[0, 0, 1]]) == 0.0  # the minority right answer does not count
+
+
+def _example():
+    # 3 problems x k = 4, group-major
+    correct = [1, 0, 0, 1, 1, 1, 1, 1, 0, 0, 0, 0]
+    preds = ["2", "3", "3", "2", "9", "9", "9", "9", None, "1", "1", None]
+    lengths = [10, 20, 30, 40, 5, 5, 5, 5, 100, 100, 100, 100]
+    truncated = [0, 0, 0, 0, 0, 0, 0, 0, 1, 1, 0, 0]
+    return correct, preds, lengths, truncated
+
+
+def test_summarise_eval_hand_values():
+    correct, preds, lengths, truncated = _example()
+    out = summarise_eval(["p0", "p1", "p2"], correct, preds, lengths, truncated, 4)
+    assert set(out) == {runfiles.EVAL_ACC, runfiles.EVAL_PASS, runfiles.EVAL_MAJ, runfiles.EVAL_LEN,
+                        runfiles.EVAL_TRUNC, "per_problem"}
+    assert set(out) - {"per_problem"} == {"eval/acc_avg", "eval/pass_at_k", "eval/maj_at_k",
+                                          "eval/response_len_mean", "eval/truncated_frac"}
+    assert out["eval/acc_avg"] == pytest.approx((0.5 + 1.0 + 0.0) / 3)
+    assert out["eval/pass_at_k"] == pytest.approx(2 / 3)
+    # p0: "2" vs "3" tie 2-2, "2" seen first and correct; p1: "9" correct; p2: "1" wrong
+    assert out["eval/maj_at_k"] == pytest.approx(2 / 3)
+    assert out["eval/response_len_mean"] == pytest.approx((100 + 20 + 400) / 12)
+    assert out["eval/truncated_frac"] == pytest.approx(2 / 12)
+    p0, p1, p2 = out["per_problem"]
+    assert p0 == {"problem_id": "p0", "n": 4, "n_correct": 2, "acc": 0.5, "pass_at_k": 1.0, "maj_pred": "2",
+                  "maj_correct": True, "len_mean": 25.0, "truncated_frac": 0.0}
+    assert (p1["maj_pred"], p1["maj_correct"], p2["maj_pred"], p2["maj_correct"]) == ("9", True, "1", False)
+    assert p2["truncated_frac"] == 0.5
+
+
+def test_summarise_eval_accepts_arrays_tensors_and_per_sample_ids():
+    import torch
+
+    correct, preds, lengths, truncated = _example()
+    ref = summarise_eval(["p0", "p1", "p2"], correct, preds, lengths, truncated, 4)
+    ids_per_sample = [f"p{i // 4}" for i in range(12)]
+    out = summarise_eval(ids_per_sample, np.array(correct, bool), preds, torch.tensor(lengths), torch.tensor(truncated,
+                         dtype=torch.bool), 4)
+    assert out == ref
+
+
+def test_summarise_eval_shape_errors():
+    correct, preds, lengths, truncated = _example()
+    with pytest.raises(ValueError, match="multiple of k=5"):
+        summarise_eval(["p0", "p1", "p2"], correct, preds, lengths, truncated, 5)
+    with pytest.raises(ValueError, match="2 problem_ids for 3 problems"):
+        summarise_eval(["p0", "p1"], correct, preds, lengths, truncated, 4)
+    with pytest.raises(ValueError, match="lengths has 11 entries"):
+        summarise_eval(["p0", "p1", "p2"], correct, preds, lengths[:-1], truncated, 4)

@@ -1,0 +1,135 @@
+"""Experiment, model and task presets: the paper's 32B values, and every experiment x fixes preset validates."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+import yaml
+from hydra import compose, initialize_config_dir
+
+from dapo_exp.config import PRESET_SWITCHES, fix_switches, validate
+from dapo_exp.hydra_setup import register_resolvers
+from dapo_exp.tasks import check_task_sources
+
+REPO = Path(__file__).resolve().parents[1]
+CONF = REPO / "conf"
+EXPERIMENTS = sorted(p.stem for p in (CONF / "experiment").glob("*.yaml"))
+FIXES = sorted(p.stem for p in (CONF / "fixes").glob("*.yaml"))
+MODELS = sorted(p.stem for p in (CONF / "model").glob("qwen*.yaml"))
+TASKS = sorted(p.stem for p in (CONF / "task").glob("*.yaml"))
+# keys that belong to the fix switches (conf/<switch>/*.yaml): an experiment must not set them
+SWITCH_KEYS = {"eps_low", "eps_high", "loss_agg", "dynamic_sampling", "overlong_punishment", "overlong_factor",
+               "overlong_filtering"}
+
+
+@pytest.fixture(scope="module")
+def composer():
+    register_resolvers()
+    with initialize_config_dir(config_dir=str(CONF), version_base="1.3"):
+        yield lambda *overrides: compose("config", overrides=list(overrides))
+
+
+def test_presets_exist():
+    assert {"dapo_32b_paper", "qwen1.5b_dapo_math", "qwen0.5b_gsm8k"} <= set(EXPERIMENTS)
+    assert {"qwen2.5-0.5b", "qwen2.5-1.5b", "qwen2.5-7b", "qwen2.5-32b", "qwen2.5-math-1.5b",
+            "qwen2.5-math-7b"} <= set(MODELS)
+    assert {"arith", "dapo_math", "gsm8k", "math500"} <= set(TASKS)
+
+
+def test_dapo_32b_paper_matches_the_reference_table(composer):
+    """`python run.py experiment=dapo_32b_paper --cfg job`, value by value (fixes=full is the default)."""
+    c = composer("experiment=dapo_32b_paper")
+    validate(c)
+    # model and data
+    assert c.model.path == "Qwen/Qwen2.5-32B" and c.model.name == "hf"
+    assert c.task.name == "dapo_math"
+    assert c.task.train_source == "BytedTsinghua-SIA/DAPO-Math-17k"
+    assert c.task.eval_source == "aime24" and c.task.eval_limit is None
+    assert c.task.verifier == "math_dapo"
+    # optimizer: AdamW lr 1e-6 constant, warm-up 20 (paper), weight decay 0.1, grad clip 1.0
+    assert c.optim.lr == 1e-6
+    assert c.optim.warmup_steps == 20
+    assert c.optim.weight_decay == 0.1
+    assert c.optim.grad_clip == 1.0
+    # batch: 512 prompts x 16 responses, mini-batch 512 responses = 16 updates per step, 1 epoch
+    assert c.train.prompts_per_step == 512
+    assert c.rollout.n == 16
+    assert c.train.mini_batch_size == 512
+    assert c.train.prompts_per_step * c.rollout.n // c.train.mini_batch_size == 16
+    assert c.train.ppo_epochs == 1
+    # lengths: L_max 20480 = 16384 + L_cache 4096; max prompt 2048
+    assert c.rollout.max_response_len == 20480
+    assert c.algo.overlong_cache_len == 4096
+    assert c.algo.overlong_max_len is None  # L_max is the generation cap
+    assert c.rollout.max_response_len - c.algo.overlong_cache_len == 16384
+    assert c.task.max_prompt_len == 2048
+    # clip: dual clip 10 (released script); no KL
+    assert c.algo.dual_clip == 10
+    assert c.algo.kl_coef == 0.0
+    # dynamic sampling: 3x over-sampling, at most 10 rounds, filter on accuracy
+    assert c.algo.ds_oversample == 3
+    assert c.algo.ds_max_rounds == 10
+    assert c.algo.ds_signal == "acc"
+    # sampling: training 1.0 / 1.0; evaluation 1.0 / 0.7, avg@32 on AIME 2024
+    assert (c.rollout.temperature, c.rollout.top_p) == (1.0, 1.0)
+    assert (c.eval.temperature, c.eval.top_p) == (1.0, 0.7)
+    assert c.eval.k == 32
+    # the fixes come from fixes=full: clip 0.2 / 0.28, token-mean, dynamic sampling, soft punishment x1.0
+    assert (c.algo.eps_low, c.algo.eps_high) == (0.2, 0.28)
+    assert c.algo.loss_agg == "token-mean"
+    assert c.algo.dynamic_sampling is True
+    assert (c.algo.overlong_punishment, c.algo.overlong_factor) == ("soft", 1.0)
+    assert c.algo.overlong_filtering is False
+    assert c.preset == "full"
+    # and the paper's naive GRPO row at the same scale has none of them
+    g = composer("experiment=dapo_32b_paper", "fixes=paper_1_grpo")
+    assert (g.algo.eps_low, g.algo.eps_high, g.algo.loss_agg) == (0.2, 0.2, "seq-mean-token-mean")
+    assert not g.algo.dynamic_sampling and g.algo.overlong_punishment == "none" and not g.algo.overlong_filtering
+    assert g.optim.lr == 1e-6 and g.rollout.max_response_len == 20480
+
+
+@pytest.mark.parametrize("experiment", EXPERIMENTS)
+def test_experiment_sets_no_fix_switch(experiment):
+    raw = yaml.safe_load((CONF / "experiment" / f"{experiment}.yaml").read_text())
+    assert not SWITCH_KEYS & set(raw.get("algo", {})), "fix switches come from fixes=, not from experiments"
+    assert "preset" not in raw
+    text = (CONF / "experiment" / f"{experiment}.yaml").read_text()
+    assert text.startswith("# @package _global_")
+    if experiment != "dapo_32b_paper":
+        header = "\n".join(line for line in text.splitlines() if line.startswith("#"))
+        assert "ESTIMATE" in header and "GPU-hours" in header and "H100" in header
+
+
+@pytest.mark.parametrize("experiment", EXPERIMENTS)
+def test_every_experiment_composes_with_every_fixes_preset(composer, experiment):
+    for fixes in FIXES:
+        cfg = composer(f"experiment={experiment}", f"fixes={fixes}")
+        validate(cfg)
+        check_task_sources(cfg.task)
+        want = PRESET_SWITCHES["grpo" if fixes == "paper_1_grpo" else fixes]
+        assert fix_switches(cfg) == want, (experiment, fixes)
+        assert cfg.preset == fixes
+        assert cfg.algo.eps_low == 0.2 and cfg.algo.eps_high in (0.2, 0.28)
+        assert cfg.algo.loss_agg in ("seq-mean-token-mean", "token-mean")
+
+
+@pytest.mark.parametrize("model", MODELS)
+def test_model_presets(composer, model):
+    raw = yaml.safe_load((CONF / "model" / f"{model}.yaml").read_text())
+    assert raw["name"] == "hf" and raw["path"].startswith("Qwen/Qwen2.5-") and raw["dtype"] == "bfloat16"
+    cfg = composer(f"model={model}")
+    validate(cfg)
+
+
+@pytest.mark.parametrize("task", ["dapo_math", "gsm8k", "math500"])
+def test_task_presets(composer, task):
+    cfg = composer(f"task={task}")
+    validate(cfg)
+    check_task_sources(cfg.task)
+    assert cfg.task.name == task
+    text = (CONF / "task" / f"{task}.yaml").read_text().splitlines()
+    assert text[0] == "# @package task"
+    for i, line in enumerate(text):  # a comment above every field
+        if line and not line.startswith("#"):
+            assert text[i - 1].startswith("#"), f"conf/task/{task}.yaml: no comment above {line!r}"

@@ -1,0 +1,73 @@
+"""The notebooks run headlessly on a synthetic sweep (so they cannot rot) and are committed without outputs."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+from pathlib import Path
+
+import nbformat
+import pytest
+from fixtures_runs import STANDARD_SWEEP, make_sweep
+
+REPO = Path(__file__).resolve().parents[1]
+NOTEBOOKS = sorted((REPO / "notebooks").glob("*.ipynb"))
+
+
+@pytest.fixture(scope="module")
+def kernel() -> str:
+    """The ``python3`` kernel; installed for this interpreter (``ipykernel install --user``) if missing."""
+    from jupyter_client.kernelspec import KernelSpecManager, NoSuchKernel
+
+    try:
+        KernelSpecManager().get_kernel_spec("python3")
+    except NoSuchKernel:
+        subprocess.run([sys.executable, "-m", "ipykernel", "install", "--user"], check=True)
+    return "python3"
+
+
+def test_both_notebooks_exist():
+    assert [p.name for p in NOTEBOOKS] == ["ablation_analysis.ipynb", "rollout_inspection.ipynb"]
+
+
+@pytest.mark.parametrize("path", NOTEBOOKS, ids=lambda p: p.stem)
+def test_notebook_is_stripped_and_only_calls_the_library(path):
+    nb = nbformat.read(path, as_version=4)
+    nbformat.validate(nb)
+    for cell in nb.cells:
+        if cell.cell_type == "code":
+            assert cell.outputs == [] and cell.execution_count is None, f"{path.name}: outputs not stripped"
+            no_code = "def " not in cell.source and "class " not in cell.source
+            assert no_code, "analysis code belongs in dapo_exp.analysis, not in a notebook"
+    assert any("parameters" in c.metadata.get("tags", []) for c in nb.cells), "a parameters cell is expected"
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("path", NOTEBOOKS, ids=lambda p: p.stem)
+def test_notebook_executes(path, kernel, tmp_path, monkeypatch):
+    from nbclient import NotebookClient
+
+    sweep = tmp_path / "multirun" / "demo"
+    make_sweep(sweep, STANDARD_SWEEP)
+    monkeypatch.setenv("DAPO_SWEEP_DIR", str(sweep))
+    monkeypatch.setenv("DAPO_ANALYSIS_OUT", str(tmp_path / "out"))
+    monkeypatch.delenv("DAPO_WANDB", raising=False)
+    monkeypatch.setenv("MPLBACKEND", "Agg")
+    nb = nbformat.read(path, as_version=4)
+    # the kernel starts in notebooks/, as Jupyter starts it
+    resources = {"metadata": {"path": str(REPO / "notebooks")}}
+    client = NotebookClient(nb, kernel_name=kernel, timeout=300, resources=resources)
+    client.execute()
+    outputs = [o for c in nb.cells if c.cell_type == "code" for o in c.outputs]
+    assert not [o for o in outputs if o.output_type == "error"]
+    text = "\n".join(str(o.get("text", "")) + str(o.get("data", {}).get("text/plain", "")) for o in outputs)
+    if path.stem == "ablation_analysis":
+        images = [o for o in outputs if "image/png" in o.get("data", {})]
+        assert len(images) == 3, "three curve figures (step, rollouts, tokens)"
+        md = "\n".join(o.get("data", {}).get("text/markdown", "") for o in outputs)
+        assert "paired t" in md and "Welch t" in md and "Student-t" in md
+        assert (tmp_path / "out" / "table.md").is_file()
+    else:
+        assert "=== grpo ===" in text and "[truncated]" in text and "[longest]" in text
+    # the notebook on disk is untouched (outputs only in memory)
+    assert all(c.get("outputs", []) == [] for c in nbformat.read(path, as_version=4).cells if c.cell_type == "code")

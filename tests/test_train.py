@@ -1,0 +1,135 @@
+"""End-to-end runs of the training loop on the toy (shrunken; see conftest.SMALL)."""
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from dapo_exp import runfiles
+from dapo_exp.train import train
+
+ROOT = Path(__file__).resolve().parents[1]
+PRESETS = sorted(p.stem for p in (ROOT / "conf" / "fixes").glob("*.yaml"))
+# wall-clock figures differ between identical runs; everything else must not
+VOLATILE = ("timing_s/", "perf/")
+
+
+def metrics(run_dir):
+    rows = [json.loads(x) for x in (Path(run_dir) / runfiles.METRICS).read_text().splitlines()]
+    return [{k: v for k, v in r.items() if not k.startswith(VOLATILE)} for r in rows]
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("preset", PRESETS)
+def test_every_preset_trains_two_steps(preset, tmp_path, small_cfg):
+    s = train(small_cfg(tmp_path, f"fixes={preset}"))
+    assert s["status"] == "finished" and s["steps_done"] == 2 and s["label"] == preset
+    rows = metrics(tmp_path)
+    steps = [r["step"] for r in rows if "reward/mean" in r]
+    assert steps == [1, 2]
+    for r in rows:
+        if "reward/mean" in r:
+            assert r["actor/n_updates"] >= 1 and r["dynamic_sampling/gen_rounds"] >= 1
+    assert 0.0 <= s["final"]["eval/acc_avg"] <= 1.0
+    assert json.loads((tmp_path / runfiles.SUMMARY).read_text())["switches"] == s["switches"]
+
+
+def test_same_seed_gives_identical_metrics_and_other_seed_differs(tmp_path, small_cfg):
+    train(small_cfg(tmp_path / "a", "seed=3"))
+    train(small_cfg(tmp_path / "b", "seed=3"))
+    train(small_cfg(tmp_path / "c", "seed=4"))
+    assert metrics(tmp_path / "a") == metrics(tmp_path / "b")
+    assert metrics(tmp_path / "a") != metrics(tmp_path / "c")
+
+
+def test_kill_and_resume_gives_identical_metrics(tmp_path, small_cfg, monkeypatch):
+    overrides = ("train.steps=4", "checkpoint.every=2", "eval.every=2")
+    train(small_cfg(tmp_path / "whole", *overrides))
+
+    import dapo_exp.train as T
+
+    real = T.collect_groups
+    calls = {"n": 0}
+
+    def dies_at_step_3(*a, **k):
+        calls["n"] += 1
+        if calls["n"] == 3:
+            raise KeyboardInterrupt("simulated kill during step 3")
+        return real(*a, **k)
+
+    monkeypatch.setattr(T, "collect_groups", dies_at_step_3)
+    with pytest.raises(KeyboardInterrupt):
+        train(small_cfg(tmp_path / "killed", *overrides))
+    assert json.loads((tmp_path / "killed" / runfiles.SUMMARY).read_text())["status"] == "failed"
+    assert (tmp_path / "killed" / "checkpoints" / "step_0000002").exists()
+    monkeypatch.setattr(T, "collect_groups", real)
+    s = train(small_cfg(tmp_path / "killed", *overrides))  # the same command again: resumes
+    assert s["status"] == "finished"
+    assert metrics(tmp_path / "killed") == metrics(tmp_path / "whole")
+    read = lambda d: (tmp_path / d / runfiles.EVAL_SAMPLES).read_text()  # noqa: E731
+    assert read("killed") == read("whole")
+
+
+def test_rerun_of_finished_run_is_skipped(tmp_path, small_cfg):
+    cfg = small_cfg(tmp_path)
+    first = train(cfg)
+    before = (tmp_path / runfiles.METRICS).stat().st_mtime_ns
+    again = train(cfg)
+    assert again == json.loads(json.dumps(first, default=str)) or again["status"] == "finished"
+    assert (tmp_path / runfiles.METRICS).stat().st_mtime_ns == before
+
+
+def test_overlong_filtering_masks_truncated_responses(tmp_path, small_cfg):
+    # a 6-token cap truncates every response (solutions are longer): with filtering,
+    # no token is left in the loss, so the gradient is exactly zero
+    common = ("rollout.max_response_len=6", "algo.overlong_cache_len=2", "train.steps=1")
+    train(small_cfg(tmp_path / "on", "fixes=paper_2_of", *common))
+    train(small_cfg(tmp_path / "off", "fixes=grpo", *common))
+    on = [r for r in metrics(tmp_path / "on") if "reward/mean" in r][0]
+    off = [r for r in metrics(tmp_path / "off") if "reward/mean" in r][0]
+    assert on["response_length/clip_ratio"] == 1.0 == off["response_length/clip_ratio"]
+    assert on["actor/masked_token_frac"] == 1.0 and on["actor/grad_norm"] == 0.0
+    assert off["actor/masked_token_frac"] == 0.0
+
+
+def test_config_error_before_compute_and_missing_model_path(tmp_path, small_cfg):
+    with pytest.raises(FileNotFoundError, match="model.path"):
+        train(small_cfg(tmp_path, "model.path=/nonexistent/qwen"))
+
+
+@pytest.mark.slow
+def test_user_sweep_writes_runs_wandb_and_table_and_rerun_skips(tmp_path, warm_cache):
+    """`python run.py -m fixes=grpo,clip,clip_ds,full` (shrunken): 4 jobs, W&B offline, table at the end."""
+    from conftest import SMALL
+
+    args = [sys.executable, "run.py", "-m", "fixes=grpo,clip,clip_ds,full", f"hydra.sweep.dir={tmp_path}",
+            *[a for a in SMALL if a != "logger=none"], "train.steps=1", f"model.cache_dir={warm_cache}"]
+    out = subprocess.run(args, cwd=ROOT, capture_output=True, text=True, timeout=900)
+    assert out.returncode == 0, out.stderr[-3000:]
+    runs = sorted(p.parent for p in tmp_path.glob("*/summary.json"))
+    assert [r.name for r in runs] == ["fixes=clip", "fixes=clip_ds", "fixes=full", "fixes=grpo"]
+    for r in runs:
+        assert (r / runfiles.METRICS).stat().st_size > 0
+        assert json.loads((r / runfiles.SUMMARY).read_text())["status"] == "finished"
+        assert list((r / "wandb").glob("offline-run-*/run-*.wandb")), f"no offline W&B run in {r}"
+    assert "grpo" in out.stdout and (tmp_path / "analysis" / "table.md").exists()
+    again = subprocess.run(args, cwd=ROOT, capture_output=True, text=True, timeout=600)
+    assert again.returncode == 0 and again.stdout.count("already finished; skipping") == 4
+
+
+@pytest.mark.slow
+def test_a_failed_job_does_not_take_down_the_sweep(tmp_path, warm_cache):
+    from conftest import SMALL
+
+    # rollout.n=1 with dynamic sampling is rejected by validate(): that job fails, the other runs
+    args = [sys.executable, "run.py", "-m", "fixes=full", "rollout.n=1,4", f"hydra.sweep.dir={tmp_path}",
+            *SMALL, "train.steps=1", "train.mini_batch_size=4", "train.micro_batch_size=4",
+            f"model.cache_dir={warm_cache}"]
+    out = subprocess.run(args, cwd=ROOT, capture_output=True, text=True, timeout=900)
+    assert out.returncode == 0, out.stderr[-3000:]
+    bad = json.loads((tmp_path / "fixes=full,rollout.n=1" / runfiles.SUMMARY).read_text())
+    good = json.loads((tmp_path / "fixes=full,rollout.n=4" / runfiles.SUMMARY).read_text())
+    assert bad["status"] == "failed" and "rollout.n" in bad["error"]
+    assert good["status"] == "finished"
