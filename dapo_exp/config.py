@@ -102,7 +102,7 @@ class ModelConfig:
     gradient_checkpointing: bool = False
     hidden_size: int = 96
     num_layers: int = 3
-    num_heads: int = 4
+    num_heads: int = 3
     warmstart_steps: int = 300
     warmstart_lr: float = 3e-3
     warmstart_batch_size: int = 64

@@ -149,7 +149,9 @@ def response_logprobs(
 
 
 def micro_batches(lengths: list[int], size: int, token_budget: int | None) -> list[list[int]]:
-    """Row indices of each micro-batch: fixed ``size`` rows, or packed by a token budget."""
+    """Row indices of each micro-batch: fixed ``size`` rows, or packed by a token budget
+    (``lengths`` are whole-row lengths, prompt + response). The gradient does not depend
+    on the split: the loss weights come from the whole mini-batch."""
     if token_budget:
         from dapo_exp.batching import token_budget_microbatches
 
@@ -501,7 +503,8 @@ def _train(cfg, out, summary, t_start, label, switches, resolved, commit) -> dic
             ref_logp = torch.zeros(B, width) if ref_model is not None else None
             ent_sum = 0.0
             with torch.no_grad():
-                for mb in micro_batches(lengths, t.micro_batch_size, t.token_budget):
+                for mb in micro_batches([len(p) + n for p, n in zip(prompts, lengths)], t.micro_batch_size,
+                                        t.token_budget):
                     lp, ent, mk = response_logprobs(model, [prompts[i] for i in mb], [responses[i] for i in mb],
                                                     tokenizer.pad_token_id, device, t.logprob_chunk,
                                                     r.temperature, with_entropy=True, autocast=autocast)
@@ -535,8 +538,12 @@ def _train(cfg, out, summary, t_start, label, switches, resolved, commit) -> dic
                     rows = [gi * G + j for gi in order[s : s + groups_per_mb] for j in range(G)]
                     mb_mask = loss_mask[rows]
                     weights = objective.loss_normaliser(mb_mask, a.loss_agg, group_index[rows], max_len=L)
-                    for micro in micro_batches([lengths[i] for i in rows], t.micro_batch_size, t.token_budget):
+                    row_lens = [len(prompts[i]) + lengths[i] for i in rows]
+                    for micro in micro_batches(row_lens, t.micro_batch_size, t.token_budget):
                         sel = [rows[i] for i in micro]
+                        # padding waste: the tensor is [max prompt | max response] wide
+                        upd["slots"] += len(sel) * (max(len(prompts[i]) for i in sel) + max(lengths[i] for i in sel))
+                        upd["real_tokens"] += sum(row_lens[i] for i in micro)
                         lp, _, _ = response_logprobs(model, [prompts[i] for i in sel], [responses[i] for i in sel],
                                                      tokenizer.pad_token_id, device, t.logprob_chunk,
                                                      r.temperature, autocast=autocast)
@@ -578,6 +585,7 @@ def _train(cfg, out, summary, t_start, label, switches, resolved, commit) -> dic
                 "actor/masked_token_frac": 1.0 - lm_tokens / max(float(resp_mask.sum()), 1.0),
                 "actor/zero_adv_token_frac": float(((tok_adv == 0).float() * loss_mask).sum()) / max(lm_tokens, 1.0),
                 "actor/n_updates": float(n_updates),
+                "perf/padding_waste": 1.0 - upd["real_tokens"] / max(upd["slots"], 1.0),
                 "response_length/mean": float(np.mean(lengths)),
                 "response_length/max": float(np.max(lengths)),
                 "response_length/min": float(np.min(lengths)),

@@ -109,7 +109,9 @@ def test_user_sweep_writes_runs_wandb_and_table_and_rerun_skips(tmp_path, warm_c
     out = subprocess.run(args, cwd=ROOT, capture_output=True, text=True, timeout=900)
     assert out.returncode == 0, out.stderr[-3000:]
     runs = sorted(p.parent for p in tmp_path.glob("*/summary.json"))
-    assert [r.name for r in runs] == ["fixes=clip", "fixes=clip_ds", "fixes=full", "fixes=grpo"]
+    labels = sorted(json.loads((r / runfiles.SUMMARY).read_text())["label"] for r in runs)
+    assert labels == ["clip", "clip_ds", "full", "grpo"]
+    assert all("model.cache_dir" not in r.name for r in runs)  # excluded from the job dir name
     for r in runs:
         assert (r / runfiles.METRICS).stat().st_size > 0
         assert json.loads((r / runfiles.SUMMARY).read_text())["status"] == "finished"
@@ -124,12 +126,26 @@ def test_a_failed_job_does_not_take_down_the_sweep(tmp_path, warm_cache):
     from conftest import SMALL
 
     # rollout.n=1 with dynamic sampling is rejected by validate(): that job fails, the other runs
+    small = [a for a in SMALL if not a.startswith("rollout.n=")]
     args = [sys.executable, "run.py", "-m", "fixes=full", "rollout.n=1,4", f"hydra.sweep.dir={tmp_path}",
-            *SMALL, "train.steps=1", "train.mini_batch_size=4", "train.micro_batch_size=4",
+            *small, "train.steps=1", "train.mini_batch_size=4", "train.micro_batch_size=4",
             f"model.cache_dir={warm_cache}"]
     out = subprocess.run(args, cwd=ROOT, capture_output=True, text=True, timeout=900)
     assert out.returncode == 0, out.stderr[-3000:]
-    bad = json.loads((tmp_path / "fixes=full,rollout.n=1" / runfiles.SUMMARY).read_text())
-    good = json.loads((tmp_path / "fixes=full,rollout.n=4" / runfiles.SUMMARY).read_text())
+    (bad_dir,) = [p for p in tmp_path.iterdir() if "rollout.n=1" in p.name]
+    (good_dir,) = [p for p in tmp_path.iterdir() if "rollout.n=4" in p.name]
+    bad = json.loads((bad_dir / runfiles.SUMMARY).read_text())
+    good = json.loads((good_dir / runfiles.SUMMARY).read_text())
     assert bad["status"] == "failed" and "rollout.n" in bad["error"]
     assert good["status"] == "finished"
+
+
+def test_token_budget_micro_batches_give_the_same_update(tmp_path, small_cfg):
+    """Packing micro-batches by a token budget changes speed, not the gradient (same pg loss, grad norm)."""
+    common = ("train.steps=1", "eval.before_training=false", "fixes=full")
+    train(small_cfg(tmp_path / "fixed", *common))
+    train(small_cfg(tmp_path / "budget", *common, "train.token_budget=120"))
+    a = [r for r in metrics(tmp_path / "fixed") if "actor/pg_loss" in r][0]
+    b = [r for r in metrics(tmp_path / "budget") if "actor/pg_loss" in r][0]
+    for k in ("actor/pg_loss", "actor/grad_norm", "actor/entropy", "actor/pg_clipfrac_higher", "reward/mean"):
+        assert a[k] == pytest.approx(b[k], rel=1e-5, abs=1e-7), k
