@@ -6,9 +6,24 @@ for 4 x 1024 tokens) and keeps it alive for backward. Here the decoder's hidden
 states are projected to the vocabulary ``chunk`` positions at a time; with grad
 enabled each chunk is recomputed in backward (activation checkpointing), so only
 one chunk of logits exists at a time in either pass.
+
+Padding: rows are right-padded; position ids are ``cumsum(attention_mask) - 1``
+(so a left-padded row also gets positions 0, 1, ... from its first real token)
+and the decoder gets the attention mask, so a row's real tokens never see its
+padding. Outputs at padded positions are garbage; the caller's mask drops them.
+
+``bf16=True`` runs the decoder and the vocabulary projection under
+``torch.autocast(dtype=bfloat16)`` (the way verl and TRL train); the
+log-softmax, the gather and the entropy are always computed in float32.
+
+Models whose ``forward`` post-processes logits (Gemma-2's final soft-capping,
+Cohere's logit scale) are refused: this module projects hidden states with the
+output embedding directly and would silently differ from ``model(x).logits``.
 """
 
 from __future__ import annotations
+
+from contextlib import nullcontext
 
 import torch
 from torch import Tensor
@@ -20,11 +35,31 @@ def _decoder_and_head(model: torch.nn.Module) -> tuple[torch.nn.Module, torch.nn
     decoder = model.get_decoder() if hasattr(model, "get_decoder") else None
     if head is None or decoder is None:
         raise TypeError(f"{type(model).__name__} exposes no decoder / output embeddings")
+    config = getattr(model, "config", None)
+    if getattr(config, "final_logit_softcapping", None) or getattr(config, "logit_scale", 1.0) not in (None, 1.0):
+        raise NotImplementedError(
+            f"{type(model).__name__} post-processes its logits (soft-capping / logit scale); "
+            "token_logprobs would differ from model(x).logits"
+        )
     return decoder, head
 
 
+def _autocast(device: torch.device, bf16: bool):
+    return torch.autocast(device_type=device.type, dtype=torch.bfloat16) if bf16 else nullcontext()
+
+
+def _upcast(x: Tensor) -> Tensor:
+    """At least float32 (float64 stays float64: the exactness tests run in it)."""
+    return x if x.dtype in (torch.float32, torch.float64) else x.float()
+
+
 def _chunk_stats(head: torch.nn.Module, h: Tensor, targets: Tensor, temperature: float, want_entropy: bool):
-    logits = head(h).float()
+    logits = head(h)
+    with torch.autocast(device_type=h.device.type, enabled=False):
+        return _stats_from_logits(_upcast(logits), targets, temperature, want_entropy)
+
+
+def _stats_from_logits(logits: Tensor, targets: Tensor, temperature: float, want_entropy: bool):
     if temperature != 1.0:
         logits = logits / temperature
     logp_all = torch.log_softmax(logits, dim=-1)
@@ -43,6 +78,7 @@ def token_logprobs(
     chunk: int = 1024,
     with_entropy: bool = False,
     temperature: float = 1.0,
+    bf16: bool = False,
 ) -> tuple[Tensor, Tensor]:
     """Log-prob of each next token and the entropy of each next-token distribution.
 
@@ -52,6 +88,7 @@ def token_logprobs(
         chunk: positions projected to the vocabulary at a time.
         with_entropy: also compute the entropy (costs one more pass over each chunk's logits).
         temperature: divide logits by it (the sampling distribution's log-probs).
+        bf16: run the decoder and the projection under bfloat16 autocast.
 
     Returns:
         ``(logp, entropy)``, each ``(B, L - 1)``: position ``t`` scores token ``t + 1``.
@@ -59,17 +96,20 @@ def token_logprobs(
     """
     decoder, head = _decoder_and_head(model)
     position_ids = (attention_mask.long().cumsum(-1) - 1).clamp(min=0)
-    hidden = decoder(input_ids=input_ids, attention_mask=attention_mask, position_ids=position_ids).last_hidden_state
-    hidden = hidden[:, :-1]
+    with _autocast(input_ids.device, bf16):
+        out = decoder(input_ids=input_ids, attention_mask=attention_mask, position_ids=position_ids)
+    hidden = out.last_hidden_state[:, :-1]
     targets = input_ids[:, 1:]
     logps, ents = [], []
     use_ckpt = torch.is_grad_enabled() and hidden.requires_grad
     for s in range(0, hidden.shape[1], chunk):
         h, tgt = hidden[:, s : s + chunk], targets[:, s : s + chunk]
-        if use_ckpt:
-            lp, en = checkpoint(_chunk_stats, head, h, tgt, temperature, with_entropy, use_reentrant=False)
-        else:
-            lp, en = _chunk_stats(head, h, tgt, temperature, with_entropy)
+        # checkpoint() records the autocast state and replays it in the recomputation
+        with _autocast(input_ids.device, bf16):
+            if use_ckpt:
+                lp, en = checkpoint(_chunk_stats, head, h, tgt, temperature, with_entropy, use_reentrant=False)
+            else:
+                lp, en = _chunk_stats(head, h, tgt, temperature, with_entropy)
         logps.append(lp)
         ents.append(en)
     return torch.cat(logps, dim=1), torch.cat(ents, dim=1)
@@ -81,7 +121,7 @@ def naive_token_logprobs(
     """Reference implementation (full float32 logits); used by tests and benchmarks."""
     position_ids = (attention_mask.long().cumsum(-1) - 1).clamp(min=0)
     logits = model(input_ids=input_ids, attention_mask=attention_mask, position_ids=position_ids).logits
-    logits = logits[:, :-1].float() / temperature
+    logits = _upcast(logits[:, :-1]) / temperature
     logp_all = torch.log_softmax(logits, dim=-1)
     logp = logp_all.gather(-1, input_ids[:, 1:].unsqueeze(-1)).squeeze(-1)
     ent = -(logp_all.exp() * logp_all).sum(-1)

@@ -43,6 +43,7 @@ from omegaconf import DictConfig, OmegaConf
 
 from dapo_exp import checkpoint, objective, runfiles
 from dapo_exp.config import config_label, fix_switches, validate
+from dapo_exp.batching import microbatches as micro_batches
 from dapo_exp.rollout.dynamic_sampling import Group, collect_groups
 from dapo_exp.rollout.engine import SamplingSpec
 
@@ -146,17 +147,6 @@ def response_logprobs(
     return logp[:, width_p - 1 : width_p - 1 + t].float(), ent[:, width_p - 1 : width_p - 1 + t].float(), rmask.to(
         device
     )
-
-
-def micro_batches(lengths: list[int], size: int, token_budget: int | None) -> list[list[int]]:
-    """Row indices of each micro-batch: fixed ``size`` rows, or packed by a token budget
-    (``lengths`` are whole-row lengths, prompt + response). The gradient does not depend
-    on the split: the loss weights come from the whole mini-batch."""
-    if token_budget:
-        from dapo_exp.batching import token_budget_microbatches
-
-        return token_budget_microbatches(lengths, token_budget)
-    return [list(range(s, min(s + size, len(lengths)))) for s in range(0, len(lengths), size)]
 
 
 def make_engine(cfg: DictConfig, model, tokenizer, model_path: str):

@@ -6,7 +6,7 @@
 #           (estimate; the lead corrects it after measuring).
 #           One GPU, toy config: ~1 min per run -> ~1.5-2 hours (estimate). At model scale this is a
 #           cluster job: 96 runs of hours each (estimate).
-# SLURM:    bash sweeps/factorial.sh hydra/launcher=submitit_slurm hydra.launcher.partition=<partition> \
+# SLURM:    bash sweeps/factorial.sh hydra/launcher=slurm hydra.launcher.partition=<partition> \
 #               hydra.launcher.gpus_per_node=1 hydra.launcher.timeout_min=120 hydra.launcher.array_parallelism=32
 # Output:   multirun/factorial/; table and curves in multirun/factorial/analysis/. Runs are labelled
 #           from their switches (dapo_exp.config.config_label): preset names where they match

@@ -6,7 +6,7 @@
 #           (estimate; the lead corrects it after measuring).
 #           One GPU, toy config: ~1 min per run -> ~10-15 min (estimate). A 0.5B-1.5B model on
 #           task=dapo_math: hours per run (estimate: measure one run first).
-# SLURM:    bash sweeps/four_presets.sh hydra/launcher=submitit_slurm hydra.launcher.partition=<partition> \
+# SLURM:    bash sweeps/four_presets.sh hydra/launcher=slurm hydra.launcher.partition=<partition> \
 #               hydra.launcher.gpus_per_node=1 hydra.launcher.timeout_min=120
 #           (one job per run; needs the `slurm` extra: pip install -e ".[slurm]").
 # Output:   multirun/four_presets/<overrides>/ per run; at the end the Hydra callback writes

@@ -7,7 +7,7 @@
 #           (estimate; the lead corrects it after measuring).
 #           One GPU, toy config: ~1 min per run -> ~15 min (estimate). A 0.5B-1.5B model on
 #           task=dapo_math: hours per run (estimate: measure one run first).
-# SLURM:    bash sweeps/leave_one_out.sh hydra/launcher=submitit_slurm hydra.launcher.partition=<partition> \
+# SLURM:    bash sweeps/leave_one_out.sh hydra/launcher=slurm hydra.launcher.partition=<partition> \
 #               hydra.launcher.gpus_per_node=1 hydra.launcher.timeout_min=120
 # Output:   multirun/leave_one_out/; table and curves in multirun/leave_one_out/analysis/
 #           (no grpo row here, so no difference column; analyse together with four_presets for one:

@@ -7,7 +7,7 @@
 #           (estimate; the lead corrects it after measuring).
 #           One GPU, toy config: ~1 min per run -> ~20 min (estimate). A 0.5B-1.5B model on
 #           task=dapo_math: hours per run (estimate: measure one run first).
-# SLURM:    bash sweeps/paper_ladder.sh hydra/launcher=submitit_slurm hydra.launcher.partition=<partition> \
+# SLURM:    bash sweeps/paper_ladder.sh hydra/launcher=slurm hydra.launcher.partition=<partition> \
 #               hydra.launcher.gpus_per_node=1 hydra.launcher.timeout_min=120
 # Output:   multirun/paper_ladder/; table and curves in multirun/paper_ladder/analysis/ (the paper's
 #           numbers sit in their own column, next to ours, never mixed).

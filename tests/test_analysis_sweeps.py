@@ -50,7 +50,7 @@ def test_recipe_expands_and_composes(name):
 
     script = SWEEPS / name
     text = script.read_text()
-    for field in ("# Question:", "# Runs:", "# Cost:", "# SLURM:", "hydra/launcher=submitit_slurm", "estimate"):
+    for field in ("# Question:", "# Runs:", "# Cost:", "# SLURM:", "hydra/launcher=slurm", "estimate"):
         assert field in text, f"{name}: header lacks {field!r}"
     assert text.rstrip().endswith('"$@"'), f"{name}: extra overrides must pass through"
     overrides, runs = _command(script)

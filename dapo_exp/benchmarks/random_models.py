@@ -1,0 +1,86 @@
+"""Random-weight Qwen2 checkpoints (model + tokenizer) written to a directory, for engine tests and benchmarks.
+
+vLLM loads models from an HF-format directory, tokenizer included; these are
+built in code, so tests and benchmarks need no download. The tokenizer maps
+single characters (digits, arithmetic symbols, letters) to ids and pads the
+vocabulary with ``<tN>`` filler tokens up to ``vocab_size``; id 0 is ``<pad>``,
+id 1 is ``<eos>``.
+
+vLLM's CPU attention needs ``hidden_size / num_heads`` in {32, 64, 80, 96, 112, 128, ...}.
+"""
+
+from __future__ import annotations
+
+import os
+from dataclasses import dataclass
+
+PAD_ID, EOS_ID = 0, 1
+CHARS = list("0123456789+-*/=() ?.,:abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ")
+
+
+@dataclass(frozen=True)
+class Qwen2Size:
+    """Shape of a random Qwen2; ``head_dim = hidden_size // num_heads``."""
+
+    hidden_size: int
+    num_layers: int
+    num_heads: int
+    num_kv_heads: int
+    intermediate_size: int
+    vocab_size: int
+
+
+# ~0.4M and ~21M parameters (head_dim 32 and 64: both run on vLLM's CPU kernels)
+SIZES = {
+    "0.4M": Qwen2Size(
+        hidden_size=96, num_layers=2, num_heads=3, num_kv_heads=1, intermediate_size=256, vocab_size=1024
+    ),
+    "21M": Qwen2Size(
+        hidden_size=512, num_layers=6, num_heads=8, num_kv_heads=2, intermediate_size=1376, vocab_size=4096
+    ),
+}
+
+
+def char_tokenizer(vocab_size: int):
+    """A ``PreTrainedTokenizerFast`` over single characters, padded with filler tokens to ``vocab_size``."""
+    from tokenizers import Tokenizer, decoders, models, pre_tokenizers
+    from transformers import PreTrainedTokenizerFast
+
+    tokens = ["<pad>", "<eos>"] + CHARS
+    if vocab_size < len(tokens):
+        raise ValueError(f"vocab_size must be >= {len(tokens)}, got {vocab_size}")
+    tokens += [f"<t{i}>" for i in range(vocab_size - len(tokens))]
+    tok = Tokenizer(models.WordLevel({t: i for i, t in enumerate(tokens)}, unk_token="?"))
+    tok.pre_tokenizer = pre_tokenizers.Split("", "isolated")
+    tok.decoder = decoders.Fuse()
+    return PreTrainedTokenizerFast(tokenizer_object=tok, pad_token="<pad>", eos_token="<eos>", unk_token="?")
+
+
+def save_random_qwen2(out_dir: str, size: Qwen2Size, seed: int = 0, dtype: str = "float32"):
+    """Write a random ``Qwen2ForCausalLM`` and its tokenizer to ``out_dir``; return the model (eval mode)."""
+    import torch
+    from transformers import Qwen2Config, Qwen2ForCausalLM
+
+    cfg = Qwen2Config(
+        vocab_size=size.vocab_size,
+        hidden_size=size.hidden_size,
+        intermediate_size=size.intermediate_size,
+        num_hidden_layers=size.num_layers,
+        num_attention_heads=size.num_heads,
+        num_key_value_heads=size.num_kv_heads,
+        max_position_embeddings=1024,
+        bos_token_id=None,
+        eos_token_id=EOS_ID,
+        pad_token_id=PAD_ID,
+        tie_word_embeddings=False,
+    )
+    torch.manual_seed(seed)
+    model = Qwen2ForCausalLM(cfg).to(getattr(torch, dtype)).eval()
+    os.makedirs(out_dir, exist_ok=True)
+    model.save_pretrained(out_dir)
+    char_tokenizer(size.vocab_size).save_pretrained(out_dir)
+    return model
+
+
+def n_params(model) -> int:
+    return sum(p.numel() for p in model.parameters())

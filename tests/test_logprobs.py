@@ -1,0 +1,169 @@
+"""Chunked per-token log-probs/entropy (dapo_exp.logprobs) against the naive full-logits reference.
+
+Exactness runs in float64; the memory test reads the CPU allocator's timeline from
+``torch.profiler`` (deterministic: the same ops allocate the same bytes every run).
+"""
+
+from __future__ import annotations
+
+import pytest
+import torch
+from transformers import Qwen2Config, Qwen2ForCausalLM
+
+from dapo_exp.logprobs import naive_token_logprobs, token_logprobs
+
+LENGTHS = [13, 9, 4]  # unequal, right-padded to 13
+V = 97
+
+
+def tiny_qwen2(vocab=V, hidden=32, layers=2, dtype=torch.float64, seed=0):
+    cfg = Qwen2Config(
+        vocab_size=vocab,
+        hidden_size=hidden,
+        intermediate_size=2 * hidden,
+        num_hidden_layers=layers,
+        num_attention_heads=2,
+        num_key_value_heads=1,
+        max_position_embeddings=512,
+        tie_word_embeddings=False,
+    )
+    torch.manual_seed(seed)
+    return Qwen2ForCausalLM(cfg).to(dtype)
+
+
+def batch(lengths=LENGTHS, vocab=V, seed=1):
+    g = torch.Generator().manual_seed(seed)
+    width = max(lengths)
+    ids = torch.zeros(len(lengths), width, dtype=torch.long)
+    attn = torch.zeros_like(ids)
+    for i, n in enumerate(lengths):
+        ids[i, :n] = torch.randint(2, vocab, (n,), generator=g)
+        attn[i, :n] = 1
+    return ids, attn
+
+
+@pytest.fixture(scope="module")
+def model():
+    return tiny_qwen2().eval()
+
+
+@pytest.mark.parametrize("chunk", [1, 3, 5, 12, 13, 100])
+@pytest.mark.parametrize("temperature", [1.0, 0.7])
+def test_chunked_equals_naive_values(model, chunk, temperature):
+    ids, attn = batch()
+    with torch.no_grad():
+        lp, en = token_logprobs(model, ids, attn, chunk=chunk, with_entropy=True, temperature=temperature)
+        ref_lp, ref_en = naive_token_logprobs(model, ids, attn, temperature=temperature)
+    assert lp.shape == en.shape == (len(LENGTHS), max(LENGTHS) - 1)
+    assert lp.dtype == torch.float64
+    torch.testing.assert_close(lp, ref_lp, rtol=0, atol=1e-12)
+    torch.testing.assert_close(en, ref_en, rtol=0, atol=1e-12)
+
+
+def test_entropy_is_zeros_when_not_asked(model):
+    ids, attn = batch()
+    with torch.no_grad():
+        _, en = token_logprobs(model, ids, attn, chunk=4)
+    assert torch.count_nonzero(en) == 0
+
+
+@pytest.mark.parametrize("chunk", [1, 5, 100])
+def test_chunked_equals_naive_gradients(chunk):
+    ids, attn = batch()
+    valid = attn[:, 1:].double()  # position t scores token t + 1: real iff token t + 1 is real
+    g = torch.Generator().manual_seed(7)
+    w_lp, w_en = torch.randn(valid.shape, generator=g, dtype=torch.float64), torch.randn(valid.shape, generator=g)
+
+    def grads(fn):
+        m = tiny_qwen2()
+        lp, en = fn(m)
+        ((lp * w_lp * valid).sum() + (en * w_en.double() * valid).sum()).backward()
+        return {k: p.grad.clone() for k, p in m.named_parameters()}
+
+    got = grads(lambda m: token_logprobs(m, ids, attn, chunk=chunk, with_entropy=True, temperature=0.8))
+    ref = grads(lambda m: naive_token_logprobs(m, ids, attn, temperature=0.8))
+    assert got.keys() == ref.keys()
+    for k in ref:
+        torch.testing.assert_close(got[k], ref[k], rtol=1e-9, atol=1e-12, msg=k)
+
+
+def test_padded_row_equals_the_row_alone(model):
+    """Position ids and the attention mask: padding changes nothing on a row's real tokens."""
+    ids, attn = batch()
+    with torch.no_grad():
+        lp, _ = token_logprobs(model, ids, attn, chunk=4)
+        for i, n in enumerate(LENGTHS):
+            alone, _ = token_logprobs(model, ids[i : i + 1, :n], attn[i : i + 1, :n], chunk=4)
+            torch.testing.assert_close(lp[i, : n - 1], alone[0], rtol=0, atol=1e-12)
+
+
+def test_bf16_autocast_is_close_and_float32(model):
+    m = tiny_qwen2(dtype=torch.float32).eval()
+    ids, attn = batch()
+    with torch.no_grad():
+        ref, ref_en = token_logprobs(m, ids, attn, chunk=5, with_entropy=True)
+        lp, en = token_logprobs(m, ids, attn, chunk=5, with_entropy=True, bf16=True)
+    assert lp.dtype == en.dtype == torch.float32
+    assert (lp - ref).abs().max() < 0.05 and (en - ref_en).abs().max() < 0.05
+    # and it trains: the grad reaches the weights through the checkpointed chunks
+    lp, _ = token_logprobs(m, ids, attn, chunk=5, bf16=True)
+    lp.sum().backward()
+    assert m.lm_head.weight.grad is not None and torch.isfinite(m.lm_head.weight.grad).all()
+
+
+def test_refuses_models_that_post_process_logits():
+    m = tiny_qwen2(dtype=torch.float32)
+    m.config.final_logit_softcapping = 30.0
+    ids, attn = batch()
+    with pytest.raises(NotImplementedError, match="soft-capping"):
+        token_logprobs(m, ids, attn)
+
+
+# --------------------------------------------------------------------------- #
+# Memory: one chunk of logits at a time                                         #
+# --------------------------------------------------------------------------- #
+def _peak_cpu_bytes(fn) -> int:
+    """Peak of live CPU bytes allocated inside ``fn``, from the profiler's allocation events.
+
+    Each op's net allocation (``self_cpu_memory_usage``: allocations minus frees) and
+    each unattributed ``[memory]`` event is placed at its start time; the peak of the
+    running sum is the high-water mark at op granularity.
+    """
+    from torch.profiler import ProfilerActivity, profile
+
+    with profile(activities=[ProfilerActivity.CPU], profile_memory=True) as prof:
+        fn()
+    points = []
+    for e in prof.events():
+        delta = e.cpu_memory_usage if e.name == "[memory]" else e.self_cpu_memory_usage
+        if delta:
+            points.append((e.time_range.start, delta))
+    live = peak = 0
+    for _, delta in sorted(points):
+        live += delta
+        peak = max(peak, live)
+    return peak
+
+
+def test_chunked_peak_memory_below_one_full_logits_tensor():
+    vocab, b, length = 8192, 4, 257  # naive logits: 4 x 256 x 8192 float32 = 32 MiB
+    m = tiny_qwen2(vocab=vocab, hidden=32, layers=1, dtype=torch.float32)
+    ids, attn = batch([length] * b, vocab=vocab)
+    logits_bytes = b * (length - 1) * vocab * 4
+
+    def step(fn):
+        def run():
+            m.zero_grad(set_to_none=True)
+            lp, en = fn()
+            (lp.sum() + en.sum()).backward()
+
+        return run
+
+    step(lambda: token_logprobs(m, ids, attn, chunk=16, with_entropy=True))()  # warm-up: lazy inits
+    chunked = _peak_cpu_bytes(step(lambda: token_logprobs(m, ids, attn, chunk=16, with_entropy=True)))
+    naive = _peak_cpu_bytes(step(lambda: naive_token_logprobs(m, ids, attn)))
+    assert naive > 2 * logits_bytes, f"the reference should hold several full logits tensors: {naive / 2**20:.1f} MiB"
+    assert chunked < logits_bytes / 2, (
+        f"chunked peak {chunked / 2**20:.1f} MiB should stay well below one (B, L, V) float32 tensor "
+        f"({logits_bytes / 2**20:.1f} MiB); naive peak {naive / 2**20:.1f} MiB"
+    )
