@@ -36,6 +36,9 @@ def job_output_dir() -> str:
 def dry_run_sweep(argv: list[str], config_dir: str) -> bool:
     """Print the config of every job of a sweep: ``run.py -m --cfg job|hydra|all [overrides]``.
 
+    With ``--cfg job`` and a ``hydra/launcher=...`` override, the launcher's settings
+    (SLURM partition, GPUs, time, ...) are printed once before the jobs.
+
     Hydra itself refuses ``--multirun`` together with ``--cfg``. This expands the
     sweep with Hydra's own override parser and its basic sweeper's cartesian
     product, composes each job's config exactly as a run would, and prints it
@@ -70,6 +73,11 @@ def dry_run_sweep(argv: list[str], config_dir: str) -> bool:
     jobs = BasicSweeper.split_arguments(parsed, None)[0]
     print(f"[dry run] {len(jobs)} jobs")
     with initialize_config_dir(config_dir=config_dir, version_base="1.3"):
+        if what == "job" and any(a.startswith(("hydra/launcher=", "hydra.launcher.")) for a in rest):
+            # the launcher is what a sweep dry run is usually checked for: show its settings once
+            first = compose("config", overrides=jobs[0], return_hydra_config=True)
+            launcher = OmegaConf.to_container(first.hydra.launcher, resolve=False)
+            print(OmegaConf.to_yaml({"hydra": {"launcher": launcher}}))
         for n, job in enumerate(jobs):
             cfg = compose("config", overrides=job, return_hydra_config=what != "job")
             if what == "hydra":

@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import contextlib
 import io
+import json
 import os
 import shutil
 import subprocess
@@ -165,46 +166,43 @@ def test_local_slots_never_run_two_jobs_on_one_slot(tmp_path):
 # --------------------------------------------------------------------------- #
 # Kill a local job mid-run, run the same command again: it resumes              #
 # --------------------------------------------------------------------------- #
-def _train_is_real() -> bool:
-    src = (REPO / "dapo_exp" / "train.py").read_text()
-    return "checkpoint" in src and len(src.splitlines()) > 50
+def _final_metrics(sweep: Path) -> dict[str, list[dict]]:
+    """Per job: its metrics.jsonl without the wall-clock keys (which differ run to run)."""
+    out = {}
+    for m in sorted(sweep.glob("*/metrics.jsonl")):
+        rows = [json.loads(x) for x in m.read_text().splitlines()]
+        out[m.parent.name] = [{k: v for k, v in r.items() if not k.startswith(("timing_s/", "perf/"))} for r in rows]
+    return out
 
 
 @pytest.mark.slow
-@pytest.mark.skipif(not _train_is_real(), reason="dapo_exp.train.train is still a stub (no checkpoints to resume)")
 def test_killed_local_job_resumes_from_its_checkpoint(tmp_path):
-    sweep = tmp_path / "sweep"
-    cmd = [
-        sys.executable,
-        str(REPO / "run.py"),
-        "-m",
-        "hydra/launcher=local_gpus",
-        "logger=none",
-        "fixes=grpo",
-        "train.steps=5",
-        "checkpoint.every=1",
-        "train.prompts_per_step=4",
-        "rollout.n=4",
-        "train.mini_batch_size=16",
-        "train.micro_batch_size=16",
-        "eval.every=0",
-        "eval.before_training=false",
-        "eval.k=1",
-        "task.arith_n_eval=8",
-        f"hydra.sweep.dir={sweep}",
-        "hydra.callbacks={}",
-    ]
-    env = dict(os.environ, DAPO_SLOT_DIR=str(tmp_path / "locks"), DAPO_SLOTS="a")
-    first = subprocess.Popen(cmd, cwd=REPO, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    """submitit_local (local_gpus launcher, two CPU slots): a two-job sweep completes; the same
+    sweep SIGKILLed mid-run and launched again finishes from its checkpoints with the same metrics."""
+    psutil = pytest.importorskip("psutil")
     from dapo_exp import checkpoint
 
-    deadline = time.time() + 300
-    ckpts: list[Path] = []
+    def cmd(sweep: Path) -> list[str]:
+        return [
+            sys.executable, str(REPO / "run.py"), "-m", "hydra/launcher=local_gpus", "logger=none",
+            "fixes=grpo,clip", "train.steps=20", "checkpoint.every=1", "train.prompts_per_step=4",
+            "rollout.n=4", "train.mini_batch_size=16", "train.micro_batch_size=16", "eval.every=10",
+            "eval.k=1", "task.arith_n_eval=8", f"hydra.sweep.dir={sweep}", "hydra.callbacks={}",
+        ]
+
+    env = dict(os.environ, DAPO_SLOT_DIR=str(tmp_path / "locks"), DAPO_SLOTS="a b", OMP_NUM_THREADS="1")
+    whole = subprocess.run(cmd(tmp_path / "whole"), cwd=REPO, env=env, capture_output=True, text=True, timeout=600)
+    assert whole.returncode == 0, whole.stderr[-3000:]
+    expected = _final_metrics(tmp_path / "whole")
+    assert len(expected) == 2 and all(rows[-1]["step"] == 20 for rows in expected.values())
+
+    sweep = tmp_path / "killed"
+    first = subprocess.Popen(cmd(sweep), cwd=REPO, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    deadline, ckpts = time.time() + 300, []
     while time.time() < deadline and not ckpts and first.poll() is None:
         ckpts = [c for d in sweep.glob("*/checkpoints") if (c := checkpoint.latest(d)) is not None]
-        time.sleep(0.5)
-    # a hard crash: SIGKILL the launcher and every process it started (submitit's controller, the job)
-    psutil = pytest.importorskip("psutil")
+        time.sleep(0.05)
+    # a hard crash: SIGKILL the launcher and every process it started (submitit's controller, the jobs)
     tree = psutil.Process(first.pid).children(recursive=True)
     first.kill()
     for proc in tree:
@@ -212,8 +210,30 @@ def test_killed_local_job_resumes_from_its_checkpoint(tmp_path):
             proc.kill()
     first.wait()
     assert ckpts, "no checkpoint appeared before the deadline (or the first run ended first)"
-    assert not (sweep / ckpts[0].parent.parent.name / "summary.json").exists(), "killed too late: run had finished"
-    done = subprocess.run(cmd, cwd=REPO, env=env, capture_output=True, text=True, timeout=600)
+    finished = [p for p in sweep.glob("*/summary.json") if json.loads(p.read_text()).get("status") == "finished"]
+    assert len(finished) < 2, "killed too late: both jobs had finished"
+    killed_at = {c.parent.parent.name: int(c.name.split("_")[1]) for c in ckpts}
+    assert all(step < 20 for step in killed_at.values())
+
+    done = subprocess.run(cmd(sweep), cwd=REPO, env=env, capture_output=True, text=True, timeout=600)
     assert done.returncode == 0, done.stderr[-3000:]
     logs = "\n".join(p.read_text(errors="replace") for ext in ("*.log", "*.out") for p in sweep.rglob(ext))
-    assert "resum" in logs.lower(), "the second run should report resuming from the checkpoint"
+    assert "resum" in logs.lower(), "the second launch should report resuming from the checkpoint"
+    assert _final_metrics(sweep) == expected
+
+
+def test_cfg_job_dry_run_of_a_slurm_sweep_shows_the_slurm_settings():
+    import subprocess
+    import sys
+    from pathlib import Path
+
+    root = Path(__file__).resolve().parents[1]
+    out = subprocess.run(
+        [sys.executable, "run.py", "-m", "hydra/launcher=slurm", "hydra.launcher.partition=gpu",
+         "hydra.launcher.account=myproj", "fixes=grpo,full", "--cfg", "job"],
+        cwd=root, capture_output=True, text=True, timeout=120,
+    )
+    assert out.returncode == 0, out.stderr
+    assert "[dry run] 2 jobs" in out.stdout
+    for line in ("partition: gpu", "account: myproj", "gpus_per_node: 1", "timeout_min: 1440", "SlurmLauncher"):
+        assert line in out.stdout, line

@@ -1,0 +1,42 @@
+"""GPU checks; they skip with a reason on machines without CUDA (CI has none)."""
+
+import json
+
+import pytest
+import torch
+
+from dapo_exp import runfiles
+
+pytestmark = [
+    pytest.mark.gpu,
+    pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA GPU (none on this machine)"),
+]
+
+
+def test_toy_run_on_cuda_with_bf16_autocast_and_token_budget(tmp_path, small_cfg):
+    from dapo_exp.train import train
+
+    s = train(small_cfg(tmp_path, "train.device=cuda", "train.bf16=auto", "train.token_budget=256"))
+    assert s["status"] == "finished"
+    rows = [json.loads(x) for x in (tmp_path / runfiles.METRICS).read_text().splitlines()]
+    assert all(0.0 <= r["perf/padding_waste"] < 1.0 for r in rows if "perf/padding_waste" in r)
+
+
+def test_chunked_logprobs_peak_memory_on_cuda():
+    from transformers import Qwen2Config, Qwen2ForCausalLM
+
+    from dapo_exp.logprobs import naive_token_logprobs, token_logprobs
+
+    cfg = Qwen2Config(hidden_size=128, num_hidden_layers=2, num_attention_heads=4, num_key_value_heads=2,
+                      intermediate_size=256, vocab_size=50_000)
+    model = Qwen2ForCausalLM(cfg).cuda()
+    ids = torch.randint(0, 50_000, (4, 512), device="cuda")
+    att = torch.ones_like(ids)
+    full = 4 * 511 * 50_000 * 4  # bytes of the float32 [B, L, V] log-softmax
+    torch.cuda.reset_peak_memory_stats()
+    base = torch.cuda.memory_allocated()
+    lp, ent = token_logprobs(model, ids, att, chunk=64, with_entropy=True)
+    chunked_peak = torch.cuda.max_memory_allocated() - base
+    ref_lp, ref_ent = naive_token_logprobs(model, ids, att)
+    assert torch.allclose(lp, ref_lp, atol=1e-4) and torch.allclose(ent, ref_ent, atol=1e-3)
+    assert chunked_peak < full
