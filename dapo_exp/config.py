@@ -42,25 +42,45 @@ class ConfigError(ValueError):
 class AlgoConfig:
     # Each fix of DAPO is a config group under conf/ that sets keys here; the keys
     # are the keyword arguments of the functions in dapo_exp/objective.py.
+    # divide group-centred rewards by the group std (GRPO, DAPO: true; Dr.GRPO: false)
     adv_norm_std: bool = True
+    # added to the std in the advantage's denominator
     adv_eps: float = 1e-6
+    # lower clip range: ratio >= 1 - eps_low for A < 0 (paper: 0.2)   [group clip_higher]
     eps_low: float = 0.2
+    # upper clip range: ratio <= 1 + eps_high for A > 0 (paper: 0.28; GRPO: 0.2)   [group clip_higher]
     eps_high: float = 0.2
+    # dual-clip bound c > 1 on the loss of A < 0 tokens, null = off (released script: 10)
     dual_clip: Optional[float] = None
+    # loss aggregation, LOSS_AGG_MODES (GRPO: seq-mean-token-mean; DAPO: token-mean)   [group token_level_loss]
     loss_agg: str = "seq-mean-token-mean"
+    # KL penalty coefficient against the initial policy, 0 = off (DAPO: removed)
     kl_coef: float = 0.0
+    # KL estimator: k1 | k2 | k3
     kl_estimator: str = "k3"
+    # mask truncated responses out of the loss (Table 1 ladder: on; released script: off)   [group overlong_filtering]
     overlong_filtering: bool = False
+    # length reward term: none | soft (Eq. 13) | linear_ramp | beyond_max   [group overlong_punishment]
     overlong_punishment: str = "none"
+    # L_cache in tokens, the ramp before L_max (paper: 4096)
     overlong_cache_len: int = 16
+    # scale of the length term (paper: 1.0)
     overlong_factor: float = 1.0
+    # L_max of the length term in tokens; null = rollout.max_response_len (paper: 20480, the cap)
     overlong_max_len: Optional[int] = None
+    # keep only groups with 0 < #correct < G and refill (paper: on)   [group dynamic_sampling]
     dynamic_sampling: bool = False
+    # filter signal: acc (raw accuracy, verl) | reward (the shaped reward)
     ds_signal: str = "acc"
+    # generation rounds per step at most, 0 = unlimited (paper: no cap; released script: 10)
     ds_max_rounds: int = 10
+    # when the cap is hit: error (verl) | partial (train on the groups kept so far)
     ds_on_cap: str = "error"
+    # kept groups beyond the batch: discard (paper, verl) | carry (to the next step)
     ds_surplus: str = "discard"
+    # prompts generated per round = ceil(prompts_per_step * ds_oversample) (released script: 3)
     ds_oversample: float = 1.0
+    # truncated importance sampling: cap on exp(old_logp - engine_logp) per token, null = off
     tis_cap: Optional[float] = None
 
 
@@ -95,30 +115,45 @@ class TaskConfig:
 
 @dataclass
 class ModelConfig:
+    # a label: tiny | hf
     name: str = "tiny"
+    # "tiny" (the embedded model, built and cached) or an HF hub id or a local directory
     path: str = "tiny"
+    # compute dtype (bf16 autocast on CUDA, the vLLM engine's dtype); master weights stay float32
     dtype: str = "float32"
+    # allow custom modelling code from the hub
     trust_remote_code: bool = False
+    # recompute activations in backward (less memory, ~30% slower)
     gradient_checkpointing: bool = False
+    # tiny model only: width, depth, attention heads (head_dim = hidden_size / num_heads)
     hidden_size: int = 96
     num_layers: int = 3
     num_heads: int = 3
+    # tiny model only: supervised warm start (optimizer steps, lr, batch size)
     warmstart_steps: int = 300
     warmstart_lr: float = 3e-3
     warmstart_batch_size: int = 64
+    # tiny model only: fraction of warm-start targets that ramble past the cap / end wrong
     warmstart_long_frac: float = 0.15
     warmstart_wrong_frac: float = 0.3
+    # where warm-started tiny models are cached (keyed by the settings above)
     cache_dir: str = "~/.cache/dapo_exp/warmstart"
 
 
 @dataclass
 class RolloutConfig:
+    # hf (transformers generate) | vllm (in-process vLLM)
     engine: str = "hf"
+    # responses per prompt, the group size G (paper: 16)
     n: int = 8
+    # L_max, the generation cap in tokens (paper: 20480)
     max_response_len: int = 64
+    # training sampling (paper: 1.0 / 1.0)
     temperature: float = 1.0
     top_p: float = 1.0
+    # sequences per HF generate call
     gen_batch_size: int = 256
+    # vLLM on GPU: memory fraction, sleep during training, no CUDA graphs
     vllm_gpu_memory_utilization: float = 0.5
     vllm_sleep: bool = True
     vllm_enforce_eager: bool = True
@@ -126,60 +161,92 @@ class RolloutConfig:
 
 @dataclass
 class TrainConfig:
+    # rollout steps
     steps: int = 30
+    # prompt groups per training batch (paper: 512)
     prompts_per_step: int = 16
+    # responses per optimizer update, whole groups (paper: 512)
     mini_batch_size: int = 64
+    # responses per forward/backward pass (gradient accumulation; never changes the gradient)
     micro_batch_size: int = 32
+    # padded tokens per micro-batch instead of a fixed count, null = off
     token_budget: Optional[int] = None
+    # passes over each batch (paper: 1)
     ppo_epochs: int = 1
+    # auto | cpu | cuda
     device: str = "auto"
+    # bf16 autocast on CUDA: auto | true | false
     bf16: str = "auto"
+    # torch.compile the model's forward
     torch_compile: bool = False
+    # positions projected to the vocabulary at a time when computing log-probs
     logprob_chunk: int = 1024
 
 
 @dataclass
 class OptimConfig:
-    lr: float = 2e-4
+    # AdamW learning rate after warm-up (paper: 1e-6)
+    lr: float = 5e-5
+    # linear warm-up in rollout steps (paper: 20; released script: 10)
     warmup_steps: int = 2
+    # AdamW weight decay (released script: 0.1)
     weight_decay: float = 0.1
+    # max global grad norm, 0 = off (released script: 1.0)
     grad_clip: float = 1.0
+    # AdamW betas
     beta1: float = 0.9
     beta2: float = 0.999
 
 
 @dataclass
 class EvalConfig:
+    # evaluate every N rollout steps, 0 = only before and after training (released script: 5)
     every: int = 10
+    # evaluate the base policy at step 0
     before_training: bool = True
+    # samples per problem for avg@k / pass@k / maj@k (paper: 32)
     k: int = 4
+    # evaluation sampling (paper: 1.0 / 0.7)
     temperature: float = 1.0
     top_p: float = 0.7
+    # generation cap at eval, null = rollout.max_response_len
     max_response_len: Optional[int] = None
+    # write every sample to eval_samples.jsonl
     save_samples: bool = True
 
 
 @dataclass
 class LoggerConfig:
+    # wandb | none (metrics.jsonl and summary.json are always written)
     backend: str = "wandb"
+    # W&B project and entity (null = your default entity)
     project: str = "dapo-exp"
     entity: Optional[str] = None
+    # W&B group, null = the sweep name
     group: Optional[str] = None
+    # offline | online | disabled
     mode: str = "offline"
+    # extra W&B tags (the enabled fixes and the preset are added automatically)
     tags: list[str] = field(default_factory=list)
 
 
 @dataclass
 class CheckpointConfig:
+    # save every N rollout steps, 0 = only at the end (a re-run of the command resumes)
     every: int = 10
+    # checkpoints kept
     keep: int = 2
 
 
 @dataclass
 class Config:
+    # seed of the RL run (sampling, data order); the tiny model's warm start has its own
     seed: int = 0
+    # name of the fixes= preset this run was launched from (runs are labelled by their switches)
     preset: str = "custom"
+    # sweep name: multirun/<sweep>/ and the W&B group
     sweep: str = "default"
+    # the run's output directory (set by run.py to Hydra's job directory)
     out_dir: str = "."
     algo: AlgoConfig = field(default_factory=AlgoConfig)
     task: TaskConfig = field(default_factory=TaskConfig)
