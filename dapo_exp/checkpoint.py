@@ -50,6 +50,8 @@ def save(
     """Write ``<ckpt_root>/step_<step>/`` atomically and prune to the newest ``keep``."""
     root = Path(ckpt_root)
     root.mkdir(parents=True, exist_ok=True)
+    for stale in root.glob(".tmp-*"):  # left by a run killed while saving
+        shutil.rmtree(stale, ignore_errors=True)
     tmp = Path(tempfile.mkdtemp(dir=root, prefix=".tmp-"))
     save_model(model, str(tmp / WEIGHTS))
     torch.save(

@@ -115,7 +115,7 @@ class TaskConfig:
 
 @dataclass
 class ModelConfig:
-    # a label: tiny | hf
+    # a label recorded with the run: tiny | hf (the model is loaded from `path`)
     name: str = "tiny"
     # "tiny" (the embedded model, built and cached) or an HF hub id or a local directory
     path: str = "tiny"

@@ -7,8 +7,9 @@ states are projected to the vocabulary ``chunk`` positions at a time; with grad
 enabled each chunk is recomputed in backward (activation checkpointing), so only
 one chunk of logits exists at a time in either pass.
 
-Padding: rows are right-padded; position ids are ``cumsum(attention_mask) - 1``
-(so a left-padded row also gets positions 0, 1, ... from its first real token)
+Padding: the trainer's rows are ``[left-padded prompt | right-padded response]``;
+position ids are ``cumsum(attention_mask) - 1``, so every row gets positions 0, 1, ...
+from its first real token
 and the decoder gets the attention mask, so a row's real tokens never see its
 padding. Outputs at padded positions are garbage; the caller's mask drops them.
 
@@ -84,7 +85,7 @@ def token_logprobs(
 
     Args:
         model: a transformers causal LM (``get_decoder()`` and ``get_output_embeddings()``).
-        input_ids, attention_mask: ``(B, L)``, right-padded ``prompt + response`` rows.
+        input_ids, attention_mask: ``(B, L)`` ``prompt + response`` rows, padded on either side.
         chunk: positions projected to the vocabulary at a time.
         with_entropy: also compute the entropy (costs one more pass over each chunk's logits).
         temperature: divide logits by it (the sampling distribution's log-probs).

@@ -141,7 +141,9 @@ def clipped_surrogate(
     if advantages.dim() == 1:
         advantages = advantages[:, None]
     advantages = advantages.to(logp.dtype)
-    ratio = torch.exp(logp - old_logp)
+    # the log-ratio is clamped to +-20 (as verl) so that exp() cannot overflow to inf,
+    # whose product with a 0 mask would be NaN; no realistic ratio comes near exp(20)
+    ratio = torch.exp((logp - old_logp).clamp(-20.0, 20.0))
     unclipped = ratio * advantages
     clipped = torch.clamp(ratio, 1.0 - eps_low, 1.0 + eps_high) * advantages
     loss = -torch.minimum(unclipped, clipped)

@@ -16,7 +16,7 @@ Run directory layout::
                                "truncated"}
     <run>/train_samples.jsonl  a few training rollouts per step (same keys + "reward", "group")
     <run>/checkpoints/step_<n>/ model.safetensors, trainer_state.pt (optimizer, scheduler,
-                               RNG states, data position, step, metrics so far)
+                               RNG states, data position, step, eval history)
     <run>/wandb/               the W&B run (offline by default)
     <run>/.hydra/              Hydra's record of the composed config and overrides
 """

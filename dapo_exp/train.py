@@ -134,14 +134,15 @@ def rows_to_tensors(
 
 
 def response_logprobs(
-    model, prompts, responses, pad_id, device, chunk, temperature, with_entropy=False, autocast=False
+    model, prompts, responses, pad_id, device, chunk, temperature, with_entropy=False, autocast=False,
+    autocast_dtype=torch.bfloat16,
 ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
     """``(logp (B, T), entropy (B, T), response_mask (B, T))`` of the response tokens."""
     from dapo_exp.logprobs import token_logprobs
 
     ids, att, rmask, width_p = rows_to_tensors(prompts, responses, pad_id)
     ids, att = ids.to(device), att.to(device)
-    with torch.autocast(device_type=device.type, dtype=torch.bfloat16, enabled=autocast):
+    with torch.autocast(device_type=device.type, dtype=autocast_dtype, enabled=autocast):
         logp, ent = token_logprobs(model, ids, att, chunk=chunk, with_entropy=with_entropy, temperature=temperature)
     t = rmask.shape[1]
     return logp[:, width_p - 1 : width_p - 1 + t].float(), ent[:, width_p - 1 : width_p - 1 + t].float(), rmask.to(
@@ -185,10 +186,18 @@ def write_json(path: Path, obj: Any) -> None:
 
 
 def truncate_jsonl(path: Path, max_step: int) -> None:
-    """Drop lines logged after ``max_step`` (written by a run killed before its next checkpoint)."""
+    """Drop lines logged after ``max_step`` (written by a run killed before its next checkpoint)
+    and any line left half-written by a kill."""
     if not path.exists():
         return
-    keep = [ln for ln in path.read_text().splitlines() if ln.strip() and json.loads(ln).get("step", 0) <= max_step]
+    keep = []
+    for ln in path.read_text(errors="replace").splitlines():
+        try:
+            row = json.loads(ln)
+        except json.JSONDecodeError:  # a line half-written when the run was killed
+            continue
+        if row.get("step", 0) <= max_step:
+            keep.append(ln)
     path.write_text("".join(ln + "\n" for ln in keep))
 
 
@@ -336,20 +345,22 @@ def train(cfg: DictConfig) -> dict[str, Any]:
         "status": runfiles.STATUS_RUNNING, "label": label, "preset": cfg.preset, "switches": switches,
         "seed": cfg.seed, "config": resolved, "git_commit": commit, "error": None,
     }
-    tracker = None
+    cleanup: list = []  # what _train opened: closed here if it fails
     try:
-        summary = _train(cfg, out, summary, t_start, label, switches, resolved, commit)
-        return summary
+        return _train(cfg, out, summary, t_start, label, switches, resolved, commit, cleanup)
     except BaseException as exc:  # KeyboardInterrupt too: record it, keep the checkpoints, re-raise
         summary.update(status=runfiles.STATUS_FAILED, error=f"{type(exc).__name__}: {exc}",
                        traceback=traceback.format_exc())
         write_json(out / runfiles.SUMMARY, summary)
+        for close in reversed(cleanup):
+            try:
+                close()
+            except Exception:  # noqa: BLE001 - best effort; the original error is what matters
+                log.warning("cleanup after failure failed", exc_info=True)
         raise
-    finally:
-        del tracker
 
 
-def _train(cfg, out, summary, t_start, label, switches, resolved, commit) -> dict[str, Any]:
+def _train(cfg, out, summary, t_start, label, switches, resolved, commit, cleanup) -> dict[str, Any]:
     from tqdm.auto import tqdm
 
     from dapo_exp.models import load_policy, resolve_model_path
@@ -361,7 +372,11 @@ def _train(cfg, out, summary, t_start, label, switches, resolved, commit) -> dic
     a, r, t = cfg.algo, cfg.rollout, cfg.train
     seed_everything(cfg.seed)
     device = pick_device(t.device)
-    autocast = device.type == "cuda" and str(t.bf16).lower() in ("auto", "true")
+    # autocast on CUDA in model.dtype (train.bf16: auto = when model.dtype is 16-bit, true = always bf16)
+    half = {"bfloat16": torch.bfloat16, "float16": torch.float16, "auto": torch.bfloat16}.get(cfg.model.dtype)
+    bf16_flag = str(t.bf16).lower()
+    autocast = device.type == "cuda" and (bf16_flag == "true" or (bf16_flag == "auto" and half is not None))
+    autocast_dtype = half or torch.bfloat16
 
     # ---- 1. task, policy, engine, optimizer -------------------------------------
     task = load_task(cfg.task)
@@ -381,10 +396,19 @@ def _train(cfg, out, summary, t_start, label, switches, resolved, commit) -> dic
         log.warning("%d training prompts exceed task.max_prompt_len=%d; they are left-truncated",
                     too_long, cfg.task.max_prompt_len)
         train_prompts = [p[-cfg.task.max_prompt_len:] for p in train_prompts]
+    eval_too_long = sum(len(p) > cfg.task.max_prompt_len for p in eval_prompts)
+    if eval_too_long:
+        log.warning("%d eval prompts exceed task.max_prompt_len=%d; they are left-truncated",
+                    eval_too_long, cfg.task.max_prompt_len)
+        eval_prompts = [p[-cfg.task.max_prompt_len:] for p in eval_prompts]
     ref_model = copy.deepcopy(model).eval().requires_grad_(False) if a.kl_coef > 0 else None
     engine = make_engine(cfg, model, tokenizer, model_path)
+    cleanup.append(engine.close)  # a sweep's next job must not find this one's vLLM holding the GPU
     if t.torch_compile:
-        model.forward = torch.compile(model.forward)
+        # compile the decoder's forward in place (used by generation and by the chunked
+        # log-prob path alike); the module and its state_dict keys stay as they are
+        decoder = model.get_decoder()
+        decoder.forward = torch.compile(decoder.forward)
 
     o = cfg.optim
     optimizer = torch.optim.AdamW(model.parameters(), lr=o.lr, betas=(o.beta1, o.beta2), weight_decay=o.weight_decay)
@@ -420,9 +444,11 @@ def _train(cfg, out, summary, t_start, label, switches, resolved, commit) -> dic
     tracker = start_tracker(
         cfg.logger.backend, out_dir=str(out), config={**resolved, "git_commit": commit, "label": label},
         project=cfg.logger.project, group=cfg.logger.group or cfg.sweep, name=f"{label}-s{cfg.seed}",
-        tags=[k for k, v in switches.items() if v] + [f"preset:{cfg.preset}", f"label:{label}"],
+        tags=[k for k, v in switches.items() if v] + [f"preset:{cfg.preset}", f"label:{label}"]
+        + list(cfg.logger.tags),
         mode=cfg.logger.mode, entity=cfg.logger.entity, run_id=state["wandb_id"],
     )
+    cleanup.append(lambda: tracker.finish(exit_code=1))
     n_params = sum(p.numel() for p in model.parameters())
     log.info("%s: %s, %.2fM params, %d train / %d eval problems, device %s",
              label, model_path, n_params / 1e6, len(train_prompts), len(eval_prompts), device)
@@ -497,13 +523,14 @@ def _train(cfg, out, summary, t_start, label, switches, resolved, commit) -> dic
                                         t.token_budget):
                     lp, ent, mk = response_logprobs(model, [prompts[i] for i in mb], [responses[i] for i in mb],
                                                     tokenizer.pad_token_id, device, t.logprob_chunk,
-                                                    r.temperature, with_entropy=True, autocast=autocast)
+                                                    r.temperature, with_entropy=True, autocast=autocast,
+                                                    autocast_dtype=autocast_dtype)
                     old_logp[mb, : lp.shape[1]] = lp.cpu()
                     ent_sum += float((ent * mk).sum())
                     if ref_model is not None:
                         rl, _, _ = response_logprobs(ref_model, [prompts[i] for i in mb], [responses[i] for i in mb],
                                                      tokenizer.pad_token_id, device, t.logprob_chunk, r.temperature,
-                                                     autocast=autocast)
+                                                     autocast=autocast, autocast_dtype=autocast_dtype)
                         ref_logp[mb, : rl.shape[1]] = rl.cpu()
             tok_adv = adv[:, None].expand(B, width).clone()
             if groups[0].sampled_logprobs is not None:
@@ -536,7 +563,7 @@ def _train(cfg, out, summary, t_start, label, switches, resolved, commit) -> dic
                         upd["real_tokens"] += sum(row_lens[i] for i in micro)
                         lp, _, _ = response_logprobs(model, [prompts[i] for i in sel], [responses[i] for i in sel],
                                                      tokenizer.pad_token_id, device, t.logprob_chunk,
-                                                     r.temperature, autocast=autocast)
+                                                     r.temperature, autocast=autocast, autocast_dtype=autocast_dtype)
                         w_ = lp.shape[1]
                         loss, st = objective.policy_loss(
                             lp, old_logp[sel, :w_].to(device), tok_adv[sel, :w_].to(device),
@@ -638,7 +665,9 @@ def _train(cfg, out, summary, t_start, label, switches, resolved, commit) -> dic
     state["wall_time_s"] += time.perf_counter() - t_start
     evals = {int(k): v for k, v in state["evals"].items()}
     final_step = max(evals)
-    best_step = max(evals, key=lambda s: (evals[s].get(runfiles.EVAL_ACC, -1), -s))
+    # best over the evaluations of the trained policy (step 0 is the base policy, reported as `base`)
+    trained = [s_ for s_ in evals if s_ > 0] or list(evals)
+    best_step = max(trained, key=lambda s_: (evals[s_].get(runfiles.EVAL_ACC, -1), -s_))
     summary.update(
         status=runfiles.STATUS_FINISHED, steps_done=step, wall_time_s=state["wall_time_s"],
         final={"step": final_step, **evals[final_step]}, best={"step": best_step, **evals[best_step]},
@@ -650,6 +679,7 @@ def _train(cfg, out, summary, t_start, label, switches, resolved, commit) -> dic
     tracker.summary({k: v for k, v in summary.items() if k not in ("config", "traceback")}
                     | {"final/" + k: v for k, v in summary["final"].items()})
     tracker.finish()
+    engine.close()
     _print_summary(summary)
     return summary
 

@@ -149,3 +149,31 @@ def test_token_budget_micro_batches_give_the_same_update(tmp_path, small_cfg):
     b = [r for r in metrics(tmp_path / "budget") if "actor/pg_loss" in r][0]
     for k in ("actor/pg_loss", "actor/grad_norm", "actor/entropy", "actor/pg_clipfrac_higher", "reward/mean"):
         assert a[k] == pytest.approx(b[k], rel=1e-5, abs=1e-7), k
+
+
+def test_resume_survives_a_half_written_jsonl_line(tmp_path, small_cfg):
+    """A kill in the middle of a write leaves a broken last line: resume drops it, never crashes on it."""
+    overrides = ("train.steps=3", "checkpoint.every=2")
+    train(small_cfg(tmp_path / "whole", *overrides))
+    cfg = small_cfg(tmp_path / "cut", *overrides)
+    import dapo_exp.train as T
+
+    real, calls = T.collect_groups, {"n": 0}
+
+    def dies_at_step_3(*a, **k):
+        calls["n"] += 1
+        if calls["n"] == 3:
+            raise KeyboardInterrupt
+        return real(*a, **k)
+
+    T.collect_groups = dies_at_step_3
+    try:
+        with pytest.raises(KeyboardInterrupt):
+            train(cfg)
+    finally:
+        T.collect_groups = real
+    for name in (runfiles.METRICS, runfiles.EVAL_SAMPLES):
+        with (tmp_path / "cut" / name).open("a") as f:
+            f.write('{"step": 3, "eval/acc_av')  # half-written
+    assert train(cfg)["status"] == "finished"
+    assert metrics(tmp_path / "cut") == metrics(tmp_path / "whole")

@@ -60,3 +60,7 @@ class RolloutEngine(Protocol):
     def wake(self) -> None:
         """Undo :meth:`sleep` before generating."""
         ...
+
+    def close(self) -> None:
+        """Release the engine's memory (end of a run; the next job of a sweep may share the process)."""
+        ...

@@ -26,7 +26,7 @@ class HFEngine:
     @staticmethod
     def _eos_ids(model, tokenizer) -> set[int]:
         ids = model.generation_config.eos_token_id
-        ids = ids if isinstance(ids, list) else [ids]
+        ids = list(ids) if isinstance(ids, (list, tuple)) else [ids]  # a copy: never edit the model's config
         if tokenizer.eos_token_id is not None:
             ids.append(tokenizer.eos_token_id)
         return {int(i) for i in ids if i is not None}
@@ -84,3 +84,6 @@ class HFEngine:
 
     def wake(self) -> None:
         """See :meth:`sleep`."""
+
+    def close(self) -> None:
+        """Nothing to release: the model belongs to the trainer."""

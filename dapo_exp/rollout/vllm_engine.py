@@ -282,3 +282,20 @@ class VLLMEngine:
             return
         self.llm.wake_up(tags=None if not self._weights_awake else ["kv_cache"])
         self._asleep, self._weights_awake = False, True
+
+    def close(self) -> None:
+        """Shut the engine down and free its memory, so that the next job of a sweep run in the
+        same process (Hydra's basic launcher) does not find this one's engine holding the GPU."""
+        llm = getattr(self, "llm", None)
+        if llm is None:
+            return
+        engine_core = getattr(getattr(llm, "llm_engine", None), "engine_core", None)
+        if engine_core is not None and hasattr(engine_core, "shutdown"):
+            engine_core.shutdown()
+        self.llm = None
+        del llm
+        import gc
+
+        gc.collect()
+        if torch.cuda.is_available():
+            torch.cuda.empty_cache()
