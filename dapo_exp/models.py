@@ -33,21 +33,30 @@ log = logging.getLogger(__name__)
 
 WARMSTART_SEED = 20250317  # fixed: the base policy must not depend on the run seed
 WARMSTART_VERSION = 3  # bump when the warm-start recipe changes (invalidates caches)
-_CHARS = "0123456789+-*/=()?:.,! \nabcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ"
+CHARS = "0123456789+-*/=()?:.,! \nabcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ"
+CHAR_SPECIALS = ("<pad>", "<unk>", "<bos>", "<eos>")
 _RAMBLE = ["hmm wait", "let me check", "check again", "not sure", "recount", "so far so good"]
 
 
 # --------------------------------------------------------------------------- #
 # Tokenizer                                                                     #
 # --------------------------------------------------------------------------- #
-def build_char_tokenizer():
-    """A character-level ``PreTrainedTokenizerFast`` (one token per character)."""
+def build_char_tokenizer(vocab_size: int | None = None):
+    """A character-level ``PreTrainedTokenizerFast`` (one token per character of :data:`CHARS`).
+
+    Ids: the :data:`CHAR_SPECIALS` first (``<pad>`` 0, ``<unk>`` 1, ``<bos>`` 2, ``<eos>`` 3), then
+    the characters. ``vocab_size`` pads the vocabulary with ``<tN>`` filler tokens up to that size
+    (the benchmarks' random models of a given vocabulary size use this).
+    """
     from tokenizers import Regex, Tokenizer, decoders, models, pre_tokenizers
     from transformers import PreTrainedTokenizerFast
 
-    specials = ["<pad>", "<unk>", "<bos>", "<eos>"]
-    vocab = {tok: i for i, tok in enumerate(specials + list(_CHARS))}
-    tok = Tokenizer(models.WordLevel(vocab=vocab, unk_token="<unk>"))
+    tokens = list(CHAR_SPECIALS) + list(CHARS)
+    if vocab_size is not None:
+        if vocab_size < len(tokens):
+            raise ValueError(f"vocab_size must be >= {len(tokens)}, got {vocab_size}")
+        tokens += [f"<t{i}>" for i in range(vocab_size - len(tokens))]
+    tok = Tokenizer(models.WordLevel(vocab={t: i for i, t in enumerate(tokens)}, unk_token="<unk>"))
     tok.pre_tokenizer = pre_tokenizers.Split(Regex(r"[\s\S]"), behavior="isolated")
     tok.decoder = decoders.Fuse()
     return PreTrainedTokenizerFast(
@@ -91,7 +100,7 @@ def build_tiny_model(tokenizer: Any, hidden_size: int, num_layers: int, num_head
 def _warmstart_key(model_cfg: Any, task_cfg: Any, max_response_len: int) -> str:
     keys = {
         "version": WARMSTART_VERSION,
-        "chars": _CHARS,
+        "chars": CHARS,
         "model": {
             k: getattr(model_cfg, k)
             for k in (

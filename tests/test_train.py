@@ -16,6 +16,21 @@ PRESETS = sorted(p.stem for p in (ROOT / "conf" / "fixes").glob("*.yaml"))
 VOLATILE = ("timing_s/", "perf/")
 
 
+def kill_during_step(monkeypatch, step):
+    """Make train() die like a killed process (KeyboardInterrupt) as it starts rollout step ``step``."""
+    import dapo_exp.train as T
+
+    real, calls = T.collect_groups, {"n": 0}
+
+    def dies(*a, **k):
+        calls["n"] += 1
+        if calls["n"] == step:
+            raise KeyboardInterrupt(f"simulated kill during step {step}")
+        return real(*a, **k)
+
+    monkeypatch.setattr(T, "collect_groups", dies)
+
+
 def metrics(run_dir):
     rows = [json.loads(x) for x in (Path(run_dir) / runfiles.METRICS).read_text().splitlines()]
     return [{k: v for k, v in r.items() if not k.startswith(VOLATILE)} for r in rows]
@@ -48,23 +63,12 @@ def test_kill_and_resume_gives_identical_metrics(tmp_path, small_cfg, monkeypatc
     overrides = ("train.steps=4", "checkpoint.every=2", "eval.every=2")
     train(small_cfg(tmp_path / "whole", *overrides))
 
-    import dapo_exp.train as T
-
-    real = T.collect_groups
-    calls = {"n": 0}
-
-    def dies_at_step_3(*a, **k):
-        calls["n"] += 1
-        if calls["n"] == 3:
-            raise KeyboardInterrupt("simulated kill during step 3")
-        return real(*a, **k)
-
-    monkeypatch.setattr(T, "collect_groups", dies_at_step_3)
+    kill_during_step(monkeypatch, 3)
     with pytest.raises(KeyboardInterrupt):
         train(small_cfg(tmp_path / "killed", *overrides))
     assert json.loads((tmp_path / "killed" / runfiles.SUMMARY).read_text())["status"] == "failed"
     assert (tmp_path / "killed" / "checkpoints" / "step_0000002").exists()
-    monkeypatch.setattr(T, "collect_groups", real)
+    monkeypatch.undo()
     s = train(small_cfg(tmp_path / "killed", *overrides))  # the same command again: resumes
     assert s["status"] == "finished"
     assert metrics(tmp_path / "killed") == metrics(tmp_path / "whole")
@@ -151,27 +155,15 @@ def test_token_budget_micro_batches_give_the_same_update(tmp_path, small_cfg):
         assert a[k] == pytest.approx(b[k], rel=1e-5, abs=1e-7), k
 
 
-def test_resume_survives_a_half_written_jsonl_line(tmp_path, small_cfg):
+def test_resume_survives_a_half_written_jsonl_line(tmp_path, small_cfg, monkeypatch):
     """A kill in the middle of a write leaves a broken last line: resume drops it, never crashes on it."""
     overrides = ("train.steps=3", "checkpoint.every=2")
     train(small_cfg(tmp_path / "whole", *overrides))
     cfg = small_cfg(tmp_path / "cut", *overrides)
-    import dapo_exp.train as T
-
-    real, calls = T.collect_groups, {"n": 0}
-
-    def dies_at_step_3(*a, **k):
-        calls["n"] += 1
-        if calls["n"] == 3:
-            raise KeyboardInterrupt
-        return real(*a, **k)
-
-    T.collect_groups = dies_at_step_3
-    try:
-        with pytest.raises(KeyboardInterrupt):
-            train(cfg)
-    finally:
-        T.collect_groups = real
+    kill_during_step(monkeypatch, 3)
+    with pytest.raises(KeyboardInterrupt):
+        train(cfg)
+    monkeypatch.undo()
     for name in (runfiles.METRICS, runfiles.EVAL_SAMPLES):
         with (tmp_path / "cut" / name).open("a") as f:
             f.write('{"step": 3, "eval/acc_av')  # half-written

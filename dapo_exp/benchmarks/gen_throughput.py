@@ -32,10 +32,10 @@ import time
 def _prompts(n_prompts: int, length: int, seed: int) -> list[list[int]]:
     import torch
 
-    from dapo_exp.benchmarks.random_models import CHARS
+    from dapo_exp.benchmarks.random_models import CHARS, FIRST_CHAR_ID
 
     g = torch.Generator().manual_seed(seed)
-    return torch.randint(2, 2 + len(CHARS), (n_prompts, length), generator=g).tolist()
+    return torch.randint(FIRST_CHAR_ID, FIRST_CHAR_ID + len(CHARS), (n_prompts, length), generator=g).tolist()
 
 
 def _time_engine(engine, prompts, spec_kwargs, repeats: int) -> dict[str, float]:
@@ -70,7 +70,7 @@ def main(argv: list[str] | None = None) -> None:
     os.environ.setdefault("VLLM_CPU_KVCACHE_SPACE", "1")
     import torch
 
-    from dapo_exp.benchmarks.random_models import SIZES, char_tokenizer, n_params, save_random_qwen2
+    from dapo_exp.benchmarks.random_models import SIZES, build_char_tokenizer, n_params, save_random_qwen2
 
     device = "cuda" if torch.cuda.is_available() else "cpu"
     engines = args.engines.split(",")
@@ -85,7 +85,7 @@ def main(argv: list[str] | None = None) -> None:
             if "hf" in engines:
                 from dapo_exp.rollout.hf_engine import HFEngine
 
-                tok = char_tokenizer(size.vocab_size)
+                tok = build_char_tokenizer(size.vocab_size)
                 hf = HFEngine(model, tok, gen_batch_size=len(prompts) * args.n)
                 row["hf"] = _time_engine(hf, prompts, spec, args.repeats)
                 del hf

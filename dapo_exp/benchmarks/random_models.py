@@ -1,10 +1,10 @@
 """Random-weight Qwen2 checkpoints (model + tokenizer) written to a directory, for engine tests and benchmarks.
 
 vLLM loads models from an HF-format directory, tokenizer included; these are
-built in code, so tests and benchmarks need no download. The tokenizer maps
-single characters (digits, arithmetic symbols, letters) to ids and pads the
-vocabulary with ``<tN>`` filler tokens up to ``vocab_size``; id 0 is ``<pad>``,
-id 1 is ``<eos>``.
+built in code, so tests and benchmarks need no download. The tokenizer is the
+tiny model's character tokenizer (:func:`dapo_exp.models.build_char_tokenizer`)
+padded with ``<tN>`` filler tokens up to ``vocab_size``; id 0 is ``<pad>``,
+id 3 is ``<eos>``, characters start at :data:`FIRST_CHAR_ID`.
 
 vLLM's CPU attention needs ``hidden_size / num_heads`` in {32, 64, 80, 96, 112, 128, ...}.
 """
@@ -14,8 +14,11 @@ from __future__ import annotations
 import os
 from dataclasses import dataclass
 
-PAD_ID, EOS_ID = 0, 1
-CHARS = list("0123456789+-*/=() ?.,:abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ")
+from dapo_exp.models import CHAR_SPECIALS, CHARS, build_char_tokenizer
+
+# the ids of dapo_exp.models.build_char_tokenizer (the tiny model's tokenizer, padded with fillers)
+PAD_ID, EOS_ID = CHAR_SPECIALS.index("<pad>"), CHAR_SPECIALS.index("<eos>")
+FIRST_CHAR_ID = len(CHAR_SPECIALS)
 
 
 @dataclass(frozen=True)
@@ -41,21 +44,6 @@ SIZES = {
 }
 
 
-def char_tokenizer(vocab_size: int):
-    """A ``PreTrainedTokenizerFast`` over single characters, padded with filler tokens to ``vocab_size``."""
-    from tokenizers import Tokenizer, decoders, models, pre_tokenizers
-    from transformers import PreTrainedTokenizerFast
-
-    tokens = ["<pad>", "<eos>"] + CHARS
-    if vocab_size < len(tokens):
-        raise ValueError(f"vocab_size must be >= {len(tokens)}, got {vocab_size}")
-    tokens += [f"<t{i}>" for i in range(vocab_size - len(tokens))]
-    tok = Tokenizer(models.WordLevel({t: i for i, t in enumerate(tokens)}, unk_token="?"))
-    tok.pre_tokenizer = pre_tokenizers.Split("", "isolated")
-    tok.decoder = decoders.Fuse()
-    return PreTrainedTokenizerFast(tokenizer_object=tok, pad_token="<pad>", eos_token="<eos>", unk_token="?")
-
-
 def save_random_qwen2(out_dir: str, size: Qwen2Size, seed: int = 0, dtype: str = "float32"):
     """Write a random ``Qwen2ForCausalLM`` and its tokenizer to ``out_dir``; return the model (eval mode)."""
     import torch
@@ -78,7 +66,7 @@ def save_random_qwen2(out_dir: str, size: Qwen2Size, seed: int = 0, dtype: str =
     model = Qwen2ForCausalLM(cfg).to(getattr(torch, dtype)).eval()
     os.makedirs(out_dir, exist_ok=True)
     model.save_pretrained(out_dir)
-    char_tokenizer(size.vocab_size).save_pretrained(out_dir)
+    build_char_tokenizer(size.vocab_size).save_pretrained(out_dir)
     return model
 
 

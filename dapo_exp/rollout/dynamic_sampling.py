@@ -66,7 +66,6 @@ class CollectStats:
     carried_in: int = 0
     cap_hit: bool = False
     gen_tokens: int = 0
-    gen_seconds: float = 0.0
 
 
 def collect_groups(
