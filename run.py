@@ -4,7 +4,9 @@ A thin ``@hydra.main`` wrapper over :func:`dapo_exp.train.train`, which tests ca
 directly with a composed config. ``python run.py -m --cfg job <sweep>`` prints the
 config of every job of the sweep without running it. In a multirun, a job that
 fails is recorded (``summary.json`` with ``status: failed``) and the sweep goes on;
-a single run re-raises. See README.md.
+a single run re-raises. A multirun without ``sweep=`` is named after its swept
+overrides (``multirun/fixes=grpo,clip,clip_ds,full``). SIGTERM / SIGINT stop a run
+cleanly after its current step (exit code 128 + the signal). See README.md.
 """
 
 import logging
@@ -14,7 +16,8 @@ import sys
 import hydra
 from omegaconf import DictConfig
 
-from dapo_exp.hydra_setup import dry_run_sweep, job_output_dir, record_failure, register_resolvers
+from dapo_exp.hydra_setup import default_sweep_name, dry_run_sweep, job_output_dir, register_resolvers
+from dapo_exp.rundir import RunLockedError, record_failure
 
 CONFIG_DIR = os.path.join(os.path.dirname(os.path.abspath(__file__)), "conf")
 register_resolvers()
@@ -31,6 +34,11 @@ def main(cfg: DictConfig) -> float | None:
     cfg.out_dir = job_output_dir()
     try:
         summary = train(cfg)
+    except RunLockedError as exc:  # another process writes this run: touch nothing of it
+        if HydraConfig.get().mode != RunMode.MULTIRUN:
+            raise
+        log.error("job %s skipped: %s", cfg.out_dir, exc)
+        return None
     except Exception as exc:
         if HydraConfig.get().mode != RunMode.MULTIRUN:
             raise
@@ -41,5 +49,14 @@ def main(cfg: DictConfig) -> float | None:
 
 
 if __name__ == "__main__":
+    # a multirun that names no sweep is named after what it sweeps (its directory and W&B group)
+    sys.argv += [f"sweep={name}"] if (name := default_sweep_name(sys.argv[1:])) else []
     if not dry_run_sweep(sys.argv[1:], CONFIG_DIR):
-        main()
+        from dapo_exp.train import RunStopped
+
+        try:
+            main()
+        except RunStopped as stop:  # SIGTERM / SIGINT: checkpointed and recorded; exit as the signal asks
+            import signal
+
+            sys.exit(128 + int(getattr(signal, stop.signame)))

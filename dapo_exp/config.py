@@ -6,9 +6,14 @@ type fails when Hydra composes the config. :func:`validate` then checks values
 (ranges, names, divisibility) and raises :class:`ConfigError` naming the field
 and the valid choices. ``train(cfg)`` calls it first, before a model is built.
 
-This module imports nothing of the project. The lists of valid names for the
-objective live in ``dapo_exp.objective``; they are repeated here as plain tuples
-(and a test checks the two agree) so that the schema stays import-free.
+This module imports nothing of the project. Names chosen from a registry or from
+a function's modes (``algo.loss_agg``, ``algo.adv_estimator``, ``task.name``,
+``rollout.engine``, ...) are checked against the code that owns them, by
+``dapo_exp.train.preflight``, also before any compute; the checks here are the ones
+that need nothing but the values.
+
+Every default lives here, once: ``conf/config.yaml`` sets no value of its own, and
+a test composes the default config (``fixes=grpo``) and checks it equals this schema.
 """
 
 from __future__ import annotations
@@ -19,19 +24,13 @@ from typing import Any, Optional
 from hydra.core.config_store import ConfigStore
 from omegaconf import DictConfig, OmegaConf
 
-LOSS_AGG_MODES = ("seq-mean-token-mean", "token-mean", "seq-mean-token-sum-norm", "group-token-mean")
-KL_ESTIMATORS = ("k1", "k2", "k3")
-OVERLONG_PUNISHMENT_MODES = ("none", "soft", "linear_ramp", "beyond_max")
 DS_SIGNALS = ("acc", "reward")
 DS_SURPLUS = ("discard", "carry")
 DS_ON_CAP = ("error", "partial")
-ENGINES = ("hf", "vllm")
 LOGGER_BACKENDS = ("wandb", "none")
 WANDB_MODES = ("offline", "online", "disabled")
 DEVICES = ("auto", "cpu", "cuda")
 DTYPES = ("float32", "bfloat16", "float16", "auto")
-TASKS = ("arith", "dapo_math", "gsm8k", "math500")
-VERIFIERS = ("math_dapo", "math_verify")
 
 
 class ConfigError(ValueError):
@@ -40,12 +39,17 @@ class ConfigError(ValueError):
 
 @dataclass
 class AlgoConfig:
-    # Each fix of DAPO is a config group under conf/ that sets keys here; the keys
-    # are the keyword arguments of the functions in dapo_exp/objective.py.
+    # Each fix of DAPO is a config group under conf/ that sets keys here (the registry
+    # of the fixes, dapo_exp/fixes.py, records which); the keys are the keyword
+    # arguments of the functions in dapo_exp/objective.py.
+    # advantage estimator, a name in dapo_exp.algorithms.ADVANTAGE_ESTIMATORS (grpo: DAPO Eq. 9)
+    adv_estimator: str = "grpo"
     # divide group-centred rewards by the group std (GRPO, DAPO: true; Dr.GRPO: false)
     adv_norm_std: bool = True
     # added to the std in the advantage's denominator
     adv_eps: float = 1e-6
+    # per-token policy loss, a name in dapo_exp.algorithms.POLICY_LOSSES (clipped: PPO surrogate, Eq. 10)
+    policy_loss: str = "clipped"
     # lower clip range: ratio >= 1 - eps_low for A < 0 (paper: 0.2)   [group clip_higher]
     eps_low: float = 0.2
     # upper clip range: ratio <= 1 + eps_high for A > 0 (paper: 0.28; GRPO: 0.2)   [group clip_higher]
@@ -82,6 +86,9 @@ class AlgoConfig:
     ds_oversample: float = 1.0
     # truncated importance sampling: cap on exp(old_logp - engine_logp) per token, null = off
     tis_cap: Optional[float] = None
+    # keys of fixes registered outside the package (dapo_exp.fixes.register_fix), set as
+    # +algo.ext.<key>=...; a key that no registered fix declares is refused before any compute
+    ext: dict[str, Any] = field(default_factory=dict)
 
 
 @dataclass
@@ -165,8 +172,9 @@ class TrainConfig:
     steps: int = 30
     # prompt groups per training batch (paper: 512)
     prompts_per_step: int = 16
-    # responses per optimizer update, whole groups (paper: 512)
-    mini_batch_size: int = 64
+    # responses per optimizer update, whole groups (paper: 512 prompts x 16, so 16 updates per
+    # rollout step; toy: 32 of 128, 4 updates per step); must hold whole groups and divide the batch
+    mini_batch_size: int = 32
     # responses per forward/backward pass (gradient accumulation; never changes the gradient)
     micro_batch_size: int = 32
     # padded tokens per micro-batch instead of a fixed count, null = off
@@ -228,6 +236,9 @@ class LoggerConfig:
     mode: str = "offline"
     # extra W&B tags (the enabled fixes and the preset are added automatically)
     tags: list[str] = field(default_factory=list)
+    # off a terminal (log file, nohup, SLURM, CI): a line of key metrics at most every N seconds
+    # (and always at the first and last step and at evaluations); 0 = every step
+    progress_every_s: float = 10.0
 
 
 @dataclass
@@ -293,10 +304,7 @@ def validate(cfg: DictConfig | Config) -> None:
     _require(a.eps_low < 1, "algo.eps_low", f"must be < 1 (ratio lower bound 1 - eps_low > 0), got {a.eps_low}")
     _require(a.dual_clip is None or a.dual_clip > 1, "algo.dual_clip", f"must be > 1 or null, got {a.dual_clip}")
     _require(a.adv_eps >= 0, "algo.adv_eps", f"must be >= 0, got {a.adv_eps}")
-    _choice("algo.loss_agg", a.loss_agg, LOSS_AGG_MODES)
-    _choice("algo.kl_estimator", a.kl_estimator, KL_ESTIMATORS)
     _require(a.kl_coef >= 0, "algo.kl_coef", f"must be >= 0, got {a.kl_coef}")
-    _choice("algo.overlong_punishment", a.overlong_punishment, OVERLONG_PUNISHMENT_MODES)
     max_len = a.overlong_max_len if a.overlong_max_len is not None else r.max_response_len
     _require(max_len > 0, "algo.overlong_max_len", f"must be > 0, got {max_len}")
     _require(
@@ -312,12 +320,9 @@ def validate(cfg: DictConfig | Config) -> None:
     _require(a.ds_oversample >= 1.0, "algo.ds_oversample", f"must be >= 1, got {a.ds_oversample}")
     _require(a.tis_cap is None or a.tis_cap >= 1.0, "algo.tis_cap", f"must be >= 1 or null, got {a.tis_cap}")
 
-    _choice("task.name", c.task.name, TASKS)
-    _choice("task.verifier", c.task.verifier, VERIFIERS)
     _require(c.task.verifier_timeout_s > 0, "task.verifier_timeout_s", "must be > 0")
     _choice("model.dtype", c.model.dtype, DTYPES)
 
-    _choice("rollout.engine", r.engine, ENGINES)
     _require(r.n >= 1, "rollout.n", f"group size must be >= 1, got {r.n}")
     _require(
         not a.dynamic_sampling or r.n >= 2,
@@ -367,74 +372,6 @@ def validate(cfg: DictConfig | Config) -> None:
 
     _choice("logger.backend", c.logger.backend, LOGGER_BACKENDS)
     _choice("logger.mode", c.logger.mode, WANDB_MODES)
+    _require(c.logger.progress_every_s >= 0, "logger.progress_every_s", "must be >= 0 (0 = every step)")
     _require(c.checkpoint.every >= 0, "checkpoint.every", "must be >= 0 (0 = only at the end)")
     _require(c.checkpoint.keep >= 1, "checkpoint.keep", "must be >= 1")
-
-
-# --------------------------------------------------------------------------- #
-# Which fixes a resolved config has on (used for labels, W&B tags, analysis)    #
-# --------------------------------------------------------------------------- #
-def fix_switches(cfg: DictConfig | Config) -> dict[str, Any]:
-    """The state of each DAPO fix, read from the values (not from the preset name).
-
-    So a run launched as ``fixes=full clip_higher=disabled`` is reported as what it
-    is (the leave-one-out ``full_no_clip``), whatever preset it started from.
-    """
-    a = cfg.algo
-    return {
-        "clip_higher": bool(a.eps_high > a.eps_low),
-        "dynamic_sampling": bool(a.dynamic_sampling),
-        "token_level_loss": a.loss_agg != "seq-mean-token-mean",
-        "overlong_punishment": a.overlong_punishment != "none",
-        "overlong_filtering": bool(a.overlong_filtering),
-    }
-
-
-# The presets of conf/fixes/ as switch states; a run whose switches equal one of
-# these is labelled with its name. Also used by tests (each ladder step adds one fix).
-PRESET_SWITCHES: dict[str, dict[str, bool]] = {}
-
-
-def _preset(name: str, *on: str) -> None:
-    keys = ("clip_higher", "dynamic_sampling", "token_level_loss", "overlong_punishment", "overlong_filtering")
-    PRESET_SWITCHES[name] = {k: (k in on) for k in keys}
-
-
-_preset("grpo")
-_preset("clip", "clip_higher")
-_preset("clip_ds", "clip_higher", "dynamic_sampling")
-_preset("full", "clip_higher", "dynamic_sampling", "token_level_loss", "overlong_punishment")
-_preset("full_no_clip", "dynamic_sampling", "token_level_loss", "overlong_punishment")
-_preset("full_no_ds", "clip_higher", "token_level_loss", "overlong_punishment")
-_preset("full_no_tl", "clip_higher", "dynamic_sampling", "overlong_punishment")
-_preset("full_no_sop", "clip_higher", "dynamic_sampling", "token_level_loss")
-_preset("paper_2_of", "overlong_filtering")
-_preset("paper_3_clip", "overlong_filtering", "clip_higher")
-_preset("paper_4_sop", "overlong_filtering", "clip_higher", "overlong_punishment")
-_preset("paper_5_tl", "overlong_filtering", "clip_higher", "overlong_punishment", "token_level_loss")
-_preset(
-    "paper_6_dapo", "overlong_filtering", "clip_higher", "overlong_punishment", "token_level_loss", "dynamic_sampling"
-)
-# paper_1_grpo has the same switches as grpo; the label prefers the ladder name
-# only when the run was launched from the ladder preset (see config_label).
-
-
-def config_label(cfg: DictConfig | Config) -> str:
-    """A readable label for a run's configuration: the preset whose switches match, else ``a+b+c``."""
-    sw = fix_switches(cfg)
-    preset = getattr(cfg, "preset", "custom")
-    if preset in PRESET_SWITCHES and PRESET_SWITCHES[preset] == sw:
-        return preset
-    if preset == "paper_1_grpo" and not any(sw.values()):
-        return preset
-    for name, state in PRESET_SWITCHES.items():
-        if state == sw:
-            return name
-    short = {
-        "clip_higher": "clip",
-        "dynamic_sampling": "ds",
-        "token_level_loss": "tl",
-        "overlong_punishment": "sop",
-        "overlong_filtering": "of",
-    }
-    return "+".join(short[k] for k, v in sw.items() if v) or "grpo"

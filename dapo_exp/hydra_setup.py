@@ -1,21 +1,51 @@
-"""Hydra glue: the resolvers the config tree uses and the job's output directory.
+"""Hydra glue: the resolvers the config tree uses, the job's output directory, the
+sweep dry run, and the run label (which needs the presets as Hydra composes them).
 
 Importing :mod:`dapo_exp.config` registers the typed schema in Hydra's ConfigStore.
 """
 
 from __future__ import annotations
 
+import functools
 import os
+from pathlib import Path
+from typing import Any
 
-from omegaconf import OmegaConf
+from omegaconf import DictConfig, OmegaConf
 
 import dapo_exp.config  # noqa: F401  (registers the `schema` node)
+from dapo_exp import fixes
+
+# the config tree of this checkout (run.py's config_path)
+CONFIG_DIR = str(Path(__file__).resolve().parent.parent / "conf")
+
+
+MAX_DIRNAME = 64  # longer job directory names keep a readable prefix and a hash of the whole
+
+
+def _short(name: str) -> str:
+    import hashlib
+
+    if len(name) <= MAX_DIRNAME:
+        return name
+    return f"{name[:MAX_DIRNAME - 10]}~{hashlib.sha1(name.encode()).hexdigest()[:8]}"
 
 
 def _dirname(override_dirname: str) -> str:
-    # `hydra.job.override_dirname` is empty when a job has no override; name it "default".
-    # "/" would nest directories (hydra/launcher=...), so it becomes "~".
-    return override_dirname.replace("/", "~") if override_dirname else "default"
+    """A job's directory name from its overrides: empty -> ``default``; ``/`` (which would nest
+    directories, ``hydra/launcher=...``) -> ``~``; over :data:`MAX_DIRNAME` characters -> a prefix and
+    a hash (the job's overrides are recorded in full in its ``.hydra/overrides.yaml`` and ``config.json``)."""
+    return _short(override_dirname.replace("/", "~")) if override_dirname else "default"
+
+
+def default_sweep_name(argv: list[str]) -> str | None:
+    """The ``sweep=`` name of a multirun command that gives none: its swept overrides
+    (those with a comma list), e.g. ``fixes=grpo,clip,clip_ds,full``; None for a single run,
+    for a command that names its sweep, and for a dry run."""
+    if not {"-m", "--multirun"} & set(argv) or any(a.startswith(("sweep=", "--cfg", "-c")) for a in argv):
+        return None
+    swept = sorted(a for a in argv if "=" in a and "," in a.split("=", 1)[1] and not a.startswith("hydra"))
+    return _short("+".join(swept).replace("/", "~")) if swept else None
 
 
 def register_resolvers() -> None:
@@ -87,20 +117,42 @@ def dry_run_sweep(argv: list[str], config_dir: str) -> bool:
     return True
 
 
-def record_failure(out_dir: str, exc: BaseException) -> None:
-    """Make sure a failed job's directory says so (``summary.json``, status ``failed``).
+def compose_config(overrides: list[str]) -> DictConfig:
+    """``conf/config.yaml`` composed with ``overrides``, as a run would get it.
 
-    ``train`` writes it itself once it has started; this covers failures before that
-    (a bad config value, a missing dataset), so the analysis can list the job.
+    Inside a Hydra app (or a test's ``initialize_config_dir``) Hydra's own instance is
+    used; otherwise this checkout's ``conf/`` is initialised for the call.
     """
-    import json
-    from pathlib import Path
+    from hydra import compose, initialize_config_dir
+    from hydra.core.global_hydra import GlobalHydra
 
-    path = Path(out_dir) / "summary.json"
-    try:
-        if path.exists() and json.loads(path.read_text()).get("status") == "failed":
-            return
-    except (OSError, ValueError):
-        pass
-    path.parent.mkdir(parents=True, exist_ok=True)
-    path.write_text(json.dumps({"status": "failed", "error": f"{type(exc).__name__}: {exc}"}, indent=1))
+    register_resolvers()
+    if GlobalHydra.instance().is_initialized():
+        return compose("config", overrides=overrides)
+    with initialize_config_dir(config_dir=CONFIG_DIR, version_base="1.3"):
+        return compose("config", overrides=overrides)
+
+
+@functools.lru_cache(maxsize=None)
+def preset_algo(name: str) -> DictConfig | None:
+    """The ``algo`` section that ``fixes=<name>`` composes to; None if there is no such preset."""
+    if not (Path(CONFIG_DIR) / "fixes" / f"{name}.yaml").is_file():
+        return None
+    return compose_config([f"fixes={name}"]).algo
+
+
+def preset_switches(name: str) -> dict[str, bool] | None:
+    """The switch state of the preset ``conf/fixes/<name>.yaml`` (None if there is none)."""
+    algo = preset_algo(name)
+    return None if algo is None else fixes.switches(algo)
+
+
+def run_label(cfg: Any) -> str:
+    """The label of a run: its preset's name when the run's switches are the preset's,
+    else the first preset with the run's switches, else ``clip+ds+...`` (:func:`dapo_exp.fixes.label`)."""
+    state = fixes.switches(cfg.algo)
+    preset = getattr(cfg, "preset", None)
+    states = {preset: s for s in [preset_switches(preset)] if s is not None} if preset else {}
+    if states.get(preset) != state:
+        states.update({p: s for p in fixes.PRESETS if (s := preset_switches(p)) is not None})
+    return fixes.label(state, preset, states)

@@ -13,9 +13,12 @@ from its first real token
 and the decoder gets the attention mask, so a row's real tokens never see its
 padding. Outputs at padded positions are garbage; the caller's mask drops them.
 
-``bf16=True`` runs the decoder and the vocabulary projection under
-``torch.autocast(dtype=bfloat16)`` (the way verl and TRL train); the
-log-softmax, the gather and the entropy are always computed in float32.
+``autocast_dtype=torch.bfloat16`` runs the decoder and the vocabulary projection
+under ``torch.autocast`` (the way verl and TRL train; the one autocast path of the
+project); the log-softmax, the gather and the entropy are always computed in float32.
+
+:class:`ResponseForward` is what the trainer calls: it lays out ``[prompt | response]``
+rows (:func:`rows_to_tensors`) and returns the response tokens' log-probs, entropy and mask.
 
 Models whose ``forward`` post-processes logits (Gemma-2's final soft-capping,
 Cohere's logit scale) are refused: this module projects hidden states with the
@@ -25,6 +28,7 @@ output embedding directly and would silently differ from ``model(x).logits``.
 from __future__ import annotations
 
 from contextlib import nullcontext
+from dataclasses import dataclass
 
 import torch
 from torch import Tensor
@@ -45,8 +49,8 @@ def _decoder_and_head(model: torch.nn.Module) -> tuple[torch.nn.Module, torch.nn
     return decoder, head
 
 
-def _autocast(device: torch.device, bf16: bool):
-    return torch.autocast(device_type=device.type, dtype=torch.bfloat16) if bf16 else nullcontext()
+def _autocast(device: torch.device, dtype: torch.dtype | None):
+    return torch.autocast(device_type=device.type, dtype=dtype) if dtype is not None else nullcontext()
 
 
 def _upcast(x: Tensor) -> Tensor:
@@ -79,7 +83,7 @@ def token_logprobs(
     chunk: int = 1024,
     with_entropy: bool = False,
     temperature: float = 1.0,
-    bf16: bool = False,
+    autocast_dtype: torch.dtype | None = None,
 ) -> tuple[Tensor, Tensor]:
     """Log-prob of each next token and the entropy of each next-token distribution.
 
@@ -89,7 +93,8 @@ def token_logprobs(
         chunk: positions projected to the vocabulary at a time.
         with_entropy: also compute the entropy (costs one more pass over each chunk's logits).
         temperature: divide logits by it (the sampling distribution's log-probs).
-        bf16: run the decoder and the projection under bfloat16 autocast.
+        autocast_dtype: run the decoder and the projection under autocast in this
+            dtype (``torch.bfloat16``, ``torch.float16``); None = the model's own dtype.
 
     Returns:
         ``(logp, entropy)``, each ``(B, L - 1)``: position ``t`` scores token ``t + 1``.
@@ -97,7 +102,7 @@ def token_logprobs(
     """
     decoder, head = _decoder_and_head(model)
     position_ids = (attention_mask.long().cumsum(-1) - 1).clamp(min=0)
-    with _autocast(input_ids.device, bf16):
+    with _autocast(input_ids.device, autocast_dtype):
         out = decoder(input_ids=input_ids, attention_mask=attention_mask, position_ids=position_ids)
     hidden = out.last_hidden_state[:, :-1]
     targets = input_ids[:, 1:]
@@ -106,7 +111,7 @@ def token_logprobs(
     for s in range(0, hidden.shape[1], chunk):
         h, tgt = hidden[:, s : s + chunk], targets[:, s : s + chunk]
         # checkpoint() records the autocast state and replays it in the recomputation
-        with _autocast(input_ids.device, bf16):
+        with _autocast(input_ids.device, autocast_dtype):
             if use_ckpt:
                 lp, en = checkpoint(_chunk_stats, head, h, tgt, temperature, with_entropy, use_reentrant=False)
             else:
@@ -127,3 +132,55 @@ def naive_token_logprobs(
     logp = logp_all.gather(-1, input_ids[:, 1:].unsqueeze(-1)).squeeze(-1)
     ent = -(logp_all.exp() * logp_all).sum(-1)
     return logp, ent
+
+
+def rows_to_tensors(
+    prompts: list[list[int]], responses: list[list[int]], pad_id: int
+) -> tuple[Tensor, Tensor, Tensor, int]:
+    """``[left-padded prompt | right-padded response]`` rows.
+
+    Returns ``(input_ids (B, P+T), attention_mask, response_mask (B, T), P)``;
+    the response token ``t`` of row ``b`` sits at column ``P + t``, so its
+    log-prob is at index ``P - 1 + t`` of :func:`token_logprobs`.
+    """
+    width_p = max(len(p) for p in prompts)
+    width_r = max(1, max(len(r) for r in responses))
+    b = len(prompts)
+    ids = torch.full((b, width_p + width_r), pad_id, dtype=torch.long)
+    att = torch.zeros_like(ids)
+    rmask = torch.zeros((b, width_r), dtype=torch.float32)
+    for i, (p, r) in enumerate(zip(prompts, responses)):
+        ids[i, width_p - len(p) : width_p] = torch.tensor(p, dtype=torch.long)
+        att[i, width_p - len(p) : width_p] = 1
+        if r:
+            ids[i, width_p : width_p + len(r)] = torch.tensor(r, dtype=torch.long)
+            att[i, width_p : width_p + len(r)] = 1
+            rmask[i, : len(r)] = 1.0
+    return ids, att, rmask, width_p
+
+
+@dataclass(frozen=True)
+class ResponseForward:
+    """How the trainer scores responses: padding id, device, chunk, temperature, autocast dtype.
+
+    ``fwd(model, prompts, responses, with_entropy=...)`` returns
+    ``(logp (B, T), entropy (B, T), response_mask (B, T))`` of the response tokens, float32,
+    on ``device``; ``entropy`` is zeros unless ``with_entropy``.
+    """
+
+    pad_id: int
+    device: torch.device
+    chunk: int = 1024
+    temperature: float = 1.0
+    autocast_dtype: torch.dtype | None = None
+
+    def __call__(
+        self, model: torch.nn.Module, prompts: list[list[int]], responses: list[list[int]], *, with_entropy: bool = False
+    ) -> tuple[Tensor, Tensor, Tensor]:
+        ids, att, rmask, width_p = rows_to_tensors(prompts, responses, self.pad_id)
+        ids, att = ids.to(self.device), att.to(self.device)
+        logp, ent = token_logprobs(model, ids, att, chunk=self.chunk, with_entropy=with_entropy,
+                                   temperature=self.temperature, autocast_dtype=self.autocast_dtype)
+        t = rmask.shape[1]
+        sl = slice(width_p - 1, width_p - 1 + t)
+        return logp[:, sl].float(), ent[:, sl].float(), rmask.to(self.device)

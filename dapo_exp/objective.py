@@ -2,9 +2,10 @@
 
 Every function here takes tensors and scalars and returns tensors: no config
 object, no model, nothing else of the project (``torch`` is the only import).
-The composition layer (``dapo_exp.train``) reads the config and passes the
-values in; config keys under ``algo:`` carry the same names as the keyword
-arguments below.
+The composition layer (:mod:`dapo_exp.algorithms` picks the entries by name,
+:mod:`dapo_exp.steps` calls them) reads the config and passes the values in;
+config keys under ``algo:`` carry the same names as the keyword arguments below.
+Which fix selects which function is recorded in :mod:`dapo_exp.fixes`.
 
 One function per fix of DAPO (Yu et al. 2025, arXiv 2503.14476):
 
@@ -18,12 +19,13 @@ KL (off in DAPO)              :func:`kl_penalty`              ``algo.kl_coef/kl_
 Overlong Filtering            :func:`overlong_filtering`      ``algo.overlong_filtering``
 Overlong Reward Shaping       :func:`overlong_punishment`     ``algo.overlong_punishment`` ...
 Dynamic Sampling              :func:`dynamic_sampling_keep`   ``algo.dynamic_sampling``
+(rollout mismatch) TIS        :func:`truncated_is_weights`    ``algo.tis_cap``
 ============================  ==============================  ==========================
 
 Gradient-accumulation invariance (semantic choice 1 of the reference): the
 normaliser of every aggregation mode is computed once per *mini-batch*
-(:func:`loss_normaliser`) and each micro-batch contributes
-``sum(loss_terms) / normaliser`` (:func:`aggregate_loss` with ``normaliser=``),
+(:func:`loss_normaliser`) and each micro-batch contributes its rows'
+``sum_i w_i sum_t l_it`` (:func:`aggregate_loss` with the mini-batch's ``weights=``),
 so the gradient summed over micro-batches equals the gradient of the loss of the
 whole mini-batch computed in one piece, whatever the split.
 
@@ -33,7 +35,7 @@ groups of ``G`` responses each (``B = N * G`` when flattened group-major).
 
 from __future__ import annotations
 
-from typing import NamedTuple
+from typing import Callable, NamedTuple
 
 import torch
 from torch import Tensor
@@ -225,7 +227,7 @@ def loss_normaliser(
 def aggregate_loss(
     loss: Tensor,
     mask: Tensor,
-    mode: str,
+    mode: str | None = None,
     group_index: Tensor | None = None,
     max_len: int | None = None,
     weights: Tensor | None = None,
@@ -238,7 +240,7 @@ def aggregate_loss(
     Args:
         loss: ``(B, T)`` per-token loss.
         mask: ``(B, T)`` 0/1 mask of the tokens that count.
-        mode: one of :data:`LOSS_AGG_MODES`.
+        mode: one of :data:`LOSS_AGG_MODES` (not needed when ``weights`` are given).
         group_index, max_len: as in :func:`loss_normaliser`.
         weights: ``(B,)`` precomputed mini-batch weights (from :func:`loss_normaliser`
             on the whole mini-batch). Pass them when ``loss`` is one micro-batch of
@@ -249,6 +251,8 @@ def aggregate_loss(
         scalar tensor. A batch with no counted token gives 0 (with a grad path).
     """
     if weights is None:
+        if mode is None:
+            raise ValueError("aggregate_loss needs a mode or precomputed weights")
         weights = loss_normaliser(mask, mode, group_index, max_len)
     return weighted_token_sum(loss, mask, weights)
 
@@ -376,17 +380,44 @@ def dynamic_sampling_keep(signal: Tensor) -> Tensor:
 
 
 # --------------------------------------------------------------------------- #
+# Truncated importance sampling (rollout-vs-trainer mismatch; off in DAPO)      #
+# --------------------------------------------------------------------------- #
+def truncated_is_weights(trainer_old_logp: Tensor, engine_logp: Tensor, cap: float) -> Tensor:
+    """Per-token truncated importance weights ``min(exp(old_trainer - engine), cap)``.
+
+    Tokens were drawn from the rollout engine's distribution but the loss treats them
+    as drawn from the trainer's ``pi_old`` (Yao et al. 2025; verl ``tis_imp_ratio_cap``,
+    TRL ``vllm_importance_sampling_cap``). The trainer multiplies each token's advantage
+    by ``w_t`` (equivalently its loss, since ``w_t > 0``); no grad flows through it.
+
+    Args:
+        trainer_old_logp: ``(B, T)`` the trainer's log-probs of the sampled tokens.
+        engine_logp: ``(B, T)`` the engine's log-probs of the same tokens.
+        cap: ``C >= 1`` (verl / TRL default 2).
+
+    Returns:
+        ``(B, T)`` detached weights in ``(0, cap]``, in ``trainer_old_logp``'s dtype.
+        Padding positions hold whatever the inputs hold there; the loss mask drops them.
+    """
+    if cap < 1.0:
+        raise ValueError(f"tis cap must be >= 1, got {cap}")
+    if trainer_old_logp.shape != engine_logp.shape:
+        raise ValueError(f"shapes differ: {tuple(trainer_old_logp.shape)} vs {tuple(engine_logp.shape)}")
+    w = torch.exp(trainer_old_logp.detach() - engine_logp.detach().to(trainer_old_logp.dtype))
+    return w.clamp(max=cap)
+
+
+# --------------------------------------------------------------------------- #
 # Composition used by the trainer: one mini-batch from micro-batches            #
 # --------------------------------------------------------------------------- #
 def policy_loss(
+    *,
     logp: Tensor,
     old_logp: Tensor,
     advantages: Tensor,
     mask: Tensor,
     weights: Tensor,
-    eps_low: float,
-    eps_high: float,
-    dual_clip: float | None = None,
+    surrogate: Callable[[Tensor, Tensor, Tensor], SurrogateOut],
     ref_logp: Tensor | None = None,
     kl_coef: float = 0.0,
     kl_estimator: str = "k3",
@@ -398,6 +429,11 @@ def policy_loss(
     a mini-batch gives exactly the mini-batch loss, so calling ``backward()`` on
     each accumulates exactly the mini-batch gradient.
 
+    ``surrogate(logp, old_logp, advantages)`` gives the per-token loss and clip flags
+    (:func:`clipped_surrogate` with its clip ranges bound; chosen by ``algo.policy_loss``
+    in :data:`dapo_exp.algorithms.POLICY_LOSSES`). The aggregation is
+    :func:`aggregate_loss` with the mini-batch ``weights``.
+
     Returns:
         ``(loss, stats)``: scalar loss; ``stats`` holds this micro-batch's share of
         the policy-gradient loss and KL (they add up over micro-batches to the
@@ -405,8 +441,8 @@ def policy_loss(
         ``n_clipped_high``, ``n_clipped_low``, ``n_clipped_dual``, ``ratio_sum``),
         from which the trainer computes token fractions.
     """
-    out = clipped_surrogate(logp, old_logp, advantages, eps_low, eps_high, dual_clip)
-    pg = weighted_token_sum(out.loss, mask, weights)
+    out = surrogate(logp, old_logp, advantages)
+    pg = aggregate_loss(out.loss, mask, weights=weights)
     loss = pg
     m = mask.to(logp.dtype)
 
@@ -422,7 +458,7 @@ def policy_loss(
         "ratio_sum": count(out.ratio),
     }
     if ref_logp is not None and kl_coef != 0.0:
-        kl = weighted_token_sum(kl_penalty(logp, ref_logp, kl_estimator), mask, weights)
+        kl = aggregate_loss(kl_penalty(logp, ref_logp, kl_estimator), mask, weights=weights)
         loss = loss + kl_coef * kl
         stats["kl"] = kl.detach()
     return loss, stats

@@ -1,4 +1,4 @@
-"""Fabricate synthetic run directories that follow the contract of dapo_exp/runfiles.py.
+"""Fabricate synthetic run directories that follow the contract of dapo_exp/rundir.py.
 
 Used by the analysis tests and the notebook test; no model, no training. Every
 value is a simple deterministic function of (preset, seed, step), and
@@ -17,8 +17,9 @@ from typing import Any
 
 from omegaconf import OmegaConf
 
-from dapo_exp import runfiles
-from dapo_exp.config import PRESET_SWITCHES
+from dapo_exp import rundir
+from dapo_exp import fixes
+from dapo_exp.hydra_setup import preset_switches
 
 STEPS = 6
 EVAL_EVERY = 3
@@ -56,7 +57,7 @@ LADDER_SWEEP: list[tuple[str, int, float, str]] = [
 
 
 def switches_of(preset: str) -> dict[str, bool]:
-    return dict(PRESET_SWITCHES["grpo" if preset == "paper_1_grpo" else preset])
+    return dict(preset_switches(preset))
 
 
 def algo_of(sw: dict[str, bool]) -> dict[str, Any]:
@@ -96,17 +97,17 @@ def train_line(preset: str, seed: int, step: int, cum: dict[str, float]) -> dict
     cum["tokens"] += BATCH * rounds * resp_len
     return {
         "step": step,
-        runfiles.ENTROPY: round(1.0 - 0.05 * step + 0.01 * seed + (0.1 if sw["clip_higher"] else 0.0), 6),
-        runfiles.RESP_LEN: resp_len,
-        runfiles.RESP_LEN_MAX: 48.0,
-        runfiles.TRUNC: round(0.01 * step, 6),
-        runfiles.CLIP_HIGH: round(0.001 * step * (0.5 if sw["clip_higher"] else 1.0), 6),
-        runfiles.CLIP_LOW: round(0.002 * step, 6),
-        runfiles.ZERO_VAR: round(0.1 + 0.01 * step + 0.01 * seed, 6),
-        runfiles.GEN_ROUNDS: float(rounds),
-        runfiles.ROLLOUTS_PER_TRAINED: float(rounds),
-        runfiles.CUM_ROLLOUTS: cum["rollouts"],
-        runfiles.CUM_TOKENS: cum["tokens"],
+        rundir.ENTROPY: round(1.0 - 0.05 * step + 0.01 * seed + (0.1 if sw["clip_higher"] else 0.0), 6),
+        rundir.RESP_LEN: resp_len,
+        rundir.RESP_LEN_MAX: 48.0,
+        rundir.TRUNC: round(0.01 * step, 6),
+        rundir.CLIP_HIGH: round(0.001 * step * (0.5 if sw["clip_higher"] else 1.0), 6),
+        rundir.CLIP_LOW: round(0.002 * step, 6),
+        rundir.ZERO_VAR: round(0.1 + 0.01 * step + 0.01 * seed, 6),
+        rundir.GEN_ROUNDS: float(rounds),
+        rundir.ROLLOUTS_PER_TRAINED: float(rounds),
+        rundir.CUM_ROLLOUTS: cum["rollouts"],
+        rundir.CUM_TOKENS: cum["tokens"],
         "actor/pg_loss": 0.1 * seed - 0.01 * step,
     }
 
@@ -169,17 +170,17 @@ def make_run(
             lines.append(train_line(preset, seed, step, cum))
         if step % EVAL_EVERY == 0 and (status == "finished" or step < last):
             acc = eval_acc(final_acc, step, steps)
-            ev = {"step": step, runfiles.EVAL_ACC: acc, runfiles.EVAL_PASS: min(1.0, acc + 0.2)}
+            ev = {"step": step, rundir.EVAL_ACC: acc, rundir.EVAL_PASS: min(1.0, acc + 0.2)}
             evals.append(ev)
             lines.append(ev)
-    with open(run_dir / runfiles.METRICS, "w") as f:
+    with open(run_dir / rundir.METRICS, "w") as f:
         for line in lines:
             f.write(json.dumps(line) + "\n")
-    with open(run_dir / runfiles.EVAL_SAMPLES, "w") as f:
+    with open(run_dir / rundir.EVAL_SAMPLES, "w") as f:
         for ev in evals:
-            for s in _samples(ev["step"], ev[runfiles.EVAL_ACC]):
+            for s in _samples(ev["step"], ev[rundir.EVAL_ACC]):
                 f.write(json.dumps(s) + "\n")
-    with open(run_dir / runfiles.TRAIN_SAMPLES, "w") as f:
+    with open(run_dir / rundir.TRAIN_SAMPLES, "w") as f:
         for step in range(1, last + 1):
             for s in _samples(step, 0.5, train=True)[:4]:
                 f.write(json.dumps(s) + "\n")
@@ -187,15 +188,15 @@ def make_run(
     OmegaConf.save(OmegaConf.create(cfg), run_dir / ".hydra" / "config.yaml")
     summary = None
     if status != "killed":
-        from dapo_exp.config import config_label, fix_switches
+        from dapo_exp.hydra_setup import run_label
 
         oc = OmegaConf.create(cfg)
-        best = max(evals, key=lambda e: e[runfiles.EVAL_ACC])
+        best = max(evals, key=lambda e: e[rundir.EVAL_ACC])
         summary = {
             "status": status,
-            "label": config_label(oc),
+            "label": run_label(oc),
             "preset": preset,
-            "switches": fix_switches(oc),
+            "switches": fixes.switches(oc.algo),
             "seed": seed,
             "config": cfg,
             "git_commit": "0" * 40,
@@ -208,8 +209,8 @@ def make_run(
         }
         if status == "failed":
             # a failed run's numbers must never reach the table
-            summary["final"] = {runfiles.EVAL_ACC: final_acc}
-        (run_dir / runfiles.SUMMARY).write_text(json.dumps(summary, indent=1))
+            summary["final"] = {rundir.EVAL_ACC: final_acc}
+        (run_dir / rundir.SUMMARY).write_text(json.dumps(summary, indent=1))
     return {"dir": run_dir, "config": cfg, "summary": summary, "lines": lines, "status": status}
 
 

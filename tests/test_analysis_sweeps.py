@@ -45,8 +45,8 @@ def test_recipe_expands_and_composes(name):
     from hydra._internal.core_plugins.basic_sweeper import BasicSweeper
     from hydra.core.override_parser.overrides_parser import OverridesParser
 
-    from dapo_exp.config import config_label, fix_switches
-    from dapo_exp.hydra_setup import register_resolvers
+    from dapo_exp.fixes import switches as fix_switches
+    from dapo_exp.hydra_setup import register_resolvers, run_label
 
     script = SWEEPS / name
     text = script.read_text()
@@ -64,8 +64,8 @@ def test_recipe_expands_and_composes(name):
     with initialize_config_dir(config_dir=str(REPO / "conf"), version_base="1.3"):
         for job in sorted(distinct):
             cfg = compose("config", overrides=list(job))
-            labels.add(config_label(cfg))
-            states.add(tuple(sorted(fix_switches(cfg).items())))
+            labels.add(run_label(cfg))
+            states.add(tuple(sorted(fix_switches(cfg.algo).items())))
     assert len(states) == len(distinct), f"{name}: two configurations of the sweep are the same"
     if EXPECTED_LABELS[name] is None:
         assert len(states) == 32

@@ -8,6 +8,8 @@ mini-batch computed in one piece (float64, tight tolerance).
 
 from __future__ import annotations
 
+import functools
+
 import pytest
 import torch
 from hypothesis import given, settings
@@ -110,18 +112,19 @@ def test_token_budget_accumulation_equals_whole_minibatch_gradient(mode):
     mask = objective.overlong_filtering(mask, truncated)
     # the normaliser of the whole mini-batch: one weight per row
     weights = objective.loss_normaliser(mask, mode, group_index=group_index, max_len=width)
-    hp = dict(eps_low=0.2, eps_high=0.28, dual_clip=3.0, kl_coef=0.1, kl_estimator="k3")
+    surrogate = functools.partial(objective.clipped_surrogate, eps_low=0.2, eps_high=0.28, dual_clip=3.0)
+    hp = dict(surrogate=surrogate, kl_coef=0.1, kl_estimator="k3")
 
     def loss_of(model, idx, w):
         prev, nxt = _pad(rows, idx, w)  # padded only to this micro-batch's width
         logp = model(prev, nxt)
         base = logp.detach()
         loss, _ = objective.policy_loss(
-            logp,
-            base + old_shift[idx, :w],
-            advantages[idx],
-            mask[idx, :w],
-            weights[idx],
+            logp=logp,
+            old_logp=base + old_shift[idx, :w],
+            advantages=advantages[idx],
+            mask=mask[idx, :w],
+            weights=weights[idx],
             ref_logp=base + ref_shift[idx, :w],
             **hp,
         )

@@ -10,23 +10,15 @@ from hydra import compose, initialize_config_dir
 from omegaconf import OmegaConf
 from omegaconf.errors import ConfigKeyError, ValidationError
 
-from dapo_exp import objective
-from dapo_exp.config import (
-    LOSS_AGG_MODES,
-    OVERLONG_PUNISHMENT_MODES,
-    KL_ESTIMATORS,
-    PRESET_SWITCHES,
-    ConfigError,
-    config_label,
-    fix_switches,
-    validate,
-)
-from dapo_exp.hydra_setup import register_resolvers
+from dapo_exp import fixes, objective
+from dapo_exp.config import Config, ConfigError, validate
+from dapo_exp.fixes import switches as fix_switches
+from dapo_exp.hydra_setup import register_resolvers, run_label
 
 ROOT = Path(__file__).resolve().parents[1]
 CONF = str(ROOT / "conf")
 PRESETS = sorted(p.stem for p in (ROOT / "conf" / "fixes").glob("*.yaml"))
-LADDER = ["paper_1_grpo", "paper_2_of", "paper_3_clip", "paper_4_sop", "paper_5_tl", "paper_6_dapo"]
+LADDER = list(fixes.LADDER)
 register_resolvers()
 
 
@@ -35,19 +27,48 @@ def make_cfg(*overrides):
         return compose("config", overrides=list(overrides))
 
 
-def test_the_named_presets_exist():
-    expected = {"grpo", "clip", "clip_ds", "full", "full_no_clip", "full_no_ds", "full_no_tl", "full_no_sop", *LADDER}
-    assert expected <= set(PRESETS)
+def test_the_preset_files_are_the_registry_presets():
+    assert set(PRESETS) == set(fixes.PRESETS)
+    assert LADDER == [p for p in fixes.PRESETS if p.startswith("paper_")] and len(LADDER) == 6
 
 
 @pytest.mark.parametrize("preset", PRESETS)
-def test_every_preset_composes_validates_and_matches_its_switches(preset):
+def test_every_preset_composes_validates_and_is_labelled_by_its_name(preset):
     cfg = make_cfg(f"fixes={preset}")
     validate(cfg)
     assert cfg.preset == preset
-    expected = PRESET_SWITCHES.get(preset, PRESET_SWITCHES["grpo"] if preset == "paper_1_grpo" else None)
-    assert fix_switches(cfg) == expected
-    assert config_label(cfg) == preset
+    assert set(fix_switches(cfg.algo)) == set(fixes.FIXES)
+    assert run_label(cfg) == preset
+
+
+@pytest.mark.parametrize("fix", list(fixes.FIXES))
+def test_each_fix_group_sets_only_the_keys_the_registry_names(fix):
+    """Every option of a fix's config group changes only the algo keys its registry entry lists,
+    and its non-default options turn the fix on."""
+    f = fixes.FIXES[fix]
+    base = make_cfg("fixes=grpo")
+    assert not f.is_on(base.algo)
+    for option in f.options[1:]:
+        cur = make_cfg("fixes=grpo", f"{fix}={option}")
+        assert _diff(base, cur) <= set(f.keys), (fix, option)
+        assert f.is_on(cur.algo) and {k for k, v in fix_switches(cur.algo).items() if v} == {fix}
+
+
+def test_defaults_live_once_schema_equals_default_composition():
+    """conf/config.yaml sets no value of its own, and composing the default tree with every switch
+    off gives exactly the schema's defaults: no key has two different defaults."""
+    raw = OmegaConf.load(ROOT / "conf" / "config.yaml")
+    assert set(raw.keys()) <= {"defaults", "hydra"}, f"config.yaml sets values: {set(raw.keys()) - {'defaults', 'hydra'}}"
+    composed = OmegaConf.to_container(make_cfg("fixes=grpo"), resolve=True)
+    schema = OmegaConf.to_container(OmegaConf.structured(Config), resolve=True)
+    composed.pop("preset"), schema.pop("preset")
+
+    def leaves(d, prefix=""):
+        for k, v in d.items():
+            yield from leaves(v, f"{prefix}{k}.") if isinstance(v, dict) and v else [(f"{prefix}{k}", v)]
+
+    differ = {k: (v, dict(leaves(schema)).get(k)) for k, v in leaves(composed) if dict(leaves(schema)).get(k) != v}
+    assert not differ, f"defaults given twice, differently (composed, schema): {differ}"
 
 
 def test_grpo_baseline_has_none_of_the_fixes():
@@ -73,33 +94,34 @@ def _diff(c1, c2):
 @pytest.mark.parametrize("i", range(1, len(LADDER)))
 def test_each_ladder_step_adds_exactly_one_fix(i):
     prev, cur = make_cfg(f"fixes={LADDER[i - 1]}"), make_cfg(f"fixes={LADDER[i]}")
-    s_prev, s_cur = fix_switches(prev), fix_switches(cur)
+    s_prev, s_cur = fix_switches(prev.algo), fix_switches(cur.algo)
     changed = [k for k in s_cur if s_cur[k] != s_prev[k]]
     assert len(changed) == 1 and s_cur[changed[0]] and not s_prev[changed[0]]
-    # and in the config values, only that fix's keys changed
-    keys = {
-        "overlong_filtering": {"overlong_filtering"},
-        "clip_higher": {"eps_high"},
-        "overlong_punishment": {"overlong_punishment"},
-        "token_level_loss": {"loss_agg"},
-        "dynamic_sampling": {"dynamic_sampling"},
-    }[changed[0]]
-    assert _diff(prev, cur) == keys
+    # and in the config values, only keys of that fix (as the registry lists them) changed
+    assert _diff(prev, cur) and _diff(prev, cur) <= set(fixes.FIXES[changed[0]].keys)
+
+
+def test_the_ladder_ends_with_every_fix_on():
+    assert all(fix_switches(make_cfg(f"fixes={LADDER[-1]}").algo).values())
+    assert not any(fix_switches(make_cfg(f"fixes={LADDER[0]}").algo).values())
 
 
 @pytest.mark.parametrize("loo,off", [("full_no_clip", "clip_higher"), ("full_no_ds", "dynamic_sampling"),
                                      ("full_no_tl", "token_level_loss"), ("full_no_sop", "overlong_punishment")])
 def test_leave_one_out_differs_from_full_in_one_fix(loo, off):
-    full, cur = fix_switches(make_cfg("fixes=full")), fix_switches(make_cfg(f"fixes={loo}"))
+    full, cur = fix_switches(make_cfg("fixes=full").algo), fix_switches(make_cfg(f"fixes={loo}").algo)
     assert {k for k in full if full[k] != cur[k]} == {off}
 
 
 def test_command_line_switch_beats_the_preset_and_label_follows_values():
     cfg = make_cfg("fixes=full", "clip_higher=disabled")
     assert cfg.algo.eps_high == 0.2
-    assert config_label(cfg) == "full_no_clip"
+    assert run_label(cfg) == "full_no_clip"
     cfg = make_cfg("fixes=grpo", "token_level_loss=enabled", "overlong_filtering=enabled")
-    assert config_label(cfg) == "tl+of"
+    assert run_label(cfg) == "tl+of"
+    cfg = make_cfg("fixes=full", "clip_higher=disabled", "dynamic_sampling=disabled", "token_level_loss=disabled",
+                   "overlong_punishment=disabled")
+    assert run_label(cfg) == "grpo"  # the first preset with that state, not paper_1_grpo
 
 
 def test_full_factorial_is_one_multirun_command():
@@ -125,10 +147,26 @@ def test_cfg_job_prints_every_preset_and_the_user_sweep_lists_four_jobs():
     assert single.returncode == 0 and "preset: paper_4_sop" in single.stdout
 
 
-def test_name_lists_agree_with_objective():
-    assert LOSS_AGG_MODES == objective.LOSS_AGG_MODES
-    assert KL_ESTIMATORS == objective.KL_ESTIMATORS
-    assert OVERLONG_PUNISHMENT_MODES == objective.OVERLONG_PUNISHMENT_MODES
+@pytest.mark.parametrize("override,key,choice", [
+    ("algo.loss_agg=token_mean", "algo.loss_agg", objective.LOSS_AGG_MODES[0]),
+    ("algo.adv_estimator=ppo", "algo.adv_estimator", "grpo"),
+    ("algo.policy_loss=cispo", "algo.policy_loss", "clipped"),
+    ("task.name=aime", "task.name", "dapo_math"),
+    ("rollout.engine=sglang", "rollout.engine", "vllm"),
+    ("task.verifier=exact", "task.verifier", "math_verify"),
+])
+def test_preflight_checks_names_against_their_owners(override, key, choice):
+    from dapo_exp.train import preflight
+
+    with pytest.raises(ConfigError, match=rf"{key}=.*choose one of: .*{choice}"):
+        preflight(make_cfg(override))
+
+
+def test_an_ext_key_no_fix_declares_is_refused():
+    from dapo_exp.train import preflight
+
+    with pytest.raises(ConfigError, match="algo.ext.bonuss is read by no registered fix"):
+        preflight(make_cfg("+algo.ext.bonuss=1"))
 
 
 # --------------------------------------------------------------------------- #
@@ -170,19 +208,21 @@ def test_unknown_preset_fails_listing_choices():
     ],
 )
 def test_bad_values_raise_naming_the_field(overrides, field):
+    from dapo_exp.train import preflight
+
     cfg = make_cfg(*overrides)
     with pytest.raises(ConfigError, match=field.replace(".", r"\.")):
-        validate(cfg)
+        preflight(cfg)
 
 
 def test_bad_config_fails_before_any_compute(tmp_path, monkeypatch):
     """train() validates first: no model is built, no file but nothing is written."""
-    import dapo_exp.models as models
+    import dapo_exp.train as train_mod
 
     def boom(*a, **k):
         raise AssertionError("model built before the config was checked")
 
-    monkeypatch.setattr(models, "resolve_model_path", boom)
+    monkeypatch.setattr(train_mod, "policy_path", boom)
     from dapo_exp.train import train
 
     cfg = make_cfg("algo.eps_low=-1", f"out_dir={tmp_path}", "logger=none")

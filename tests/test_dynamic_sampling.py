@@ -8,7 +8,7 @@ from dapo_exp.rollout.dynamic_sampling import DynamicSamplingCapError, Group, co
 def group(i, correct, reward=None):
     n = len(correct)
     reward = reward or [1.0 if c else -1.0 for c in correct]
-    return Group(i, [1], [[2]] * n, [False] * n, list(correct), reward, [0.0] * n, [None] * n)
+    return Group(i, [1], [[2]] * n, [False] * n, list(correct), reward, {}, [None] * n)
 
 
 def scripted(rounds):

@@ -7,7 +7,7 @@ import math
 import numpy as np
 import pytest
 
-from dapo_exp import runfiles
+from dapo_exp import rundir
 from dapo_exp.evaluation import avg_at_k, maj_at_k, majority_vote, pass_at_k, summarise_eval
 
 
@@ -66,8 +66,8 @@ def _example():
 def test_summarise_eval_hand_values():
     correct, preds, lengths, truncated = _example()
     out = summarise_eval(["p0", "p1", "p2"], correct, preds, lengths, truncated, 4)
-    assert set(out) == {runfiles.EVAL_ACC, runfiles.EVAL_PASS, runfiles.EVAL_MAJ, runfiles.EVAL_LEN,
-                        runfiles.EVAL_TRUNC, "per_problem"}
+    assert set(out) == {rundir.EVAL_ACC, rundir.EVAL_PASS, rundir.EVAL_MAJ, rundir.EVAL_LEN,
+                        rundir.EVAL_TRUNC, "per_problem"}
     assert set(out) - {"per_problem"} == {"eval/acc_avg", "eval/pass_at_k", "eval/maj_at_k",
                                           "eval/response_len_mean", "eval/truncated_frac"}
     assert out["eval/acc_avg"] == pytest.approx((0.5 + 1.0 + 0.0) / 3)

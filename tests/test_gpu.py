@@ -5,7 +5,7 @@ import json
 import pytest
 import torch
 
-from dapo_exp import runfiles
+from dapo_exp import rundir
 
 pytestmark = [
     pytest.mark.gpu,
@@ -18,7 +18,7 @@ def test_toy_run_on_cuda_with_bf16_autocast_and_token_budget(tmp_path, small_cfg
 
     s = train(small_cfg(tmp_path, "train.device=cuda", "train.bf16=auto", "train.token_budget=256"))
     assert s["status"] == "finished"
-    rows = [json.loads(x) for x in (tmp_path / runfiles.METRICS).read_text().splitlines()]
+    rows = [json.loads(x) for x in (tmp_path / rundir.METRICS).read_text().splitlines()]
     assert all(0.0 <= r["perf/padding_waste"] < 1.0 for r in rows if "perf/padding_waste" in r)
 
 

@@ -102,11 +102,11 @@ def test_bf16_autocast_is_close_and_float32(model):
     ids, attn = batch()
     with torch.no_grad():
         ref, ref_en = token_logprobs(m, ids, attn, chunk=5, with_entropy=True)
-        lp, en = token_logprobs(m, ids, attn, chunk=5, with_entropy=True, bf16=True)
+        lp, en = token_logprobs(m, ids, attn, chunk=5, with_entropy=True, autocast_dtype=torch.bfloat16)
     assert lp.dtype == en.dtype == torch.float32
     assert (lp - ref).abs().max() < 0.05 and (en - ref_en).abs().max() < 0.05
     # and it trains: the grad reaches the weights through the checkpointed chunks
-    lp, _ = token_logprobs(m, ids, attn, chunk=5, bf16=True)
+    lp, _ = token_logprobs(m, ids, attn, chunk=5, autocast_dtype=torch.bfloat16)
     lp.sum().backward()
     assert m.lm_head.weight.grad is not None and torch.isfinite(m.lm_head.weight.grad).all()
 

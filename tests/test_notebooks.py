@@ -71,3 +71,35 @@ def test_notebook_executes(path, kernel, tmp_path, monkeypatch):
         assert "=== grpo ===" in text and "[truncated]" in text and "[longest]" in text
     # the notebook on disk is untouched (outputs only in memory)
     assert all(c.get("outputs", []) == [] for c in nbformat.read(path, as_version=4).cells if c.cell_type == "code")
+
+
+@pytest.mark.slow
+def test_the_headline_sweep_then_both_notebooks_with_no_variable_set(kernel, tmp_path, monkeypatch, warm_cache):
+    """README's headline command, then the notebooks as a user opens them: no DAPO_* variable, the
+    default path (the newest sweep under multirun/)."""
+    from conftest import SMALL
+    from nbclient import NotebookClient
+
+    repo = tmp_path / "repo"
+    repo.mkdir()
+    for name in ("run.py", "conf"):
+        (repo / name).symlink_to(REPO / name)
+    (repo / "notebooks").mkdir()
+    for nb in NOTEBOOKS:
+        (repo / "notebooks" / nb.name).write_bytes(nb.read_bytes())
+    headline = ["-m", "fixes=grpo,clip,clip_ds,full"]  # README, "Other entry points"
+    out = subprocess.run([sys.executable, "run.py", *headline, *SMALL, f"model.cache_dir={warm_cache}"],
+                         cwd=repo, capture_output=True, text=True, timeout=1200)
+    assert out.returncode == 0, out.stderr[-3000:]
+    sweep = repo / "multirun" / "fixes=grpo,clip,clip_ds,full"
+    assert len(list(sweep.glob("fixes=*/summary.json"))) == 4
+    for var in ("DAPO_SWEEP_DIR", "DAPO_ANALYSIS_OUT", "DAPO_WANDB"):
+        monkeypatch.delenv(var, raising=False)
+    monkeypatch.setenv("MPLBACKEND", "Agg")
+    for nb_path in sorted((repo / "notebooks").glob("*.ipynb")):
+        nb = nbformat.read(nb_path, as_version=4)
+        NotebookClient(nb, kernel_name=kernel, timeout=300,
+                       resources={"metadata": {"path": str(repo / "notebooks")}}).execute()
+        errors = [o for c in nb.cells if c.cell_type == "code" for o in c.outputs if o.output_type == "error"]
+        assert not errors, (nb_path.name, errors)
+    assert (sweep / "analysis" / "table.md").is_file()

@@ -1,5 +1,6 @@
 """Exact, hand-computed tests of every function in dapo_exp.objective."""
 
+import functools
 import math
 
 import pytest
@@ -188,12 +189,17 @@ def test_unknown_mode_lists_valid_choices():
 # --------------------------------------------------------------------------- #
 # gradient-accumulation invariance                                              #
 # --------------------------------------------------------------------------- #
+def _clip(eps_low, eps_high, dual_clip=None):
+    return functools.partial(obj.clipped_surrogate, eps_low=eps_low, eps_high=eps_high, dual_clip=dual_clip)
+
+
 def _accumulated_grad(theta, old, adv, mask, groups, mode, micro, L):
     theta.grad = None
     weights = obj.loss_normaliser(mask, mode, groups, max_len=L)
     for s in range(0, theta.shape[0], micro):
         sl = slice(s, s + micro)
-        loss, _ = obj.policy_loss(theta[sl], old[sl], adv[sl], mask[sl], weights[sl], 0.2, 0.28)
+        loss, _ = obj.policy_loss(logp=theta[sl], old_logp=old[sl], advantages=adv[sl], mask=mask[sl],
+                                  weights=weights[sl], surrogate=_clip(0.2, 0.28))
         loss.backward()
     return theta.grad.clone()
 
@@ -232,7 +238,8 @@ def test_naive_per_micro_batch_normaliser_would_differ():
     for s in (0, 2):
         sl = slice(s, s + 2)
         w = obj.loss_normaliser(mask[sl], "token-mean") / 2  # per-micro-batch normaliser, averaged
-        loss, _ = obj.policy_loss(theta[sl], old[sl], adv[sl], mask[sl], w, 0.2, 0.28)
+        loss, _ = obj.policy_loss(logp=theta[sl], old_logp=old[sl], advantages=adv[sl], mask=mask[sl], weights=w,
+                                  surrogate=_clip(0.2, 0.28))
         loss.backward()
     assert not torch.allclose(theta.grad, correct)
 
@@ -242,8 +249,9 @@ def test_policy_loss_counts_and_kl():
     old = torch.zeros_like(logp)
     mask = torch.tensor([[1.0, 1.0, 0.0]], dtype=torch.float64)
     w = obj.loss_normaliser(mask, "token-mean")
-    loss, st_ = obj.policy_loss(logp, old, torch.tensor([[1.0], ]), mask, w, 0.2, 0.2,
-                                ref_logp=torch.zeros_like(logp), kl_coef=0.5, kl_estimator="k1")
+    loss, st_ = obj.policy_loss(logp=logp, old_logp=old, advantages=torch.tensor([[1.0], ]), mask=mask, weights=w,
+                                surrogate=_clip(0.2, 0.2), ref_logp=torch.zeros_like(logp), kl_coef=0.5,
+                                kl_estimator="k1")
     assert st_["n_tokens"].item() == 2 and st_["n_clipped_high"].item() == 1 and st_["n_clipped_low"].item() == 0
     # pg: -(1.2 + 0.5) / 2 ; kl k1: (log 1.5 + log 0.5) / 2
     pg = -(1.2 + 0.5) / 2

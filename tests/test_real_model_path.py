@@ -10,7 +10,7 @@ from pathlib import Path
 import pandas as pd
 import pytest
 
-from dapo_exp import runfiles
+from dapo_exp import rundir
 from dapo_exp.tasks.math_data import apply_template
 from dapo_exp.train import train
 
@@ -86,11 +86,11 @@ def test_qwen_like_model_trains_on_dapo_math_with_aime_eval(tmp_path, small_cfg)
     assert s["status"] == "finished" and s["steps_done"] == 2
     assert s["model_path"] == str(model_dir)
     # the chat template was applied: eval prompts start with the template's tokens
-    samples = [json.loads(x) for x in (tmp_path / "run" / runfiles.EVAL_SAMPLES).read_text().splitlines()]
+    samples = [json.loads(x) for x in (tmp_path / "run" / rundir.EVAL_SAMPLES).read_text().splitlines()]
     assert {x["problem_id"] for x in samples} == {"aime24-0", "aime24-1", "aime24-2"}
     assert len(samples) == 2 * 3 * 2  # before and after training, 3 problems x k=2
     assert all(x["answer"].isdigit() for x in samples)
-    rows = [json.loads(x) for x in (tmp_path / "run" / runfiles.METRICS).read_text().splitlines()]
+    rows = [json.loads(x) for x in (tmp_path / "run" / rundir.METRICS).read_text().splitlines()]
     assert [r["step"] for r in rows if "dynamic_sampling/gen_rounds" in r] == [1, 2]
 
 

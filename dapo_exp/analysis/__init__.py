@@ -2,7 +2,7 @@
 
 A library: functions return DataFrames and matplotlib Figures; the notebooks,
 the command line (``python -m dapo_exp.analysis``) and the Hydra callback only
-call it. It reads run directories (:mod:`dapo_exp.runfiles`) and W&B; it never
+call it. It reads run directories (:mod:`dapo_exp.rundir`) and W&B; it never
 imports the trainer, the rollout engines or torch.
 
 Typical use::
@@ -31,8 +31,8 @@ _EXPORTS = {
     "runs": (
         "RunRecord",
         "RunSet",
-        "SWITCHES",
         "find_run_dirs",
+        "latest_sweep",
         "load_runs",
         "read_run_dir",
         "records_to_runset",
@@ -68,10 +68,14 @@ _EXPORTS = {
     "report": ("AnalysisResult", "run_analysis"),
 }
 _WHERE = {name: mod for mod, names in _EXPORTS.items() for name in names}
-__all__ = sorted(_WHERE)
+__all__ = sorted([*_WHERE, "SWITCHES"])
 
 
 def __getattr__(name: str) -> Any:
+    if name == "SWITCHES":  # the registered fixes, read when asked (extensions register later)
+        from dapo_exp.fixes import switch_names
+
+        return switch_names()
     if name in _WHERE:
         value = getattr(importlib.import_module(f"{__name__}.{_WHERE[name]}"), name)
         globals()[name] = value

@@ -30,25 +30,25 @@ import numpy as np
 import pandas as pd
 from matplotlib.figure import Figure
 
-from dapo_exp import runfiles
+from dapo_exp import rundir
 from dapo_exp.analysis.runs import RunSet
 from dapo_exp.analysis.table import LADDER, order_labels
 
-X_AXES = {"step": None, "rollouts": runfiles.CUM_ROLLOUTS, "tokens": runfiles.CUM_TOKENS}
+X_AXES = {"step": None, "rollouts": rundir.CUM_ROLLOUTS, "tokens": rundir.CUM_TOKENS}
 X_LABELS = {
     "step": "training step",
     "rollouts": "rollouts generated (compute/rollouts_total)",
     "tokens": "response tokens generated (compute/gen_tokens_total)",
 }
 CURVE_METRICS: tuple[str, ...] = (
-    runfiles.EVAL_ACC,
-    runfiles.ENTROPY,
-    runfiles.RESP_LEN,
-    runfiles.TRUNC,
-    runfiles.CLIP_HIGH,
-    runfiles.CLIP_LOW,
-    runfiles.ZERO_VAR,
-    runfiles.GEN_ROUNDS,
+    rundir.EVAL_ACC,
+    rundir.ENTROPY,
+    rundir.RESP_LEN,
+    rundir.TRUNC,
+    rundir.CLIP_HIGH,
+    rundir.CLIP_LOW,
+    rundir.ZERO_VAR,
+    rundir.GEN_ROUNDS,
 )
 BANDS = {"minmax": "band: min–max across seeds", "sd": "band: mean ± 1 sd across seeds"}
 

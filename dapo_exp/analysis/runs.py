@@ -3,7 +3,7 @@
 Every source of runs (local run directories, W&B online, W&B offline files) is
 first turned into :class:`RunRecord` objects holding the same three things:
 the resolved config, the trainer's summary (``summary.json``, see
-:mod:`dapo_exp.runfiles`) and the history rows (``{"step": int, metric: value}``).
+:mod:`dapo_exp.rundir`) and the history rows (``{"step": int, metric: value}``).
 :func:`records_to_runset` turns records into frames, so every source gives the
 same frames for the same runs.
 
@@ -20,7 +20,7 @@ The runs frame (:attr:`RunSet.runs`), one row per run:
 ``included``           True when the run counts in the table's statistics
                        (status ``finished``); the rest are reported, not used
 ``exclude_reason``     why not
-``clip_higher`` ...    the five switches (:data:`SWITCHES`)
+``clip_higher`` ...    one column per registered fix (:data:`dapo_exp.fixes.FIXES`)
 ``model, task``        ``model.path`` and ``task.name``
 ``wall_time_s``        ``summary.wall_time_s``
 ``final/<eval key>``   ``summary.final`` (eval at the end); ``best/``, ``base/``
@@ -48,9 +48,8 @@ from typing import Any, Iterable, Sequence
 import numpy as np
 import pandas as pd
 
-from dapo_exp import runfiles
+from dapo_exp import fixes, rundir
 
-SWITCHES = ("clip_higher", "dynamic_sampling", "token_level_loss", "overlong_punishment", "overlong_filtering")
 # keys of summary.json the runs frame reads (the rest of the summary is ignored)
 SUMMARY_KEYS = (
     "status",
@@ -68,7 +67,7 @@ SUMMARY_KEYS = (
 )
 EVAL_PREFIX = "eval/"
 # directories never searched for runs
-_PRUNE = {"wandb", runfiles.CHECKPOINTS, ".hydra", "__pycache__", ".ipynb_checkpoints"}
+_PRUNE = {"wandb", rundir.CHECKPOINTS, ".hydra", "__pycache__", ".ipynb_checkpoints"}
 
 
 @dataclass
@@ -129,20 +128,29 @@ class RunSet:
 # --------------------------------------------------------------------------- #
 # Local run directories                                                         #
 # --------------------------------------------------------------------------- #
-def is_run_dir(path: str | os.PathLike) -> bool:
-    """A run directory holds ``summary.json`` or ``metrics.jsonl``."""
-    p = Path(path)
-    return (p / runfiles.SUMMARY).is_file() or (p / runfiles.METRICS).is_file()
+def latest_sweep(root: str | os.PathLike = "multirun") -> Path:
+    """The most recently written sweep directory under ``root`` (``multirun/<sweep>``): the one whose
+    newest ``metrics.jsonl`` or ``summary.json`` is newest. What the notebooks open by default."""
+    root = Path(root)
+    newest: dict[Path, float] = {}
+    for run_dir in find_run_dirs(root) if root.is_dir() else []:
+        sweep = root / Path(os.path.relpath(run_dir, root)).parts[0]
+        stamps = [p.stat().st_mtime for p in (run_dir / rundir.METRICS, run_dir / rundir.SUMMARY) if p.exists()]
+        newest[sweep] = max([newest.get(sweep, 0.0), *stamps])
+    if not newest:
+        raise FileNotFoundError(f"no sweep under {root.resolve()}: run one first, e.g. "
+                                "python run.py -m fixes=grpo,clip,clip_ds,full")
+    return max(newest, key=newest.__getitem__)
 
 
 def find_run_dirs(root: str | os.PathLike) -> list[Path]:
     """All run directories under ``root`` (itself included), sorted; does not look inside a run dir."""
     root = Path(root)
-    if is_run_dir(root):
+    if rundir.is_run_dir(root):
         return [root]
     found: list[Path] = []
     for dirpath, dirnames, _ in os.walk(root):
-        if is_run_dir(dirpath):
+        if rundir.is_run_dir(dirpath):
             found.append(Path(dirpath))
             dirnames[:] = []
             continue
@@ -150,34 +158,13 @@ def find_run_dirs(root: str | os.PathLike) -> list[Path]:
     return sorted(found)
 
 
-def read_jsonl(path: str | os.PathLike) -> list[dict[str, Any]]:
-    """Lines of a JSONL file; a torn last line (a killed writer) or a bad line is skipped."""
-    rows = []
-    with open(path, encoding="utf-8") as f:
-        for line in f:
-            line = line.strip()
-            if not line:
-                continue
-            try:
-                obj = json.loads(line)
-            except json.JSONDecodeError:
-                continue
-            if isinstance(obj, dict):
-                rows.append(obj)
-    return rows
-
-
 def _early_config(run_dir: Path) -> dict[str, Any]:
     """The config of a run killed before writing summary.json: the trainer's ``config.json``
     (written at the start), else the one Hydra recorded in ``.hydra/config.yaml``."""
-    cj = run_dir / "config.json"
-    if cj.is_file():
-        try:
-            cfg = json.loads(cj.read_text(encoding="utf-8")).get("config")
-            if isinstance(cfg, dict):
-                return cfg
-        except (json.JSONDecodeError, AttributeError):
-            pass
+    early = rundir.read_json(run_dir / rundir.CONFIG) or {}
+    if isinstance(early.get("config"), dict):
+        # label and switches as the trainer computed them at the start
+        return {**early["config"], **{k: early[k] for k in ("label", "switches") if k in early}}
     p = run_dir / ".hydra" / "config.yaml"
     if not p.is_file():
         return {}
@@ -193,16 +180,10 @@ def _early_config(run_dir: Path) -> dict[str, Any]:
 def read_run_dir(run_dir: str | os.PathLike, root: str | os.PathLike | None = None) -> RunRecord:
     """Read one run directory into a :class:`RunRecord` (no network)."""
     run_dir = Path(run_dir)
-    summary = None
-    sp = run_dir / runfiles.SUMMARY
-    if sp.is_file():
-        try:
-            summary = json.loads(sp.read_text(encoding="utf-8"))
-        except json.JSONDecodeError:
-            summary = None
+    summary = rundir.read_summary(run_dir)
     config = (summary or {}).get("config") or _early_config(run_dir)
-    mp = run_dir / runfiles.METRICS
-    history = read_jsonl(mp) if mp.is_file() else []
+    mp = run_dir / rundir.METRICS
+    history = rundir.read_jsonl(mp)
     if root is not None:
         rel = os.path.relpath(run_dir, root)
         run_id = run_dir.name if rel == "." else rel
@@ -225,7 +206,7 @@ def load_runs(paths: str | os.PathLike | Sequence[str | os.PathLike], *, end_win
             raise FileNotFoundError(f"no such run or sweep directory: {p}")
     # run ids: relative to the sweep dir (one sweep), else to the common parent of
     # the sweeps, so that runs of two sweeps with the same overrides stay distinct
-    roots = [p if not is_run_dir(p) else p.parent for p in paths]
+    roots = [p if not rundir.is_run_dir(p) else p.parent for p in paths]
     common = roots[0] if len(set(roots)) == 1 else Path(os.path.commonpath([r.resolve().parent for r in roots]))
     dirs = list(dict.fromkeys(d.resolve() if len(set(roots)) > 1 else d for p in paths for d in find_run_dirs(p)))
     records = [read_run_dir(d, root=common) for d in dirs]
@@ -269,8 +250,8 @@ def _eval_points(summary: dict[str, Any], wide: pd.DataFrame) -> dict[str, dict[
         ev = wide.dropna(subset=eval_cols, how="all")
         if len(ev):
             out["final"] = ev.iloc[-1][eval_cols].dropna().to_dict()
-            if runfiles.EVAL_ACC in ev and ev[runfiles.EVAL_ACC].notna().any():
-                out["best"] = ev.loc[ev[runfiles.EVAL_ACC].idxmax(), eval_cols].dropna().to_dict()
+            if rundir.EVAL_ACC in ev and ev[rundir.EVAL_ACC].notna().any():
+                out["best"] = ev.loc[ev[rundir.EVAL_ACC].idxmax(), eval_cols].dropna().to_dict()
             base = ev[ev["step"] == 0]
             if len(base):
                 out["base"] = base.iloc[0][eval_cols].dropna().to_dict()
@@ -295,25 +276,25 @@ def _flatten(d: dict[str, Any], prefix: str) -> dict[str, Any]:
 
 
 def _switches_and_label(config: dict[str, Any]) -> tuple[dict[str, bool], str | None]:
-    """Switch states and label computed from a resolved config (when the summary lacks them)."""
-    if not isinstance(config.get("algo"), dict):
+    """Switch states and a label from a resolved config (a run without summary, from an older
+    version that did not record them in config.json): the registry's reading of ``algo``."""
+    algo = config.get("algo")
+    if not isinstance(algo, dict):
         return {}, None
     try:
         from omegaconf import OmegaConf
 
-        from dapo_exp.config import config_label, fix_switches
-
-        cfg = OmegaConf.create({"algo": config["algo"], "preset": config.get("preset", "custom")})
-        return fix_switches(cfg), config_label(cfg)
+        state = fixes.switches(OmegaConf.create(algo))
     except Exception:  # noqa: BLE001 - a config from another version of the schema
         return {}, None
+    return state, fixes.label(state)
 
 
 def _status(rec: RunRecord) -> tuple[str, bool, str]:
     summ = rec.summary or {}
     status = summ.get("status")
     if status:
-        if status == runfiles.STATUS_FINISHED:
+        if status == rundir.STATUS_FINISHED:
             return status, True, ""
         err = summ.get("error")
         return status, False, f"status {status}" + (f": {str(err).splitlines()[0][:120]}" if err else "")
@@ -322,9 +303,9 @@ def _status(rec: RunRecord) -> tuple[str, bool, str]:
         # summary only once it has finished; with them, and no failure recorded by W&B,
         # the run finished. Without them it never reached its end (or it is a run of
         # another program); W&B's own state says more when it is not "finished".
-        if summ.get("final") and rec.state in (None, runfiles.STATUS_FINISHED):
-            return runfiles.STATUS_FINISHED, True, ""
-        st = rec.state if rec.state and rec.state != runfiles.STATUS_FINISHED else "killed"
+        if summ.get("final") and rec.state in (None, rundir.STATUS_FINISHED):
+            return rundir.STATUS_FINISHED, True, ""
+        st = rec.state if rec.state and rec.state != rundir.STATUS_FINISHED else "killed"
         return st, False, f"no trainer status in the W&B summary (W&B state {rec.state or 'unknown'})"
     return "killed", False, "no summary.json (killed, or still running)"
 
@@ -341,7 +322,7 @@ def _run_row(rec: RunRecord, wide: pd.DataFrame, end_window: int) -> dict[str, A
     summ = rec.summary or {}
     status, included, reason = _status(rec)
     sw_cfg, label_cfg = _switches_and_label(cfg)
-    switches = summ.get("switches") or sw_cfg
+    switches = summ.get("switches") or cfg.get("switches") or sw_cfg
     label = summ.get("label") or cfg.get("label") or label_cfg or cfg.get("preset") or "unknown"
     seed = summ.get("seed", cfg.get("seed"))
     row: dict[str, Any] = {
@@ -353,7 +334,7 @@ def _run_row(rec: RunRecord, wide: pd.DataFrame, end_window: int) -> dict[str, A
         "included": included,
         "exclude_reason": reason,
     }
-    for k in SWITCHES:
+    for k in fixes.switch_names():
         row[k] = bool(switches[k]) if k in switches else None
     row.update(
         {

@@ -12,11 +12,12 @@ from pathlib import Path
 
 import pandas as pd
 
-from dapo_exp import runfiles
-from dapo_exp.analysis.runs import RunSet, read_jsonl
+from dapo_exp import rundir
+from dapo_exp.analysis.runs import RunSet
+from dapo_exp.rundir import read_jsonl
 from dapo_exp.analysis.table import order_labels
 
-KINDS = {"eval": runfiles.EVAL_SAMPLES, "train": runfiles.TRAIN_SAMPLES}
+KINDS = {"eval": rundir.EVAL_SAMPLES, "train": rundir.TRAIN_SAMPLES}
 CATEGORIES = ("correct", "wrong", "truncated", "longest")
 
 

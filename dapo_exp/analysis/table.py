@@ -23,7 +23,8 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 
-from dapo_exp import runfiles
+from dapo_exp import rundir
+from dapo_exp.fixes import BASELINE, LADDER, PRESETS
 from dapo_exp.analysis.runs import RunSet
 from dapo_exp.analysis.stats import difference, t_interval
 
@@ -42,31 +43,18 @@ class TableMetric:
 # The columns. "end": the training metric's last logged value (mean of the last
 # `end_window` values, see load_runs); "avg": its mean over all logged steps.
 TABLE_METRICS: tuple[TableMetric, ...] = (
-    TableMetric("final_acc", "final acc (%)", f"final/{runfiles.EVAL_ACC}", 100.0, 1),
-    TableMetric("best_acc", "best acc (%)", f"best/{runfiles.EVAL_ACC}", 100.0, 1),
-    TableMetric("entropy", "entropy (end)", f"end/{runfiles.ENTROPY}", 1.0, 3),
-    TableMetric("resp_len", "response length (end)", f"end/{runfiles.RESP_LEN}", 1.0, 1),
-    TableMetric("truncated", "truncated frac (end)", f"end/{runfiles.TRUNC}", 1.0, 3),
-    TableMetric("clip_high", "clipfrac higher (avg)", f"avg/{runfiles.CLIP_HIGH}", 1.0, 4),
-    TableMetric("clip_low", "clipfrac lower (avg)", f"avg/{runfiles.CLIP_LOW}", 1.0, 4),
-    TableMetric("zero_var", "zero-var groups (avg)", f"avg/{runfiles.ZERO_VAR}", 1.0, 3),
-    TableMetric("rollouts_per_trained", "rollouts / trained (avg)", f"avg/{runfiles.ROLLOUTS_PER_TRAINED}", 1.0, 2),
+    TableMetric("final_acc", "final acc (%)", f"final/{rundir.EVAL_ACC}", 100.0, 1),
+    TableMetric("best_acc", "best acc (%)", f"best/{rundir.EVAL_ACC}", 100.0, 1),
+    TableMetric("entropy", "entropy (end)", f"end/{rundir.ENTROPY}", 1.0, 3),
+    TableMetric("resp_len", "response length (end)", f"end/{rundir.RESP_LEN}", 1.0, 1),
+    TableMetric("truncated", "truncated frac (end)", f"end/{rundir.TRUNC}", 1.0, 3),
+    TableMetric("clip_high", "clipfrac higher (avg)", f"avg/{rundir.CLIP_HIGH}", 1.0, 4),
+    TableMetric("clip_low", "clipfrac lower (avg)", f"avg/{rundir.CLIP_LOW}", 1.0, 4),
+    TableMetric("zero_var", "zero-var groups (avg)", f"avg/{rundir.ZERO_VAR}", 1.0, 3),
+    TableMetric("rollouts_per_trained", "rollouts / trained (avg)", f"avg/{rundir.ROLLOUTS_PER_TRAINED}", 1.0, 2),
     TableMetric("wall_time", "wall time (s)", "wall_time_s", 1.0, 0),
 )
 DIFF_KEY = "final_acc"
-
-# The paper's ladder (Table 1, cumulative) and the default order of the other presets.
-LADDER = ("paper_1_grpo", "paper_2_of", "paper_3_clip", "paper_4_sop", "paper_5_tl", "paper_6_dapo")
-PRESET_ORDER = (
-    "grpo",
-    "clip",
-    "clip_ds",
-    "full",
-    "full_no_clip",
-    "full_no_ds",
-    "full_no_tl",
-    "full_no_sop",
-)
 
 PAPER_HEADER = "paper AIME24 avg@32 (Qwen2.5-32B)"
 # Table 1 of arXiv 2503.14476 (AIME 2024 avg@32, Qwen2.5-32B base) and the verl
@@ -81,28 +69,26 @@ PAPER_AIME24: dict[str, tuple[float, str]] = {
     "grpo": (30.0, "Table 1: naive GRPO"),
     "full": (52.0, "verl re-run: DAPO (released recipe)"),
     "full_no_ds": (50.0, "verl re-run: DAPO w/o dynamic sampling"),
-    # switches clip_higher + overlong_punishment (config_label: "clip+sop")
+    # switches clip_higher + overlong_punishment (dapo_exp.fixes.label: "clip+sop")
     "clip+sop": (44.0, "verl re-run: DAPO w/o token-level loss and dynamic sampling"),
 }
 
 
 def order_labels(labels) -> list[str]:
-    """The paper's ladder first (when present), then grpo, clip, clip_ds, full, full_no_*, then the rest.
-
-    The rest sort by their number of fixes (``a+b+c`` labels), then by name.
-    """
+    """The paper's ladder first (when present), then the other presets in registry order
+    (:data:`dapo_exp.fixes.PRESETS`), then the rest by their number of fixes, then by name."""
     labels = list(dict.fromkeys(labels))
-    first = [l for l in LADDER if l in labels] + [l for l in PRESET_ORDER if l in labels]
-    rest = sorted((l for l in labels if l not in first), key=lambda l: (l == "unknown", l.count("+"), l))
+    first = [lbl for lbl in LADDER if lbl in labels] + [lbl for lbl in PRESETS if lbl in labels and lbl not in LADDER]
+    rest = sorted((lbl for lbl in labels if lbl not in first), key=lambda lbl: (lbl == "unknown", lbl.count("+"), lbl))
     return first + rest
 
 
 def baseline_label(labels) -> str | None:
     """``paper_1_grpo`` when the ladder is present, else ``grpo``; None when neither is."""
     labels = set(labels)
-    if "paper_1_grpo" in labels:
-        return "paper_1_grpo"
-    return "grpo" if "grpo" in labels else None
+    if LADDER[0] in labels:
+        return LADDER[0]
+    return BASELINE if BASELINE in labels else None
 
 
 def _runs_frame(data: RunSet | pd.DataFrame) -> pd.DataFrame:

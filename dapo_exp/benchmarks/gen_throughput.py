@@ -70,51 +70,59 @@ def main(argv: list[str] | None = None) -> None:
     os.environ.setdefault("VLLM_CPU_KVCACHE_SPACE", "1")
     import torch
 
-    from dapo_exp.benchmarks.random_models import SIZES, build_char_tokenizer, n_params, save_random_qwen2
+    from dapo_exp.benchmarks.random_models import SIZES
 
     device = "cuda" if torch.cuda.is_available() else "cpu"
     engines = args.engines.split(",")
     spec = dict(n=args.n, max_new_tokens=args.max_new_tokens, temperature=1.0, top_p=1.0)
     prompts = _prompts(args.prompts, args.prompt_len, seed=0)
-    rows = []
-    for key in args.sizes.split(","):
-        size = SIZES[key]
-        with tempfile.TemporaryDirectory() as d:
-            model = save_random_qwen2(d, size, seed=0, dtype=args.dtype).to(device)
-            row = {"size": key, "params": n_params(model)}
-            if "hf" in engines:
-                from dapo_exp.rollout.hf_engine import HFEngine
+    rows = [_measure_size(key, SIZES[key], args, engines, prompts, spec, device) for key in args.sizes.split(",")]
+    _report(rows, args, argv, device)
 
-                tok = build_char_tokenizer(size.vocab_size)
-                hf = HFEngine(model, tok, gen_batch_size=len(prompts) * args.n)
-                row["hf"] = _time_engine(hf, prompts, spec, args.repeats)
-                del hf
-            if "vllm" in engines:
-                from dapo_exp.rollout.vllm_engine import VLLMEngine
 
-                eng = VLLMEngine(
-                    d,
-                    seed=0,
-                    dtype=args.dtype,
-                    gpu_memory_utilization=0.3,
-                    enable_sleep=False,
-                    enforce_eager=True,
-                    max_model_len=args.prompt_len + args.max_new_tokens + 16,
-                    cpu_threads=args.vllm_cpu_threads,
-                )
-                row["vllm_startup_s"] = eng.startup_s
-                row["vllm"] = _time_engine(eng, prompts, spec, args.repeats)
-                syncs = []
-                for _ in range(5):
-                    eng.sync_weights(model)
-                    syncs.append(eng.last_sync_ms)
-                row["sync_ms"] = statistics.median(syncs)
-                del eng
-                gc.collect()
-            rows.append(row)
-            del model
+def _measure_size(key, size, args, engines, prompts, spec, device) -> dict:
+    """Tokens/s of each engine (and vLLM's start-up and weight sync) on one random model size."""
+    from dapo_exp.benchmarks.random_models import build_char_tokenizer, n_params, save_random_qwen2
 
-    # ------------------------------------------------------------------ report
+    with tempfile.TemporaryDirectory() as d:
+        model = save_random_qwen2(d, size, seed=0, dtype=args.dtype).to(device)
+        row = {"size": key, "params": n_params(model)}
+        if "hf" in engines:
+            from dapo_exp.rollout.hf_engine import HFEngine
+
+            tok = build_char_tokenizer(size.vocab_size)
+            hf = HFEngine(model, tok, gen_batch_size=len(prompts) * args.n)
+            row["hf"] = _time_engine(hf, prompts, spec, args.repeats)
+            del hf
+        if "vllm" in engines:
+            from dapo_exp.rollout.vllm_engine import VLLMEngine
+
+            eng = VLLMEngine(
+                d,
+                seed=0,
+                dtype=args.dtype,
+                gpu_memory_utilization=0.3,
+                enable_sleep=False,
+                enforce_eager=True,
+                max_model_len=args.prompt_len + args.max_new_tokens + 16,
+                cpu_threads=args.vllm_cpu_threads,
+            )
+            row["vllm_startup_s"] = eng.startup_s
+            row["vllm"] = _time_engine(eng, prompts, spec, args.repeats)
+            syncs = []
+            for _ in range(5):
+                eng.sync_weights(model)
+                syncs.append(eng.last_sync_ms)
+            row["sync_ms"] = statistics.median(syncs)
+            del eng
+            gc.collect()
+        del model
+    return row
+
+
+def _report(rows: list[dict], args, argv, device) -> None:
+    import torch
+
     print()
     print(f"# gen_throughput  {datetime.datetime.now().isoformat(timespec='seconds')}")
     cli = " ".join(argv if argv is not None else sys.argv[1:])

@@ -2,7 +2,7 @@
 
 Builds a random-weight Qwen2 of a named shape in memory (nothing downloaded),
 feeds it random ``prompt + response`` rows exactly as the training loop does
-(``dapo_exp.train.response_logprobs`` + ``dapo_exp.objective.policy_loss``) and
+(``dapo_exp.logprobs.ResponseForward`` + ``dapo_exp.objective.policy_loss``) and
 prints training tokens/s, peak memory and, on CUDA, model FLOPs utilisation
 (MFU = 6 * params * tokens/s / peak bf16 FLOP/s; attention FLOPs not counted).
 
@@ -68,18 +68,21 @@ def main() -> None:
     g = torch.Generator().manual_seed(0)
     prompts = [torch.randint(2, vocab, (args.prompt,), generator=g).tolist() for _ in range(args.batch)]
     responses = [torch.randint(2, vocab, (args.response,), generator=g).tolist() for _ in range(args.batch)]
-    autocast = device.type == "cuda"
+    from functools import partial
 
-    from dapo_exp.train import response_logprobs
+    from dapo_exp.logprobs import ResponseForward
+
+    fwd = ResponseForward(0, device, args.chunk, 1.0, torch.bfloat16 if device.type == "cuda" else None)
+    surrogate = partial(objective.clipped_surrogate, eps_low=0.2, eps_high=0.28)
 
     def step() -> None:
         with torch.no_grad():
-            old, _, mask = response_logprobs(model, prompts, responses, 0, device, args.chunk, 1.0,
-                                             with_entropy=True, autocast=autocast)
+            old, _, mask = fwd(model, prompts, responses, with_entropy=True)
         adv = torch.randn(args.batch, 1, device=device)
         w = objective.loss_normaliser(mask, "token-mean")
-        lp, _, _ = response_logprobs(model, prompts, responses, 0, device, args.chunk, 1.0, autocast=autocast)
-        loss, _ = objective.policy_loss(lp, old, adv, mask, w, 0.2, 0.28)
+        lp, _, _ = fwd(model, prompts, responses)
+        loss, _ = objective.policy_loss(logp=lp, old_logp=old, advantages=adv, mask=mask, weights=w,
+                                        surrogate=surrogate)
         loss.backward()
         torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
         opt.step()

@@ -27,28 +27,13 @@ group is kept. The zero-variance fraction is measured on accuracy in both cases.
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import Callable
 
 import torch
 
 from dapo_exp.objective import dynamic_sampling_keep
-
-
-@dataclass
-class Group:
-    """One prompt and its G scored responses."""
-
-    prompt_index: int
-    prompt_ids: list[int]
-    response_ids: list[list[int]]
-    truncated: list[bool]
-    correct: list[bool]
-    reward: list[float]  # correctness reward (+1 / -1) plus the overlong term
-    penalty: list[float]  # the overlong term alone
-    preds: list[str | None]
-    sampled_logprobs: list[list[float]] | None = None
-    meta: dict = field(default_factory=dict)
+from dapo_exp.rollout.groups import Group
 
 
 class DynamicSamplingCapError(RuntimeError):
@@ -70,6 +55,7 @@ class CollectStats:
 
 def collect_groups(
     generate_round: Callable[[int, int], list[Group]],
+    *,
     want: int,
     enabled: bool,
     signal: str = "acc",

@@ -5,15 +5,8 @@ compute the "same" next-token distribution with different kernels, dtypes and
 batch shapes, so their log-probabilities of the sampled tokens differ a little
 (a lot in bf16 with long sequences). The loss always uses the trainer's
 recomputed log-probs as ``old_logp``; these functions measure the gap and,
-optionally, correct for it.
-
-Truncated importance sampling (TIS; Yao et al. 2025, "Your efficient RL framework
-secretly brings you off-policy RL training"; verl ``tis_imp_ratio_cap``, TRL
-``vllm_importance_sampling_cap``): tokens were drawn from the engine's
-distribution ``pi_engine`` but the loss treats them as drawn from the trainer's
-``pi_old``. Multiplying each token's loss by ``w_t = min(pi_old / pi_engine, C)``
-re-weights them; the cap ``C`` bounds the variance. Off by default
-(``algo.tis_cap: null``).
+optionally, correct for it with truncated importance sampling, whose weights sit
+next to the loss (:func:`dapo_exp.objective.truncated_is_weights`, ``algo.tis_cap``).
 
 Shapes: ``(B, T)`` response tokens, right-padded; ``mask`` marks real tokens.
 Imports torch only.
@@ -70,30 +63,6 @@ def rollout_mismatch_stats(trainer_logp: Tensor, engine_logp: Tensor, mask: Tens
         "rollout/ratio_max": r.max().item(),
         "rollout/ratio_min": r.min().item(),
     }
-
-
-def truncated_is_weights(trainer_old_logp: Tensor, engine_logp: Tensor, cap: float) -> Tensor:
-    """Per-token truncated importance weights ``min(exp(old_trainer - engine), cap)``.
-
-    Multiply the per-token policy loss by these (no grad flows through them):
-    ``l_t <- w_t * l_t``. Padding positions get whatever the inputs hold there;
-    the loss mask removes them.
-
-    Args:
-        trainer_old_logp: ``(B, T)`` the trainer's log-probs of the sampled tokens
-            under the rollout-time weights (``old_logp`` of the loss).
-        engine_logp: ``(B, T)`` the engine's log-probs of the same tokens.
-        cap: ``C >= 1`` (verl / TRL default 2).
-
-    Returns:
-        ``(B, T)`` detached weights in ``(0, cap]``, in ``trainer_old_logp``'s dtype.
-    """
-    if cap < 1.0:
-        raise ValueError(f"tis cap must be >= 1, got {cap}")
-    if trainer_old_logp.shape != engine_logp.shape:
-        raise ValueError(f"shapes differ: {tuple(trainer_old_logp.shape)} vs {tuple(engine_logp.shape)}")
-    w = torch.exp(trainer_old_logp.detach() - engine_logp.detach().to(trainer_old_logp.dtype))
-    return w.clamp(max=cap)
 
 
 def pad_logprobs(rows: list[list[float]], length: int, pad: float = 0.0, dtype=torch.float32) -> Tensor:

@@ -1,11 +1,14 @@
 """Tasks: problems (train and held-out eval), the prompt template, and the verifiers.
 
-``load_task(task_cfg)`` dispatches on ``task.name``:
+``load_task(task_cfg)`` picks the loader of ``task.name`` from :data:`TASKS`:
 
 - ``arith``: the embedded toy (``dapo_exp.tasks.arith.load_arith``), generated in code;
 - ``dapo_math``: DAPO-Math-17k for training, AIME 2024 for evaluation (the paper's);
 - ``gsm8k``: GSM8K train / test;
 - ``math500``: DAPO-Math-17k for training, MATH-500 for evaluation.
+
+A new task is one loader ``fn(task_cfg) -> TaskData`` registered here (or from your own
+code: ``TASKS.register("name", fn)``) plus ``conf/task/<name>.yaml``.
 
 ``task.train_source`` / ``task.eval_source`` replace the defaults with a known name, an
 HF id or a local file (see :mod:`dapo_exp.tasks.math_data`); ``task.eval_limit`` keeps
@@ -21,9 +24,10 @@ from __future__ import annotations
 import logging
 from typing import Any
 
+from dapo_exp.registry import Registry
 from dapo_exp.tasks.base import Problem, TaskData
 
-__all__ = ["Problem", "TaskData", "load_task", "check_task_sources"]
+__all__ = ["Problem", "TaskData", "TASKS", "load_task", "check_task_sources"]
 
 log = logging.getLogger(__name__)
 
@@ -40,27 +44,35 @@ def check_task_sources(task_cfg: Any) -> None:
     _check(task_cfg)
 
 
+def _arith(task_cfg: Any) -> TaskData:
+    from dapo_exp.tasks.arith import load_arith
+
+    return load_arith(task_cfg)
+
+
+def _math(task_cfg: Any) -> TaskData:
+    from dapo_exp.tasks.math_data import load_math_task
+
+    return load_math_task(task_cfg)
+
+
+TASKS: Registry = Registry("task", "task.name")
+TASKS.register("arith", _arith)
+for _name in ("dapo_math", "gsm8k", "math500"):
+    TASKS.register(_name, _math)
+
+
 def load_task(task_cfg: Any) -> TaskData:
-    """The :class:`TaskData` of ``task_cfg.name`` (``arith`` | ``dapo_math`` | ``gsm8k`` | ``math500``),
-    eval set truncated to ``task_cfg.eval_limit`` problems when that is set.
+    """The :class:`TaskData` of ``task_cfg.name`` (a key of :data:`TASKS`), eval set truncated
+    to ``task_cfg.eval_limit`` problems when that is set.
 
     ``stats`` holds the loading counts (rows, duplicates dropped, malformed skipped, per split)
     and ``eval_limit_dropped``.
     """
     name = _get(task_cfg, "name")
+    loader = TASKS.pick(name)
     check_task_sources(task_cfg)
-    if name == "arith":
-        from dapo_exp.tasks.arith import load_arith
-
-        data = load_arith(task_cfg)
-    elif name in ("dapo_math", "gsm8k", "math500"):
-        from dapo_exp.tasks.math_data import load_math_task
-
-        data = load_math_task(task_cfg)
-    else:
-        from dapo_exp.config import TASKS, ConfigError
-
-        raise ConfigError(f"task.name={name!r} is not valid; choose one of: {', '.join(TASKS)}")
+    data = loader(task_cfg)
     limit = _get(task_cfg, "eval_limit")
     if limit is not None and len(data.eval) > limit:
         data.stats["eval_limit_dropped"] = len(data.eval) - limit

@@ -48,13 +48,12 @@ import re
 from dataclasses import dataclass
 from typing import Any, Callable, Sequence
 
+from dapo_exp.registry import Registry
 from dapo_exp.tasks import math_dapo
 from dapo_exp.tasks.math_dapo import TAIL_CHARS
 
 log = logging.getLogger(__name__)
 
-# The names accepted by get_verifier (config.VERIFIERS repeats them; a test checks they agree).
-VERIFIER_NAMES = ("math_dapo", "math_verify")
 # Ground truths up to this many characters are normalised in-process (their regex cost
 # is then bounded too); longer ones, which no real data set has, go to a worker.
 MAX_INPROCESS_ANSWER_CHARS = 1000
@@ -285,7 +284,10 @@ class MathVerifyVerifier(_Verifier):
         return ("math_verify", raw, truth), pred
 
 
-_VERIFIERS = {"math_dapo": MathDapoVerifier, "math_verify": MathVerifyVerifier}
+# task.verifier -> verifier class (a new one: subclass _Verifier, register it here)
+VERIFIERS: Registry = Registry("verifier", "task.verifier")
+VERIFIERS.register("math_dapo", MathDapoVerifier)
+VERIFIERS.register("math_verify", MathVerifyVerifier)
 
 
 def get_verifier(name: str, timeout_s: float = 5.0, workers: int | None = None) -> _Verifier:
@@ -295,6 +297,4 @@ def get_verifier(name: str, timeout_s: float = 5.0, workers: int | None = None) 
     ``workers`` is the number of worker processes (``task.verifier_workers``; None: half
     the CPUs, 1 to 8), started on first need.
     """
-    if name not in _VERIFIERS:
-        raise ValueError(f"task.verifier={name!r} is not valid; choose one of: {', '.join(VERIFIER_NAMES)}")
-    return _VERIFIERS[name](timeout_s, workers)
+    return VERIFIERS.pick(name)(timeout_s, workers)

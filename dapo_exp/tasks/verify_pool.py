@@ -13,7 +13,7 @@ Why this and not ``concurrent.futures.ProcessPoolExecutor`` or ``multiprocessing
   to start children there; ``subprocess`` does not).
 - No fork of the trainer (a forked copy of a process holding CUDA state or torch's thread
   pools can deadlock) and no re-import of the trainer's ``__main__`` (what ``spawn`` and
-  ``forkserver`` do): a worker is a fresh ``python -m dapo_exp.tasks.verify_pool`` that
+  ``forkserver`` do): a worker is a fresh ``python -m dapo_exp.tasks.verify_worker`` that
   imports only the verifier (and, when asked, ``math_verify``) once, then serves tasks.
 - Messages are JSON lines (ASCII-escaped, so a response with newlines, NULs or lone
   surrogates cannot break the framing); nothing received is unpickled or evaluated.
@@ -82,7 +82,27 @@ def _close_all() -> None:
         pool.close()
 
 
+class _Call:
+    """The bookkeeping of one :meth:`WorkerPool.run` call."""
+
+    def __init__(self, tasks: Sequence[tuple[str, str, str]], timeout_s: float) -> None:
+        self.tasks, self.timeout_s = tasks, timeout_s
+        self.results: list[WorkerResult | None] = [None] * len(tasks)
+        self.queue = deque(range(len(tasks)))
+        self.attempts = [0] * len(tasks)
+        self.startup_failures = 0
+
+    def finish(self, i: int, res: WorkerResult) -> None:
+        if self.results[i] is None:
+            self.results[i] = res
+
+    def filled(self, default: WorkerResult) -> list[WorkerResult]:
+        """The results, ``default`` for every task that has none."""
+        return [r if r is not None else default for r in self.results]
+
+
 class WorkerPool:
+
     """``n_workers`` verifier subprocesses; :meth:`run` scores tasks with a per-task time limit.
 
     A task is ``(kind, response, answer)``; ``kind`` names a scorer of
@@ -115,7 +135,7 @@ class WorkerPool:
         env["PYTHONPATH"] = _PACKAGE_PARENT + (os.pathsep + env["PYTHONPATH"] if env.get("PYTHONPATH") else "")
         for var in ("OMP_NUM_THREADS", "OPENBLAS_NUM_THREADS", "MKL_NUM_THREADS"):
             env[var] = "1"
-        cmd = [sys.executable, "-m", "dapo_exp.tasks.verify_pool", "--preload", ",".join(self.preload)]
+        cmd = [sys.executable, "-m", "dapo_exp.tasks.verify_worker", "--preload", ",".join(self.preload)]
         if self.memory_limit_mb:
             cmd += ["--memory-limit-mb", str(self.memory_limit_mb)]
         # the kernel's parent-death signal fires when the *thread* that started the child
@@ -189,182 +209,102 @@ class WorkerPool:
                 return [WorkerResult(False, None, False, err) for _ in tasks]
 
     def _run_locked(self, tasks: Sequence[tuple[str, str, str]], timeout_s: float) -> list[WorkerResult]:
-        n = len(tasks)
-        results: list[WorkerResult | None] = [None] * n
         if self._broken:
-            return [WorkerResult(False, None, False, self._broken)] * n
+            return [WorkerResult(False, None, False, self._broken)] * len(tasks)
+        call = _Call(tasks, timeout_s)
         self._start_locked()
         for w in list(self._workers):
             if w.task is not None:  # left busy by an interrupted call (KeyboardInterrupt): start clean
                 self._replace(w)
-        queue = deque(range(n))
-        attempts = [0] * n
-        startup_failures = 0
-
-        def finish(i: int, res: WorkerResult) -> None:
-            if results[i] is None:
-                results[i] = res
-
         while True:
-            now = time.monotonic()
-            # hand queued tasks to idle, ready workers
-            for w in list(self._workers):
-                if w.ready and w.task is None and queue:
-                    i = queue.popleft()
-                    kind, response, answer = tasks[i]
-                    line = json.dumps({"i": i, "kind": kind, "response": response, "answer": answer}) + "\n"
-                    try:
-                        w.proc.stdin.write(line.encode("ascii"))
-                        w.proc.stdin.flush()
-                    except OSError:  # died while idle: retry the task elsewhere
-                        queue.appendleft(i)
-                        self._replace(w)
-                        continue
-                    w.task, w.t0 = i, now
-            if not queue and all(w.task is None for w in self._workers):
+            self._dispatch(call)
+            if not call.queue and all(w.task is None for w in self._workers):
                 break
-
-            # sleep until a worker speaks or the nearest deadline
-            deadlines = [w.t0 + timeout_s for w in self._workers if w.task is not None]
-            deadlines += [w.started + self.startup_timeout_s for w in self._workers if not w.ready]
-            wait_s = max(0.0, min(deadlines) - now) if deadlines else 0.0
-            poller = select.poll()
-            by_fd = {}
-            for w in self._workers:
-                fd = w.proc.stdout.fileno()
-                by_fd[fd] = w
-                poller.register(fd, select.POLLIN | select.POLLHUP | select.POLLERR)
-            events = poller.poll(wait_s * 1000.0 + 1.0)
-
-            for fd, _ in events:
-                w = by_fd[fd]
-                chunk = os.read(fd, 1 << 16)
-                if not chunk:  # EOF: the worker died (crash, OOM kill)
-                    if not w.ready:
-                        startup_failures += 1
-                    if w.task is not None:
-                        i = w.task
-                        attempts[i] += 1
-                        if attempts[i] < _MAX_ATTEMPTS:
-                            queue.appendleft(i)
-                        else:
-                            finish(i, WorkerResult(False, None, False, "verifier worker crashed"))
-                    self._replace(w)
-                    continue
-                w.buf += chunk
-                while b"\n" in w.buf:
-                    raw, w.buf = w.buf.split(b"\n", 1)
-                    try:
-                        msg = json.loads(raw)
-                    except ValueError:  # not ours (cannot happen: library output goes to stderr)
-                        continue
-                    if not isinstance(msg, dict):
-                        continue
-                    if "ready" in msg:
-                        if msg["ready"]:
-                            w.ready = True
-                        else:
-                            self._broken = f"verifier workers cannot start: {msg.get('error')}"
-                    elif w.task is not None and msg.get("i") == w.task:
-                        finish(w.task, WorkerResult(bool(msg["correct"]), msg.get("pred"), False, msg.get("error")))
-                        w.task = None
-
+            self._read_replies(call)
             if self._broken:
                 for w in self._workers:
                     self._kill(w)
                 self._workers = []
-                return [r if r is not None else WorkerResult(False, None, False, self._broken) for r in results]
-
-            # enforce the limits
-            now = time.monotonic()
-            for w in list(self._workers):
-                if w.task is not None and now - w.t0 >= timeout_s:
-                    finish(w.task, WorkerResult(False, None, True, f"timed out after {timeout_s} s"))
-                    self.n_killed += 1
-                    self._replace(w)
-                elif not w.ready and now - w.started >= self.startup_timeout_s:
-                    startup_failures += 1
-                    self._replace(w)
-            if startup_failures >= 2 * self.n_workers and not any(w.ready for w in self._workers):
+                return call.filled(WorkerResult(False, None, False, self._broken))
+            self._enforce_limits(call)
+            if call.startup_failures >= 2 * self.n_workers and not any(w.ready for w in self._workers):
                 err = f"verifier workers did not start within {self.startup_timeout_s} s"
-                return [r if r is not None else WorkerResult(False, None, True, err) for r in results]
+                return call.filled(WorkerResult(False, None, True, err))
+        return call.filled(WorkerResult(False, None, False, "lost"))
 
-        return [r if r is not None else WorkerResult(False, None, False, "lost") for r in results]
+    def _dispatch(self, call: _Call) -> None:
+        """Hand queued tasks to idle, ready workers."""
+        now = time.monotonic()
+        for w in list(self._workers):
+            if w.ready and w.task is None and call.queue:
+                i = call.queue.popleft()
+                kind, response, answer = call.tasks[i]
+                line = json.dumps({"i": i, "kind": kind, "response": response, "answer": answer}) + "\n"
+                try:
+                    w.proc.stdin.write(line.encode("ascii"))
+                    w.proc.stdin.flush()
+                except OSError:  # died while idle: retry the task elsewhere
+                    call.queue.appendleft(i)
+                    self._replace(w)
+                    continue
+                w.task, w.t0 = i, now
 
+    def _read_replies(self, call: _Call) -> None:
+        """Sleep until a worker speaks or the nearest deadline, then read what the workers said."""
+        now = time.monotonic()
+        deadlines = [w.t0 + call.timeout_s for w in self._workers if w.task is not None]
+        deadlines += [w.started + self.startup_timeout_s for w in self._workers if not w.ready]
+        wait_s = max(0.0, min(deadlines) - now) if deadlines else 0.0
+        poller = select.poll()
+        by_fd = {}
+        for w in self._workers:
+            fd = w.proc.stdout.fileno()
+            by_fd[fd] = w
+            poller.register(fd, select.POLLIN | select.POLLHUP | select.POLLERR)
+        for fd, _ in poller.poll(wait_s * 1000.0 + 1.0):
+            w = by_fd[fd]
+            chunk = os.read(fd, 1 << 16)
+            if not chunk:  # EOF: the worker died (crash, OOM kill)
+                if not w.ready:
+                    call.startup_failures += 1
+                if w.task is not None:
+                    i = w.task
+                    call.attempts[i] += 1
+                    if call.attempts[i] < _MAX_ATTEMPTS:
+                        call.queue.appendleft(i)
+                    else:
+                        call.finish(i, WorkerResult(False, None, False, "verifier worker crashed"))
+                self._replace(w)
+                continue
+            w.buf += chunk
+            while b"\n" in w.buf:
+                raw, w.buf = w.buf.split(b"\n", 1)
+                self._handle_message(w, raw, call)
 
-# --------------------------------------------------------------------------- #
-# The worker side: `python -m dapo_exp.tasks.verify_pool`                      #
-# --------------------------------------------------------------------------- #
-def _die_with_parent() -> None:
-    """Linux: have the kernel SIGKILL this worker when its parent dies (best effort)."""
-    try:
-        import ctypes
-        import signal
-
-        libc = ctypes.CDLL("libc.so.6", use_errno=True)
-        libc.prctl(1, signal.SIGKILL)  # PR_SET_PDEATHSIG = 1
-    except Exception:
-        pass
-
-
-def _limit_memory(mb: int) -> None:
-    try:
-        import resource
-
-        limit = mb * 1024 * 1024
-        resource.setrlimit(resource.RLIMIT_AS, (limit, limit))
-    except Exception:
-        pass
-
-
-def _worker_main(argv: list[str]) -> int:
-    import argparse
-
-    ap = argparse.ArgumentParser(description="dapo_exp verifier worker (speaks JSON lines on stdin/stdout)")
-    ap.add_argument("--preload", default="")
-    ap.add_argument("--memory-limit-mb", type=int, default=0)
-    ap.add_argument("--die-with-parent", action="store_true")
-    args = ap.parse_args(argv)
-
-    # the protocol gets a private copy of stdout; whatever a library prints goes to stderr
-    proto = os.fdopen(os.dup(1), "wb", buffering=0)
-    os.dup2(2, 1)
-    if args.die_with_parent:
-        _die_with_parent()
-
-    def send(obj: dict) -> None:
-        proto.write((json.dumps(obj) + "\n").encode("ascii"))
-
-    try:
-        from dapo_exp.tasks.verifier import SCORERS, preload_scorer
-
-        for kind in filter(None, args.preload.split(",")):
-            preload_scorer(kind)
-    except BaseException as exc:  # noqa: BLE001  (report, then exit)
-        send({"ready": False, "error": f"{type(exc).__name__}: {exc}"})
-        return 1
-    if args.memory_limit_mb:
-        _limit_memory(args.memory_limit_mb)
-    send({"ready": True})
-
-    stdin = sys.stdin.buffer
-    while True:
-        line = stdin.readline()
-        if not line:
-            return 0  # parent closed the pipe
-        i = None
+    def _handle_message(self, w: _Worker, raw: bytes, call: _Call) -> None:
         try:
-            req = json.loads(line)
-            i = req["i"]
-            correct, pred = SCORERS[req["kind"]](req["response"], req["answer"])
-            out = {"i": i, "correct": bool(correct), "pred": pred}
-        except BaseException as exc:  # noqa: BLE001  (MemoryError, RecursionError, parser bugs: all "wrong")
-            out = {"i": i, "correct": False, "pred": None, "error": f"{type(exc).__name__}: {str(exc)[:200]}"}
-        try:
-            send(out)
-        except BaseException:  # noqa: BLE001
-            return 1
+            msg = json.loads(raw)
+        except ValueError:  # not ours (cannot happen: library output goes to stderr)
+            return
+        if not isinstance(msg, dict):
+            return
+        if "ready" in msg:
+            if msg["ready"]:
+                w.ready = True
+            else:
+                self._broken = f"verifier workers cannot start: {msg.get('error')}"
+        elif w.task is not None and msg.get("i") == w.task:
+            call.finish(w.task, WorkerResult(bool(msg["correct"]), msg.get("pred"), False, msg.get("error")))
+            w.task = None
 
-
-if __name__ == "__main__":
-    sys.exit(_worker_main(sys.argv[1:]))
+    def _enforce_limits(self, call: _Call) -> None:
+        """Kill a worker past its task's deadline (the task times out) or its start-up limit."""
+        now = time.monotonic()
+        for w in list(self._workers):
+            if w.task is not None and now - w.t0 >= call.timeout_s:
+                call.finish(w.task, WorkerResult(False, None, True, f"timed out after {call.timeout_s} s"))
+                self.n_killed += 1
+                self._replace(w)
+            elif not w.ready and now - w.started >= self.startup_timeout_s:
+                call.startup_failures += 1
+                self._replace(w)

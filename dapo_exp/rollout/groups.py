@@ -1,0 +1,77 @@
+"""A group (one prompt and its G scored responses) and how a batch of generations is scored.
+
+The reward of a response is the task's correctness reward (+1 / -1,
+:func:`dapo_exp.tasks.verifier.reward_of`, the paper's rule) plus every reward shaping
+term that is on (:data:`dapo_exp.algorithms.REWARD_SHAPING`; the overlong term of
+DAPO Eq. 13 when ``overlong_punishment`` is on).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any, Mapping
+
+import torch
+
+from dapo_exp.rollout.engine import Generations
+from dapo_exp.tasks.verifier import reward_of
+
+
+@dataclass
+class Group:
+    """One prompt and its G scored responses."""
+
+    prompt_index: int
+    prompt_ids: list[int]
+    response_ids: list[list[int]]
+    truncated: list[bool]
+    correct: list[bool]
+    reward: list[float]  # correctness reward (+1 / -1) plus the shaping terms
+    shaping: dict[str, list[float]]  # each active shaping term's values (name -> G floats)
+    preds: list[str | None]
+    sampled_logprobs: list[list[float]] | None = None
+    meta: dict = field(default_factory=dict)
+
+
+def score_groups(
+    *,
+    prompt_indices: list[int],
+    prompt_ids: list[list[int]],
+    gens: Generations,
+    group_size: int,
+    answers: list[str],
+    tokenizer: Any,
+    verifier: Any,
+    shaping: Mapping[str, Any],
+    algo: Any,
+    max_len: int,
+) -> tuple[list[Group], int]:
+    """Verify ``gens`` (``len(prompt_ids) * group_size`` responses, group-major) and build groups.
+
+    ``shaping`` maps names to :class:`~dapo_exp.algorithms.ShapingTerm` (the active ones);
+    each is computed on the whole batch. Returns ``(groups, verifier_timeouts)``.
+    """
+    n = group_size
+    texts = tokenizer.batch_decode(gens.response_ids, skip_special_tokens=True)
+    results = verifier.verify_batch(texts, [a for a in answers for _ in range(n)])
+    lengths = torch.tensor(gens.lengths, dtype=torch.float32)
+    correct = torch.tensor([r.correct for r in results], dtype=torch.bool)
+    terms = {name: t.compute(lengths=lengths, correct=correct, max_len=max_len, algo=algo).tolist()
+             for name, t in shaping.items()}
+    rewards = [reward_of(r) + sum(v[i] for v in terms.values()) for i, r in enumerate(results)]
+    groups = []
+    for g, pi in enumerate(prompt_indices):
+        sl = slice(g * n, (g + 1) * n)
+        groups.append(Group(
+            prompt_index=pi,
+            prompt_ids=prompt_ids[g],
+            response_ids=gens.response_ids[sl],
+            truncated=gens.truncated[sl],
+            correct=[r.correct for r in results[sl]],
+            reward=rewards[sl],
+            shaping={name: v[sl] for name, v in terms.items()},
+            preds=[r.pred for r in results[sl]],
+            sampled_logprobs=gens.sampled_logprobs[sl] if gens.sampled_logprobs else None,
+            meta={"texts": texts[sl]},
+        ))
+    return groups, sum(r.timed_out for r in results)

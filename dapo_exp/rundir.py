@@ -1,0 +1,282 @@
+"""The run directory, both sides of the contract: what a run writes (the trainer,
+the Hydra failure hook) and how it is read back (the trainer on resume, the analysis).
+
+Every write of a JSON file is atomic (a temporary file, fsync, rename), so a reader
+never sees half a ``summary.json``; JSONL files are appended line by line, and the
+reader skips a line torn by a kill and any line that is not a JSON object. Imports
+nothing of the project.
+
+Run directory layout::
+
+    <run>/config.json          written at the start: {"config": <resolved config>, "git_commit",
+                               "label", "switches"} (what the analysis reads of a run killed
+                               before it wrote a summary)
+    <run>/metrics.jsonl        one JSON object per line: {"step": int, "<ns>/<name>": float, ...}
+                               training lines every rollout step; eval lines (keys "eval/...")
+                               at the steps where evaluation ran (step 0 = before training)
+    <run>/summary.json         written at the end (status "finished") or on a crash ("failed"):
+                               {"status", "label", "preset", "switches": {fix: bool}, "seed",
+                                "config": <resolved config>, "git_commit", "wall_time_s",
+                                "steps_done", "final": {"eval/...": float}, "best": {...},
+                                "base": {...eval at step 0}, "error": str | None}
+    <run>/eval_samples.jsonl   every evaluation sample: {"step", "problem_id", "sample",
+                               "prompt", "response", "answer", "pred", "correct", "length",
+                               "truncated"}
+    <run>/train_samples.jsonl  a few training rollouts per step (same keys + "reward", "group")
+    <run>/checkpoints/step_<n>/ model.safetensors, trainer_state.pt (optimizer, scheduler,
+                               RNG states, data position, step, eval history)
+    <run>/wandb/               the W&B run (offline by default)
+    <run>/.hydra/              Hydra's record of the composed config and overrides
+"""
+
+from __future__ import annotations
+
+import json
+import os
+from pathlib import Path
+from typing import Any, Iterator
+
+METRICS = "metrics.jsonl"
+CONFIG = "config.json"
+SUMMARY = "summary.json"
+EVAL_SAMPLES = "eval_samples.jsonl"
+TRAIN_SAMPLES = "train_samples.jsonl"
+CHECKPOINTS = "checkpoints"
+
+STATUS_FINISHED = "finished"
+STATUS_FAILED = "failed"
+STATUS_RUNNING = "running"
+STATUS_STOPPED = "stopped"  # a clean stop on SIGTERM / SIGINT: checkpointed, resumable
+LOCK = ".lock"
+
+# Main metric names (documented one line each with their formula in README.md).
+EVAL_ACC = "eval/acc_avg"  # avg@k accuracy: mean over problems and k samples of correct
+EVAL_PASS = "eval/pass_at_k"  # unbiased pass@k
+EVAL_MAJ = "eval/maj_at_k"  # majority vote over normalised answers
+EVAL_LEN = "eval/response_len_mean"
+EVAL_TRUNC = "eval/truncated_frac"
+EVAL_ENTROPY = "eval/entropy"
+ENTROPY = "actor/entropy"
+RESP_LEN = "response_length/mean"
+RESP_LEN_MAX = "response_length/max"
+TRUNC = "response_length/clip_ratio"
+CLIP_HIGH = "actor/pg_clipfrac_higher"
+CLIP_LOW = "actor/pg_clipfrac_lower"
+ZERO_VAR = "dynamic_sampling/zero_var_frac"
+GEN_ROUNDS = "dynamic_sampling/gen_rounds"
+ROLLOUTS_PER_TRAINED = "dynamic_sampling/rollouts_per_trained"
+CUM_ROLLOUTS = "compute/rollouts_total"
+CUM_TOKENS = "compute/gen_tokens_total"
+
+
+# --------------------------------------------------------------------------- #
+# Writing                                                                       #
+# --------------------------------------------------------------------------- #
+def _fsync_dir(path: Path) -> None:
+    try:
+        fd = os.open(path, os.O_RDONLY)
+    except OSError:  # some filesystems (and Windows) do not open directories
+        return
+    try:
+        os.fsync(fd)
+    except OSError:
+        pass
+    finally:
+        os.close(fd)
+
+
+def write_json(path: str | os.PathLike, obj: Any) -> None:
+    """Write ``obj`` as JSON atomically: a sibling temporary file, fsync, rename.
+
+    On failure (a full disk) the temporary file is removed and the old file, if any,
+    is left as it was.
+    """
+    path = Path(path)
+    tmp = path.with_name(f".{path.name}.tmp-{os.getpid()}")
+    try:
+        with open(tmp, "w", encoding="utf-8") as f:
+            f.write(json.dumps(obj, indent=1, default=str))
+            f.flush()
+            os.fsync(f.fileno())
+        os.replace(tmp, path)
+    except BaseException:
+        tmp.unlink(missing_ok=True)
+        raise
+    _fsync_dir(path.parent)
+
+
+def read_json(path: str | os.PathLike) -> dict[str, Any] | None:
+    """A JSON object from ``path``; None when the file is missing, unreadable or not an object."""
+    try:
+        obj = json.loads(Path(path).read_text(encoding="utf-8"))
+    except (OSError, ValueError):
+        return None
+    return obj if isinstance(obj, dict) else None
+
+
+class JsonlWriter:
+    """Appends rows (dicts) to a JSONL file, one JSON object per line."""
+
+    def __init__(self, path: str | os.PathLike) -> None:
+        self.path = Path(path)
+
+    def write(self, rows: list[dict[str, Any]] | dict[str, Any]) -> None:
+        rows = [rows] if isinstance(rows, dict) else rows
+        if not rows:
+            return
+        with self.path.open("a", encoding="utf-8") as f:
+            f.write("".join(json.dumps(r, default=float) + "\n" for r in rows))
+
+
+# --------------------------------------------------------------------------- #
+# Reading                                                                       #
+# --------------------------------------------------------------------------- #
+def iter_jsonl(path: str | os.PathLike) -> Iterator[dict[str, Any]]:
+    """The JSON objects of a JSONL file, in order. A line torn by a kill, a line that is
+    not JSON and a JSON value that is not an object (``42``) are skipped."""
+    with open(path, encoding="utf-8", errors="replace") as f:
+        for line in f:
+            line = line.strip()
+            if not line:
+                continue
+            try:
+                obj = json.loads(line)
+            except json.JSONDecodeError:
+                continue
+            if isinstance(obj, dict):
+                yield obj
+
+
+def read_jsonl(path: str | os.PathLike) -> list[dict[str, Any]]:
+    """:func:`iter_jsonl` as a list; ``[]`` when the file does not exist."""
+    return list(iter_jsonl(path)) if Path(path).is_file() else []
+
+
+def truncate_jsonl(path: str | os.PathLike, max_step: int) -> None:
+    """Keep the rows of steps ``<= max_step`` (a resumed run re-logs the later ones) and drop
+    every line :func:`iter_jsonl` would skip. Rewritten atomically."""
+    path = Path(path)
+    if not path.exists():
+        return
+    keep = [row for row in iter_jsonl(path) if _step_of(row) <= max_step]
+    tmp = path.with_name(f".{path.name}.tmp-{os.getpid()}")
+    try:
+        with open(tmp, "w", encoding="utf-8") as f:
+            f.write("".join(json.dumps(r, default=float) + "\n" for r in keep))
+        os.replace(tmp, path)
+    except BaseException:
+        tmp.unlink(missing_ok=True)
+        raise
+
+
+def _step_of(row: dict[str, Any]) -> float:
+    step = row.get("step", 0)
+    return step if isinstance(step, (int, float)) else 0
+
+
+def read_summary(run_dir: str | os.PathLike) -> dict[str, Any] | None:
+    """The run's ``summary.json``, or None (missing or unreadable)."""
+    return read_json(Path(run_dir) / SUMMARY)
+
+
+def is_run_dir(path: str | os.PathLike) -> bool:
+    """A directory holding a summary or a metrics file."""
+    p = Path(path)
+    return (p / SUMMARY).is_file() or (p / METRICS).is_file()
+
+
+def record_failure(run_dir: str | os.PathLike, exc: BaseException, **fields: Any) -> None:
+    """Make the run directory say the run failed (``summary.json``, status ``failed``).
+
+    ``fields`` (the trainer passes its whole summary: config, label, traceback) are
+    written with the status and the error; without them the fields a previous summary
+    holds are kept and only the status and the error are replaced. Never raises: it runs on error paths (a full disk included), where the original
+    error is the one to report.
+    """
+    run_dir = Path(run_dir)
+    try:
+        previous = {} if fields else (read_summary(run_dir) or {})
+        run_dir.mkdir(parents=True, exist_ok=True)
+        write_json(run_dir / SUMMARY, {**previous, **fields, "status": STATUS_FAILED,
+                                       "error": f"{type(exc).__name__}: {exc}"})
+    except Exception:  # noqa: BLE001 - see docstring
+        pass
+
+
+# --------------------------------------------------------------------------- #
+# One writer per run                                                            #
+# --------------------------------------------------------------------------- #
+class RunLockedError(RuntimeError):
+    """Another live process holds the run directory's lock."""
+
+
+class RunLock:
+    """An exclusive lock on a run directory: ``<run>/.lock``, held with ``fcntl.flock``.
+
+    A second writer (a resubmitted job, the same command started twice) is refused
+    with a message naming the holder's pid, host and start time. The kernel drops the
+    lock when its process dies, so a lock left by a killed run is simply taken over
+    (and said so). On filesystems without ``flock`` the lock is a no-op with a warning.
+    """
+
+    def __init__(self, run_dir: str | os.PathLike) -> None:
+        self.path = Path(run_dir) / LOCK
+        self._f = None
+
+    def acquire(self) -> "RunLock":
+        import fcntl
+        import socket
+        import time
+
+        self.path.parent.mkdir(parents=True, exist_ok=True)
+        f = open(self.path, "a+", encoding="utf-8")
+        try:
+            fcntl.flock(f, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError:
+            f.seek(0)
+            holder = _holder(f.read())
+            f.close()
+            raise RunLockedError(
+                f"{self.path.parent} is in use by pid {holder.get('pid', '?')} on {holder.get('host', '?')} "
+                f"(since {holder.get('started', '?')}); wait for it to end or stop it, then re-run"
+            ) from None
+        except OSError as exc:  # no flock on this filesystem
+            import logging
+
+            logging.getLogger(__name__).warning("cannot lock %s (%s); running without a lock", self.path, exc)
+        f.seek(0)
+        previous = _holder(f.read())
+        if previous.get("pid"):
+            print(f"[dapo-exp] taking over {self.path.parent.name}: its last writer (pid {previous['pid']} on "
+                  f"{previous.get('host', '?')}) is gone", flush=True)
+        f.seek(0)
+        f.truncate()
+        f.write(json.dumps({"pid": os.getpid(), "host": socket.gethostname(),
+                            "started": time.strftime("%Y-%m-%d %H:%M:%S")}))
+        f.flush()
+        self._f = f
+        return self
+
+    def release(self) -> None:
+        if self._f is None:
+            return
+        try:
+            self._f.seek(0)
+            self._f.truncate()  # an empty lock file: nobody to take over from
+            self._f.close()  # closing drops the flock
+        finally:
+            self._f = None
+
+    def __enter__(self) -> "RunLock":
+        return self.acquire()
+
+    def __exit__(self, *exc: Any) -> None:
+        self.release()
+
+
+def _holder(text: str) -> dict[str, Any]:
+    try:
+        obj = json.loads(text)
+    except ValueError:
+        return {}
+    return obj if isinstance(obj, dict) else {}

@@ -1,0 +1,328 @@
+"""The named steps of one rollout step, in the order :func:`dapo_exp.train.train` calls them.
+
+::
+
+    generate + score (rollout.groups.score_groups) -> dynamic sampling (rollout.dynamic_sampling)
+    -> build_batch: advantages, response and loss masks (Overlong Filtering)
+    -> old_logprobs: the trainer's log-probs of the samples, entropy, reference log-probs
+    -> token_advantages: per-token advantages (x truncated IS weights), mismatch metrics
+    -> update_policy: mini-batches of whole groups, micro-batch accumulation, optimizer steps
+    -> step_metrics / sampling_metrics -> evaluate (periodic)
+
+Each step takes plain values and keyword arguments; the config is read by the loop
+(``dapo_exp.train``) and by the registry entries it picks (``dapo_exp.algorithms``).
+"""
+
+from __future__ import annotations
+
+import time
+from collections import defaultdict
+from dataclasses import dataclass
+from typing import Any, Callable
+
+import numpy as np
+import torch
+from torch import Tensor
+
+from dapo_exp import objective, rundir
+from dapo_exp.batching import microbatches
+from dapo_exp.logprobs import ResponseForward
+from dapo_exp.rollout.dynamic_sampling import CollectStats
+from dapo_exp.rollout.engine import SamplingSpec
+from dapo_exp.rollout.groups import Group
+from dapo_exp.rollout.mismatch import pad_logprobs, rollout_mismatch_stats
+
+
+# --------------------------------------------------------------------------- #
+# Batch: advantages and masks                                                   #
+# --------------------------------------------------------------------------- #
+@dataclass
+class Batch:
+    """The training batch, flattened group-major: row ``g * G + j`` is response ``j`` of group ``g``."""
+
+    groups: list[Group]
+    rewards: Tensor  # (N, G)
+    advantages: Tensor  # (B,) one value per response
+    prompts: list[list[int]]  # (B,) prompt ids of each row
+    responses: list[list[int]]  # (B,) response ids
+    lengths: list[int]  # (B,)
+    truncated: Tensor  # (B,) bool
+    group_index: Tensor  # (B,) group of each row
+    resp_mask: Tensor  # (B, T) real response tokens
+    loss_mask: Tensor  # (B, T) tokens that count in the loss (minus overlong-filtered rows)
+
+    @property
+    def size(self) -> int:
+        return len(self.responses)
+
+    @property
+    def width(self) -> int:
+        return self.resp_mask.shape[1]
+
+
+def build_batch(
+    groups: list[Group], *, group_size: int, estimator: Callable[[Tensor], Tensor], overlong_filtering: bool
+) -> Batch:
+    """Advantages (``estimator(rewards (N, G)) -> (N, G)``) and masks of the kept groups."""
+    rewards = torch.tensor([g.reward for g in groups], dtype=torch.float32)
+    adv = estimator(rewards).reshape(-1)
+    responses = [resp for g in groups for resp in g.response_ids]
+    lengths = [len(x) for x in responses]
+    truncated = torch.tensor([tr for g in groups for tr in g.truncated])
+    width = max(1, max(lengths))
+    resp_mask = (torch.arange(width)[None, :] < torch.tensor(lengths)[:, None]).float()
+    loss_mask = objective.overlong_filtering(resp_mask, truncated) if overlong_filtering else resp_mask
+    return Batch(
+        groups=groups, rewards=rewards, advantages=adv,
+        prompts=[g.prompt_ids for g in groups for _ in range(group_size)], responses=responses,
+        lengths=lengths, truncated=truncated, group_index=torch.arange(len(groups)).repeat_interleave(group_size),
+        resp_mask=resp_mask, loss_mask=loss_mask,
+    )
+
+
+def row_lengths(batch: Batch, rows: list[int] | range) -> list[int]:
+    """Prompt + response tokens of each of ``rows`` (what a micro-batch's padding is sized by)."""
+    return [len(batch.prompts[i]) + batch.lengths[i] for i in rows]
+
+
+# --------------------------------------------------------------------------- #
+# Old (and reference) log-probs, entropy                                        #
+# --------------------------------------------------------------------------- #
+@dataclass
+class OldLogprobs:
+    logp: Tensor  # (B, T) the trainer's log-probs of the samples before the update
+    ref_logp: Tensor | None  # (B, T) under the frozen reference policy (KL on), else None
+    entropy_sum: float  # sum over response tokens of the policy's entropy
+
+
+@torch.no_grad()
+def old_logprobs(
+    model: torch.nn.Module, batch: Batch, *, fwd: ResponseForward, ref_model: torch.nn.Module | None,
+    micro_batch_size: int, token_budget: int | None,
+) -> OldLogprobs:
+    """The trainer's log-probs of the sampled tokens (recomputed, never the engine's)."""
+    model.eval()
+    B, width = batch.size, batch.width
+    old = torch.zeros(B, width)
+    ref = torch.zeros(B, width) if ref_model is not None else None
+    ent_sum = 0.0
+    for mb in microbatches(row_lengths(batch, range(B)), micro_batch_size, token_budget):
+        prompts, responses = [batch.prompts[i] for i in mb], [batch.responses[i] for i in mb]
+        lp, ent, mk = fwd(model, prompts, responses, with_entropy=True)
+        old[mb, : lp.shape[1]] = lp.cpu()
+        ent_sum += float((ent * mk).sum())
+        if ref is not None:
+            rl, _, _ = fwd(ref_model, prompts, responses)
+            ref[mb, : rl.shape[1]] = rl.cpu()
+    return OldLogprobs(old, ref, ent_sum)
+
+
+def token_advantages(batch: Batch, old: OldLogprobs, *, tis_cap: float | None) -> tuple[Tensor, dict[str, float]]:
+    """``(B, T)`` advantages and the rollout-vs-trainer mismatch metrics.
+
+    When the engine reported the log-probs it sampled with, the gap to the trainer's is
+    measured and, with ``tis_cap`` set, each token's advantage is multiplied by its
+    truncated importance weight (:func:`dapo_exp.objective.truncated_is_weights`).
+    """
+    tok_adv = batch.advantages[:, None].expand(batch.size, batch.width).clone()
+    if batch.groups[0].sampled_logprobs is None:
+        return tok_adv, {}
+    eng = pad_logprobs([lp for g in batch.groups for lp in g.sampled_logprobs], batch.width)
+    metrics = rollout_mismatch_stats(old.logp, eng, batch.resp_mask)
+    if tis_cap is not None:
+        tok_adv = tok_adv * objective.truncated_is_weights(old.logp, eng, tis_cap)
+    return tok_adv, metrics
+
+
+# --------------------------------------------------------------------------- #
+# The update                                                                    #
+# --------------------------------------------------------------------------- #
+@dataclass(frozen=True)
+class UpdateSpec:
+    """How a batch becomes optimizer steps (``train.*``, ``optim.grad_clip`` and the loss's settings)."""
+
+    group_size: int
+    mini_batch_size: int
+    micro_batch_size: int
+    token_budget: int | None
+    ppo_epochs: int
+    grad_clip: float
+    loss_agg: str
+    max_len: int  # L_max of seq-mean-token-sum-norm
+    surrogate: Callable  # from dapo_exp.algorithms.POLICY_LOSSES
+    kl_coef: float
+    kl_estimator: str
+
+
+def minibatch_rows(n_groups: int, *, spec: UpdateSpec, seed: int) -> list[list[int]]:
+    """Rows of each mini-batch: whole groups, in a random order per epoch seeded by ``seed + epoch``."""
+    G, per_mb = spec.group_size, max(1, spec.mini_batch_size // spec.group_size)
+    out = []
+    for epoch in range(spec.ppo_epochs):
+        order = torch.randperm(n_groups, generator=torch.Generator().manual_seed(seed + epoch)).tolist()
+        out += [[gi * G + j for gi in order[s : s + per_mb] for j in range(G)] for s in range(0, n_groups, per_mb)]
+    return out
+
+
+def update_policy(
+    model: torch.nn.Module, optimizer: torch.optim.Optimizer, batch: Batch, old: OldLogprobs, tok_adv: Tensor,
+    *, fwd: ResponseForward, spec: UpdateSpec, seed: int,
+) -> dict[str, float]:
+    """PPO-style updates; each mini-batch is one optimizer step, its gradient accumulated over
+    micro-batches with the mini-batch's normaliser (so the split never changes it).
+
+    Returns summed statistics (``pg_loss``, token counts, ``grad_norm``, ``n_updates``, padding).
+    """
+    model.train()
+    upd: dict[str, float] = defaultdict(float)
+    device = fwd.device
+    for rows in minibatch_rows(len(batch.groups), spec=spec, seed=seed):
+        weights = objective.loss_normaliser(batch.loss_mask[rows], spec.loss_agg, batch.group_index[rows],
+                                            max_len=spec.max_len)
+        lens = row_lengths(batch, rows)
+        for micro in microbatches(lens, spec.micro_batch_size, spec.token_budget):
+            sel = [rows[i] for i in micro]
+            # padding waste: the tensor is [max prompt | max response] wide
+            upd["slots"] += len(sel) * (max(len(batch.prompts[i]) for i in sel) + max(batch.lengths[i] for i in sel))
+            upd["real_tokens"] += sum(lens[i] for i in micro)
+            lp, _, _ = fwd(model, [batch.prompts[i] for i in sel], [batch.responses[i] for i in sel])
+            w = lp.shape[1]
+            loss, st = objective.policy_loss(
+                logp=lp, old_logp=old.logp[sel, :w].to(device), advantages=tok_adv[sel, :w].to(device),
+                mask=batch.loss_mask[sel, :w].to(device), weights=weights[micro].to(device),
+                surrogate=spec.surrogate, kl_coef=spec.kl_coef, kl_estimator=spec.kl_estimator,
+                ref_logp=None if old.ref_logp is None else old.ref_logp[sel, :w].to(device),
+            )
+            loss.backward()
+            for key, v in st.items():
+                upd[key] += float(v)
+        gn = torch.nn.utils.clip_grad_norm_(model.parameters(), spec.grad_clip if spec.grad_clip > 0 else 1e12)
+        upd["grad_norm"] += float(gn)
+        optimizer.step()
+        optimizer.zero_grad(set_to_none=True)
+        upd["n_updates"] += 1
+    model.eval()
+    return upd
+
+
+# --------------------------------------------------------------------------- #
+# Metrics (names and formulas: README "Metrics")                                #
+# --------------------------------------------------------------------------- #
+def step_metrics(
+    batch: Batch, old: OldLogprobs, upd: dict[str, float], tok_adv: Tensor, *, shaping_metrics: dict[str, str],
+    ppo_epochs: int, t_train: float,
+) -> dict[str, float]:
+    """Reward, loss, clipping, masking, length and throughput metrics of a trained step.
+
+    ``shaping_metrics`` maps each registered shaping term to its metric name; a term that
+    is off logs 0.
+    """
+    acc = torch.tensor([g.correct for g in batch.groups], dtype=torch.float32)
+    n_tok, n_upd = max(upd["n_tokens"], 1.0), max(upd["n_updates"], 1.0)
+    resp_tokens, lm_tokens = float(batch.resp_mask.sum()), float(batch.loss_mask.sum())
+    m = {
+        "reward/mean": float(batch.rewards.mean()),
+        "reward/acc_mean": float(acc.mean()),
+        **{metric: float(np.mean([v for g in batch.groups for v in g.shaping[name]]))
+           if name in batch.groups[0].shaping else 0.0 for name, metric in shaping_metrics.items()},
+        "actor/entropy": old.entropy_sum / max(resp_tokens, 1.0),
+        "actor/pg_loss": upd["pg_loss"] / n_upd,
+        "actor/pg_clipfrac_higher": upd["n_clipped_high"] / n_tok,
+        "actor/pg_clipfrac_lower": upd["n_clipped_low"] / n_tok,
+        "actor/pg_clipfrac_dual": upd["n_clipped_dual"] / n_tok,
+        "actor/ppo_ratio_mean": upd["ratio_sum"] / n_tok,
+        "actor/grad_norm": upd["grad_norm"] / n_upd,
+        "actor/masked_token_frac": 1.0 - lm_tokens / max(resp_tokens, 1.0),
+        "actor/zero_adv_token_frac": float(((tok_adv == 0).float() * batch.loss_mask).sum()) / max(lm_tokens, 1.0),
+        "actor/n_updates": float(upd["n_updates"]),
+        "perf/padding_waste": 1.0 - upd["real_tokens"] / max(upd["slots"], 1.0),
+        "response_length/mean": float(np.mean(batch.lengths)),
+        "response_length/max": float(np.max(batch.lengths)),
+        "response_length/min": float(np.min(batch.lengths)),
+        "response_length/clip_ratio": float(batch.truncated.float().mean()),
+        "timing_s/update_actor": t_train,
+        "perf/train_tokens_per_s": resp_tokens * ppo_epochs / max(t_train, 1e-9),
+    }
+    if "kl" in upd:
+        m["actor/kl"] = upd["kl"] / n_upd
+    return m
+
+
+def sampling_metrics(ds: CollectStats, *, group_size: int, gen_seconds: float) -> dict[str, float]:
+    """The cost of Dynamic Sampling (also logged with it off: zero-variance groups are still counted)."""
+    return {
+        "dynamic_sampling/zero_var_frac": ds.zero_var_groups / max(ds.groups_generated, 1),
+        "dynamic_sampling/gen_rounds": float(ds.rounds),
+        "dynamic_sampling/rollouts_generated": float(ds.rollouts_generated),
+        "dynamic_sampling/kept_groups": float(ds.kept_groups),
+        "dynamic_sampling/rollouts_per_trained": ds.rollouts_generated / max(ds.kept_groups * group_size, 1),
+        "dynamic_sampling/surplus_groups": float(ds.surplus_groups),
+        "dynamic_sampling/cap_hit": float(ds.cap_hit),
+        "perf/gen_tokens_per_s": ds.gen_tokens / max(gen_seconds, 1e-9),
+    }
+
+
+def train_sample_rows(step: int, groups: list[Group], n_groups: int = 2) -> list[dict[str, Any]]:
+    """A few training rollouts of the step for ``train_samples.jsonl``."""
+    return [
+        {"step": step, "group": gi, "prompt_index": g.prompt_index, "response": g.meta["texts"][j],
+         "correct": g.correct[j], "reward": g.reward[j], "length": len(g.response_ids[j]),
+         "truncated": g.truncated[j]}
+        for gi, g in enumerate(groups[:n_groups]) for j in range(len(g.response_ids))
+    ]
+
+
+# --------------------------------------------------------------------------- #
+# Evaluation                                                                    #
+# --------------------------------------------------------------------------- #
+@dataclass(frozen=True)
+class EvalSpec:
+    k: int
+    max_len: int
+    temperature: float
+    top_p: float
+    seed: int
+    micro_batch_size: int
+    save_samples: bool
+
+
+@torch.no_grad()
+def evaluate(
+    model: torch.nn.Module, engine: Any, *, problems: list, prompt_ids: list[list[int]], tokenizer: Any,
+    verifier: Any, fwd: ResponseForward, spec: EvalSpec, step: int, sample_writer: rundir.JsonlWriter,
+) -> dict[str, float]:
+    """avg@k, pass@k, maj@k, length, truncation and entropy on the held-out problems.
+
+    ``fwd`` must score at the eval temperature (the entropy of the sampling distribution).
+    """
+    from dapo_exp.evaluation import summarise_eval
+
+    k, t0 = spec.k, time.perf_counter()
+    engine.wake()
+    gens = engine.generate(prompt_ids, SamplingSpec(n=k, max_new_tokens=spec.max_len, temperature=spec.temperature,
+                                                    top_p=spec.top_p, seed=spec.seed + step))
+    texts = tokenizer.batch_decode(gens.response_ids, skip_special_tokens=True)
+    answers = [p.answer for p in problems for _ in range(k)]
+    results = verifier.verify_batch(texts, answers)
+    ids = [p.id for p in problems]
+    summary = summarise_eval(ids, [r.correct for r in results], [r.pred for r in results], gens.lengths,
+                             gens.truncated, k)
+    metrics = {key: float(v) for key, v in summary.items() if key.startswith("eval/")}
+    ent_sum, tok = 0.0, 0.0
+    rep_prompts = [p for p in prompt_ids for _ in range(k)]
+    for s in range(0, len(rep_prompts), spec.micro_batch_size):
+        sl = slice(s, s + spec.micro_batch_size)
+        _, ent, m = fwd(model, rep_prompts[sl], gens.response_ids[sl], with_entropy=True)
+        ent_sum += float((ent * m).sum())
+        tok += float(m.sum())
+    metrics[rundir.EVAL_ENTROPY] = ent_sum / max(tok, 1.0)
+    metrics["eval/verify_timeouts"] = float(sum(r.timed_out for r in results))
+    metrics["timing_s/eval"] = time.perf_counter() - t0
+    if spec.save_samples:
+        sample_writer.write([
+            {"step": step, "problem_id": ids[i // k], "sample": i % k, "prompt": problems[i // k].prompt,
+             "response": texts[i], "answer": answers[i], "pred": results[i].pred,
+             "correct": bool(results[i].correct), "length": gens.lengths[i], "truncated": gens.truncated[i]}
+            for i in range(len(texts))
+        ])
+    return metrics

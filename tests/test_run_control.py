@@ -1,0 +1,200 @@
+"""Fault injection on the run directory and the loop: one writer per run, SIGTERM as a clean stop,
+progress lines in non-interactive logs, bad JSONL lines, early interruption, a full disk."""
+
+import errno
+import json
+import os
+import signal
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from dapo_exp import rundir
+from dapo_exp.rundir import RunLock, RunLockedError
+from dapo_exp.train import RunStopped, train
+
+ROOT = Path(__file__).resolve().parents[1]
+VOLATILE = ("timing_s/", "perf/")
+
+
+def _metrics(run_dir):
+    return [{k: v for k, v in r.items() if not k.startswith(VOLATILE)} for r in rundir.read_jsonl(
+        Path(run_dir) / rundir.METRICS)]
+
+
+def _at_step(monkeypatch, step, action):
+    """Run ``action()`` as train() starts rollout step ``step``."""
+    import dapo_exp.train as T
+
+    real, calls = T.collect_groups, {"n": 0}
+
+    def hooked(*a, **k):
+        calls["n"] += 1
+        if calls["n"] == step:
+            action()
+        return real(*a, **k)
+
+    monkeypatch.setattr(T, "collect_groups", hooked)
+
+
+# --------------------------------------------------------------------------- #
+# one writer per run                                                            #
+# --------------------------------------------------------------------------- #
+def test_a_second_writer_is_refused_naming_the_holder(tmp_path, small_cfg):
+    with RunLock(tmp_path):
+        with pytest.raises(RunLockedError, match=rf"in use by pid {os.getpid()} on "):
+            train(small_cfg(tmp_path))
+    assert not (tmp_path / rundir.SUMMARY).exists() and not (tmp_path / rundir.CONFIG).exists()
+
+
+def test_a_lock_left_by_a_dead_process_is_taken_over(tmp_path, capsys):
+    (tmp_path / rundir.LOCK).write_text(json.dumps({"pid": 999999, "host": "elsewhere", "started": "then"}))
+    with RunLock(tmp_path):
+        assert json.loads((tmp_path / rundir.LOCK).read_text())["pid"] == os.getpid()
+    assert "its last writer (pid 999999 on elsewhere) is gone" in capsys.readouterr().out
+
+
+@pytest.mark.slow
+def test_two_identical_commands_one_writes_the_other_is_refused(tmp_path, warm_cache):
+    """The resubmitted-job case, with two real processes: the second exits naming the holder's pid
+    and writes nothing; the first's files have each row once (it is then stopped with SIGTERM)."""
+    import time
+
+    from conftest import SMALL
+
+    run_dir = tmp_path / "run"
+    cmd = [sys.executable, "run.py", *SMALL, "train.steps=500", "checkpoint.every=100",
+           f"model.cache_dir={warm_cache}", f"hydra.run.dir={run_dir}"]
+    first = subprocess.Popen(cmd, cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+    deadline = time.monotonic() + 300
+    while len(rundir.read_jsonl(run_dir / rundir.METRICS)) < 2 and time.monotonic() < deadline:
+        assert first.poll() is None, first.communicate()[0][-2000:]
+        time.sleep(0.05)
+    second = subprocess.run(cmd, cwd=ROOT, capture_output=True, text=True, timeout=300)
+    assert second.returncode != 0 and f"in use by pid {first.pid}" in second.stdout + second.stderr
+    first.send_signal(signal.SIGTERM)
+    out_first = first.communicate(timeout=300)[0]
+    assert first.returncode == 128 + signal.SIGTERM, out_first[-2000:]
+    rows = rundir.read_jsonl(run_dir / rundir.METRICS)
+    keys = [(r["step"], "reward/mean" in r) for r in rows]
+    assert len(keys) == len(set(keys))
+    samples = rundir.read_jsonl(run_dir / rundir.EVAL_SAMPLES)
+    ids = [(r["step"], r["problem_id"], r["sample"]) for r in samples]
+    assert ids and len(ids) == len(set(ids))
+
+
+# --------------------------------------------------------------------------- #
+# SIGTERM / SIGINT                                                              #
+# --------------------------------------------------------------------------- #
+@pytest.mark.slow
+@pytest.mark.parametrize("sig", [signal.SIGTERM, signal.SIGINT])
+def test_a_signal_stops_cleanly_and_the_rerun_resumes_to_the_same_metrics(sig, tmp_path, small_cfg, monkeypatch):
+    overrides = ("train.steps=4", "checkpoint.every=10")  # no periodic checkpoint before the end
+    train(small_cfg(tmp_path / "whole", *overrides))
+    _at_step(monkeypatch, 2, lambda: os.kill(os.getpid(), sig))  # arrives during step 2
+    with pytest.raises(RunStopped, match=signal.Signals(sig).name):
+        train(small_cfg(tmp_path / "cut", *overrides))
+    summary = rundir.read_summary(tmp_path / "cut")
+    assert summary["status"] == rundir.STATUS_STOPPED and summary["steps_done"] == 2
+    assert "re-run the same command to resume" in summary["error"]
+    assert [p.name for p in (tmp_path / "cut" / rundir.CHECKPOINTS).glob("step_*")] == ["step_0000002"]
+    assert signal.getsignal(signal.SIGTERM) is signal.SIG_DFL  # handlers restored
+    monkeypatch.undo()
+    s = train(small_cfg(tmp_path / "cut", *overrides))
+    assert s["status"] == "finished" and s["steps_done"] == 4
+    assert _metrics(tmp_path / "cut") == _metrics(tmp_path / "whole")
+
+
+@pytest.mark.slow
+def test_sigterm_to_the_process_exits_143_with_a_stopped_summary(tmp_path, warm_cache):
+    from conftest import SMALL
+
+    run_dir = tmp_path / "run"
+    cmd = [sys.executable, "run.py", *SMALL, "train.steps=500", "checkpoint.every=100",
+           f"model.cache_dir={warm_cache}", f"hydra.run.dir={run_dir}"]
+    proc = subprocess.Popen(cmd, cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+    import time
+
+    deadline = time.monotonic() + 300
+    while len(rundir.read_jsonl(run_dir / rundir.METRICS)) < 3 and time.monotonic() < deadline:
+        assert proc.poll() is None, proc.communicate()[0][-2000:]
+        time.sleep(0.05)
+    proc.send_signal(signal.SIGTERM)
+    out = proc.communicate(timeout=300)[0]
+    assert proc.returncode == 128 + signal.SIGTERM, out[-2000:]
+    summary = rundir.read_summary(run_dir)
+    assert summary["status"] == "stopped" and 1 <= summary["steps_done"] < 500
+    assert (run_dir / rundir.CHECKPOINTS / f"step_{summary['steps_done']:07d}").is_dir()
+    assert "SIGTERM: stopping after this step" in out
+
+
+# --------------------------------------------------------------------------- #
+# what a log file shows                                                         #
+# --------------------------------------------------------------------------- #
+@pytest.mark.slow
+def test_run_py_to_a_file_prints_progress_lines(tmp_path, warm_cache):
+    from conftest import SMALL
+
+    log = tmp_path / "out.log"
+    with open(log, "w") as f:
+        rc = subprocess.run([sys.executable, "run.py", *SMALL, "train.steps=3", f"model.cache_dir={warm_cache}",
+                             f"hydra.run.dir={tmp_path / 'run'}"], cwd=ROOT, stdout=f, stderr=subprocess.STDOUT,
+                            timeout=600).returncode
+    text = log.read_text()
+    assert rc == 0, text[-2000:]
+    # the first and the last step always print (others at most every logger.progress_every_s)
+    for step in (1, 3):
+        assert f"step {step}/3 | reward " in text and " s/step, eta " in text
+    assert "finished 3 steps" in text
+
+
+# --------------------------------------------------------------------------- #
+# damaged files, early interruption, a full disk                                #
+# --------------------------------------------------------------------------- #
+@pytest.mark.slow
+def test_resume_skips_json_lines_that_are_not_objects(tmp_path, small_cfg):
+    train(small_cfg(tmp_path, "train.steps=1"))
+    (tmp_path / rundir.SUMMARY).unlink()  # as if killed after its checkpoint
+    with open(tmp_path / rundir.METRICS, "a") as f:
+        f.write('42\n[1, 2]\n"text"\nnull\n{"step": 1, "torn": ')
+    s = train(small_cfg(tmp_path, "train.steps=2"))
+    assert s["status"] == "finished" and s["steps_done"] == 2
+    rows = rundir.read_jsonl(tmp_path / rundir.METRICS)
+    assert all(isinstance(r, dict) for r in rows) and "torn" not in json.dumps(rows)
+
+
+@pytest.mark.slow
+def test_an_early_interruption_says_what_the_rerun_discards(tmp_path, small_cfg, monkeypatch, capsys):
+    overrides = ("train.steps=3", "checkpoint.every=10")
+
+    def hard_kill():
+        raise KeyboardInterrupt("killed")
+
+    _at_step(monkeypatch, 2, hard_kill)
+    with pytest.raises(KeyboardInterrupt):
+        train(small_cfg(tmp_path, *overrides))
+    assert rundir.read_summary(tmp_path)["status"] == "failed"
+    monkeypatch.undo()
+    capsys.readouterr()
+    assert train(small_cfg(tmp_path, *overrides))["status"] == "finished"
+    out = capsys.readouterr().out
+    assert "no checkpoint, starting over (discarding the 2 metric rows of an earlier attempt, up to step 1)" in out
+
+
+@pytest.mark.slow
+def test_a_full_disk_leaves_a_consistent_failed_run(tmp_path, small_cfg, monkeypatch):
+    import dapo_exp.checkpoint as C
+
+    def no_space(*a, **k):
+        raise OSError(errno.ENOSPC, "No space left on device")
+
+    monkeypatch.setattr(C, "save_model", no_space)
+    with pytest.raises(OSError, match="No space left"):
+        train(small_cfg(tmp_path))
+    summary = rundir.read_summary(tmp_path)
+    assert summary["status"] == "failed" and "No space left" in summary["error"]
+    leftovers = [p for p in tmp_path.rglob("*") if ".tmp" in p.name]
+    assert not leftovers, leftovers
+    assert not (tmp_path / rundir.LOCK).read_text()  # the lock was released
