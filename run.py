@@ -50,7 +50,7 @@ def main(cfg: DictConfig) -> float | None:
 
 if __name__ == "__main__":
     # a multirun that names no sweep is named after what it sweeps (its directory and W&B group)
-    sys.argv += [f"sweep={name}"] if (name := default_sweep_name(sys.argv[1:])) else []
+    sys.argv += [f"sweep='{name}'"] if (name := default_sweep_name(sys.argv[1:])) else []  # quoted: it has , and =
     if not dry_run_sweep(sys.argv[1:], CONFIG_DIR):
         from dapo_exp.train import RunStopped
 

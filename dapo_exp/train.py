@@ -454,10 +454,11 @@ def _train_locked(cfg: DictConfig, out: Path, t_start: float) -> dict[str, Any]:
     }
     cleanup: list = []  # what was opened: closed here if the run fails
     try:
-        run = build_run(cfg, out, label, cleanup)
-        resume(run)
-        start_tracking(run, resolved, commit, switches, cleanup)
-        with run.stop:
+        with StopRequest() as stop:  # from here on SIGTERM / SIGINT stop at the next step boundary
+            run = build_run(cfg, out, label, cleanup)
+            run.stop = stop
+            resume(run)
+            start_tracking(run, resolved, commit, switches, cleanup)
             return loop(run, summary, t_start)
     except RunStopped:
         raise  # a clean stop: its summary says "stopped" and everything is closed
@@ -490,8 +491,11 @@ def loop(run: Run, summary: dict[str, Any], t_start: float) -> dict[str, Any]:
     # plain lines for logs (nohup, SLURM, CI) when the bar is off; the bar is enough on a terminal
     lines = ProgressLines(f"{run.label} s{cfg.seed}", t.steps, cfg.logger.progress_every_s, enabled=bool(bar.disable))
     step = run.start_step
-    for step in bar:
-        t_step = time.perf_counter()
+    for next_step in bar:
+        if run.stop.signame:  # a signal during the last step (or the set-up): its checkpoint is written
+            bar.close()
+            stopped(run, summary, step)
+        step, t_step = next_step, time.perf_counter()
         groups, ds, counters = rollout_groups(run, step)  # rollouts, rewards, dynamic sampling
         t_gen = time.perf_counter() - t_step
         st["sampler_position"] = run.sampler.position
@@ -527,9 +531,6 @@ def loop(run: Run, summary: dict[str, Any], t_start: float) -> dict[str, Any]:
             t_start = time.perf_counter()
             checkpoint.save(run.out / rundir.CHECKPOINTS, step, run.model, run.optimizer, run.scheduler, st,
                             cfg.checkpoint.keep)
-        if run.stop.signame and step < t.steps:
-            bar.close()
-            stopped(run, summary, step)
     bar.close()
     if t.steps == 0 or (run.start_step == t.steps and not st["evals"]):
         run_eval(run, t.steps)
@@ -538,14 +539,14 @@ def loop(run: Run, summary: dict[str, Any], t_start: float) -> dict[str, Any]:
 
 
 def stopped(run: Run, summary: dict[str, Any], step: int) -> None:
-    """A clean stop after ``step`` (its checkpoint written): summary ``stopped``, close, raise :class:`RunStopped`."""
+    """A clean stop after ``step`` (its checkpoint written, unless nothing was trained yet): summary
+    ``stopped``, close, raise :class:`RunStopped`."""
     summary.update(status=rundir.STATUS_STOPPED, steps_done=step, wall_time_s=run.state["wall_time_s"],
                    error=f"stopped by {run.stop.signame} after step {step}; re-run the same command to resume")
     rundir.write_json(run.out / rundir.SUMMARY, summary)
     run.tracker.finish(exit_code=1)
     run.engine.close()
-    print(f"[dapo-exp] {run.out.name}: stopped after step {step} (checkpoint written); re-run the same command "
-          "to resume", flush=True)
+    print(f"[dapo-exp] {run.out.name}: stopped after step {step}; re-run the same command to resume", flush=True)
     raise RunStopped(run.stop.signame)
 
 

@@ -37,7 +37,8 @@ GRAPH = {m: _imports(p) - {m} for m, p in MODULES.items()}
 LAYERS = [
     # 0: import nothing of the project
     {"dapo_exp.objective", "dapo_exp.config", "dapo_exp.fixes", "dapo_exp.rundir", "dapo_exp.evaluation",
-     "dapo_exp.batching", "dapo_exp.logprobs", "dapo_exp.tracking", "dapo_exp.checkpoint", "dapo_exp.models"},
+     "dapo_exp.batching", "dapo_exp.logprobs", "dapo_exp.tracking", "dapo_exp.checkpoint", "dapo_exp.models",
+     "dapo_exp.console"},
     # 1: registries and what they choose from: tasks, rollout, algorithms; Hydra glue; analysis
     {"dapo_exp.registry", "dapo_exp.algorithms", "dapo_exp.hydra_setup", "dapo_exp.tasks*", "dapo_exp.rollout*",
      "dapo_exp.analysis*"},

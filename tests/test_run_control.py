@@ -198,3 +198,14 @@ def test_a_full_disk_leaves_a_consistent_failed_run(tmp_path, small_cfg, monkeyp
     leftovers = [p for p in tmp_path.rglob("*") if ".tmp" in p.name]
     assert not leftovers, leftovers
     assert not (tmp_path / rundir.LOCK).read_text()  # the lock was released
+
+
+def test_a_multirun_without_a_sweep_name_is_named_after_what_it_sweeps():
+    from dapo_exp.hydra_setup import MAX_DIRNAME, default_sweep_name
+
+    assert default_sweep_name(["-m", "fixes=grpo,clip,clip_ds,full"]) == "fixes=grpo,clip,clip_ds,full"
+    assert default_sweep_name(["-m", "seed=0,1", "fixes=grpo,full", "train.steps=5"]) == "fixes=grpo,full+seed=0,1"
+    assert default_sweep_name(["-m", "fixes=grpo,clip", "sweep=mine"]) is None  # named by the user
+    assert default_sweep_name(["fixes=grpo"]) is None  # a single run
+    many = default_sweep_name(["-m", "seed=" + ",".join(map(str, range(100)))])
+    assert len(many) <= MAX_DIRNAME and many != default_sweep_name(["-m", "seed=" + ",".join(map(str, range(99)))])
