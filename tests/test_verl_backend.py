@@ -209,9 +209,13 @@ def _ours_and_verl(preset, *extra, experiment="dapo_32b_paper"):
     return cfg, verl_config(experiment, preset, *extra)
 
 
-@pytest.mark.parametrize("preset", PRESETS)
-def test_same_advantages_and_loss_for_every_preset(preset):
-    cfg, c = _ours_and_verl(preset)
+@pytest.mark.parametrize("preset, extra", [(p, ()) for p in PRESETS] + [
+    ("full", ("algo.adv_norm_std=false",)),  # Dr.GRPO's advantage
+    ("paper_6_dapo", ("algo.dual_clip=null",)),  # no dual clip: verl's c = 1e10 never binds
+    ("paper_5_tl", ("algo.eps_low=0.1", "algo.eps_high=0.35")),
+])
+def test_same_advantages_and_loss_for_every_preset(preset, extra):
+    cfg, c = _ours_and_verl(preset, *extra)
     d = batch()
     adv, loss, mask = our_side(cfg, d)
     v_adv, v_loss, v_mask = verl_side(c, d)
