@@ -31,6 +31,7 @@ LOGGER_BACKENDS = ("wandb", "none")
 WANDB_MODES = ("offline", "online", "disabled")
 DEVICES = ("auto", "cpu", "cuda")
 DTYPES = ("float32", "bfloat16", "float16", "auto")
+BACKENDS = ("native", "verl")
 
 
 class ConfigError(ValueError):
@@ -250,6 +251,26 @@ class CheckpointConfig:
 
 
 @dataclass
+class BackendConfig:
+    # native (this package's trainer, one process) | verl (verl's Ray trainer; the config is
+    # translated to verl's, dapo_exp/backends/verl.py, and a value verl cannot honour fails first)
+    name: str = "native"
+    # verl: the Python interpreter of verl's environment (its own virtualenv, .ci/install-verl);
+    # a relative path is taken from the repository root
+    python: str = ".venv-verl/bin/python"
+    # verl: nodes and GPUs per node of one job (trainer.nnodes, trainer.n_gpus_per_node)
+    nnodes: int = 1
+    gpus_per_node: int = 1
+    # verl: tensor-parallel size of the vLLM rollout (actor_rollout_ref.rollout.tensor_model_parallel_size)
+    rollout_tp: int = 1
+    # verl: extra overrides of verl's config, appended verbatim (recorded); one that sets a key the
+    # translation sets is refused
+    extra: list[str] = field(default_factory=list)
+    # verl: print the translated command and write config.json, but do not launch
+    dry_run: bool = False
+
+
+@dataclass
 class Config:
     # seed of the RL run (sampling, data order); the tiny model's warm start has its own
     seed: int = 0
@@ -268,6 +289,7 @@ class Config:
     eval: EvalConfig = field(default_factory=EvalConfig)
     logger: LoggerConfig = field(default_factory=LoggerConfig)
     checkpoint: CheckpointConfig = field(default_factory=CheckpointConfig)
+    backend: BackendConfig = field(default_factory=BackendConfig)
     # free-form notes an experiment preset may carry (paper values that have no
     # knob of their own, e.g. the rollout-step count the paper trained for)
     notes: dict[str, Any] = field(default_factory=dict)
@@ -370,8 +392,17 @@ def validate(cfg: DictConfig | Config) -> None:
     _require(e.temperature > 0, "eval.temperature", "must be > 0")
     _require(0 < e.top_p <= 1, "eval.top_p", "must be in (0, 1]")
 
+    _validate_outputs(c)
+
+
+def _validate_outputs(c: DictConfig) -> None:
+    """Where a run goes and what it writes: logger, checkpoints, backend."""
     _choice("logger.backend", c.logger.backend, LOGGER_BACKENDS)
     _choice("logger.mode", c.logger.mode, WANDB_MODES)
     _require(c.logger.progress_every_s >= 0, "logger.progress_every_s", "must be >= 0 (0 = every step)")
     _require(c.checkpoint.every >= 0, "checkpoint.every", "must be >= 0 (0 = only at the end)")
     _require(c.checkpoint.keep >= 1, "checkpoint.keep", "must be >= 1")
+    b = c.backend
+    _choice("backend.name", b.name, BACKENDS)
+    for key in ("nnodes", "gpus_per_node", "rollout_tp"):
+        _require(b[key] >= 1, f"backend.{key}", f"must be >= 1, got {b[key]}")

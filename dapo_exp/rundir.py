@@ -33,6 +33,7 @@ from __future__ import annotations
 
 import json
 import os
+import subprocess
 from pathlib import Path
 from typing import Any, Iterator
 
@@ -126,6 +127,21 @@ class JsonlWriter:
             return
         with self.path.open("a", encoding="utf-8") as f:
             f.write("".join(json.dumps(r, default=float) + "\n" for r in rows))
+
+
+def git_commit() -> str:
+    """The commit of the dapo_exp source tree (``+dirty`` if modified), or ``unknown``."""
+    here = Path(__file__).resolve().parent
+    try:
+        sha = subprocess.run(
+            ["git", "rev-parse", "HEAD"], cwd=here, capture_output=True, text=True, timeout=5, check=True
+        ).stdout.strip()
+        dirty = subprocess.run(
+            ["git", "status", "--porcelain", "--untracked-files=no"], cwd=here, capture_output=True, text=True, timeout=5
+        ).stdout.strip()
+        return sha + ("+dirty" if dirty else "")
+    except Exception:  # noqa: BLE001 - not a git checkout (installed package)
+        return "unknown"
 
 
 # --------------------------------------------------------------------------- #

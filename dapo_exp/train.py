@@ -31,7 +31,6 @@ import math
 import os
 import random
 import signal
-import subprocess
 import sys
 import threading
 import time
@@ -58,21 +57,6 @@ log = logging.getLogger("dapo_exp.train")
 # =========================================================================== #
 # Helpers                                                                       #
 # =========================================================================== #
-def git_commit() -> str:
-    """The commit of the dapo_exp source tree (``+dirty`` if modified), or ``unknown``."""
-    here = Path(__file__).resolve().parent
-    try:
-        sha = subprocess.run(
-            ["git", "rev-parse", "HEAD"], cwd=here, capture_output=True, text=True, timeout=5, check=True
-        ).stdout.strip()
-        dirty = subprocess.run(
-            ["git", "status", "--porcelain", "--untracked-files=no"], cwd=here, capture_output=True, text=True, timeout=5
-        ).stdout.strip()
-        return sha + ("+dirty" if dirty else "")
-    except Exception:  # noqa: BLE001 - not a git checkout (installed package)
-        return "unknown"
-
-
 def pick_device(name: str) -> torch.device:
     if name == "auto":
         return torch.device("cuda" if torch.cuda.is_available() else "cpu")
@@ -425,7 +409,12 @@ def train(cfg: DictConfig) -> dict[str, Any]:
     not redo finished jobs). A run with checkpoints resumes from the newest one. One
     process at a time may write a run directory (:class:`dapo_exp.rundir.RunLock`).
     SIGTERM / SIGINT stop it cleanly after the current step (:class:`StopRequest`).
+    ``backend.name`` other than ``native`` hands the job to :func:`dapo_exp.backends.launch`.
     """
+    if cfg.backend.name != "native":  # another engine runs the job: translated there (dapo_exp/backends)
+        from dapo_exp.backends import launch
+
+        return launch(cfg)
     t_start = time.perf_counter()
     preflight(cfg)  # before any compute
     out = Path(cfg.out_dir).expanduser().resolve()
@@ -445,7 +434,7 @@ def _train_locked(cfg: DictConfig, out: Path, t_start: float) -> dict[str, Any]:
 
     label, switches = run_label(cfg), fixes.switches(cfg.algo)
     resolved = OmegaConf.to_container(cfg, resolve=True)
-    commit = git_commit()
+    commit = rundir.git_commit()
     rundir.write_json(out / rundir.CONFIG, {"config": resolved, "git_commit": commit, "label": label,
                                             "switches": switches})
     summary: dict[str, Any] = {

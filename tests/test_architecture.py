@@ -42,8 +42,8 @@ LAYERS = [
     # 1: registries and what they choose from: tasks, rollout, algorithms; Hydra glue; analysis
     {"dapo_exp.registry", "dapo_exp.algorithms", "dapo_exp.hydra_setup", "dapo_exp.tasks*", "dapo_exp.rollout*",
      "dapo_exp.analysis*"},
-    # 2: the named steps of the loop
-    {"dapo_exp.steps"},
+    # 2: the named steps of the loop; other engines a job can run on (translated configs, launchers)
+    {"dapo_exp.steps", "dapo_exp.backends*"},
     # 3: the loop
     {"dapo_exp.train"},
     # 4: programs on top

@@ -44,8 +44,15 @@ SIZES = {
 }
 
 
-def save_random_qwen2(out_dir: str, size: Qwen2Size, seed: int = 0, dtype: str = "float32"):
-    """Write a random ``Qwen2ForCausalLM`` and its tokenizer to ``out_dir``; return the model (eval mode)."""
+# a minimal chat template (one user turn), for engines that always render prompts as chat (verl)
+CHAT_TEMPLATE = ("{% for m in messages %}{{ m['role'] }}: {{ m['content'] }}\n{% endfor %}"
+                 "{% if add_generation_prompt %}assistant: {% endif %}")
+
+
+def save_random_qwen2(out_dir: str, size: Qwen2Size, seed: int = 0, dtype: str = "float32",
+                      chat_template: bool = False):
+    """Write a random ``Qwen2ForCausalLM`` and its tokenizer to ``out_dir``; return the model (eval mode).
+    ``chat_template``: give the tokenizer :data:`CHAT_TEMPLATE`."""
     import torch
     from transformers import Qwen2Config, Qwen2ForCausalLM
 
@@ -66,9 +73,31 @@ def save_random_qwen2(out_dir: str, size: Qwen2Size, seed: int = 0, dtype: str =
     model = Qwen2ForCausalLM(cfg).to(getattr(torch, dtype)).eval()
     os.makedirs(out_dir, exist_ok=True)
     model.save_pretrained(out_dir)
-    build_char_tokenizer(size.vocab_size).save_pretrained(out_dir)
+    tok = build_char_tokenizer(size.vocab_size)
+    if chat_template:
+        tok.chat_template = CHAT_TEMPLATE
+    tok.save_pretrained(out_dir)
     return model
 
 
 def n_params(model) -> int:
     return sum(p.numel() for p in model.parameters())
+
+
+def main(argv: list[str] | None = None) -> None:
+    """``python -m dapo_exp.benchmarks.random_models --out DIR [--size 21M] [--chat-template]``: a local
+    model directory (no hub), e.g. for a two-step ``backend=verl`` check on a GPU (README)."""
+    import argparse
+
+    ap = argparse.ArgumentParser(description=main.__doc__)
+    ap.add_argument("--out", required=True)
+    ap.add_argument("--size", choices=sorted(SIZES), default="21M")
+    ap.add_argument("--dtype", default="float32")
+    ap.add_argument("--chat-template", action="store_true")
+    args = ap.parse_args(argv)
+    model = save_random_qwen2(args.out, SIZES[args.size], dtype=args.dtype, chat_template=args.chat_template)
+    print(f"wrote {args.out}: random Qwen2, {n_params(model) / 1e6:.1f}M parameters")
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,29 @@
+"""Where a job runs: ``backend=native`` (this package's trainer, :func:`dapo_exp.train.train`) or
+another engine that the resolved config is translated to.
+
+:data:`BACKENDS` maps ``backend.name`` to a launcher ``fn(cfg) -> summary``; ``native`` is not in it
+(``dapo_exp.train.train`` runs it itself and calls :func:`launch` for every other name). Import-light:
+the launchers are imported when picked.
+"""
+
+from __future__ import annotations
+
+from typing import Any, Callable
+
+from dapo_exp.registry import Registry
+
+BACKENDS: Registry[Callable[[Any], dict]] = Registry("backend", "backend.name")
+
+
+def _verl(cfg: Any) -> dict:
+    from dapo_exp.backends.verl_launch import launch
+
+    return launch(cfg)
+
+
+BACKENDS.register("verl", _verl)
+
+
+def launch(cfg: Any) -> dict:
+    """Run the job ``cfg`` on ``cfg.backend.name`` (not ``native``); returns its summary."""
+    return BACKENDS.pick(cfg.backend.name)(cfg)

@@ -1,0 +1,629 @@
+"""Translate a resolved dapo-exp config into verl's: overrides of ``verl/trainer/config/ppo_trainer.yaml``.
+
+Pure functions, no verl import (verl lives in its own virtualenv): :func:`translate` maps a
+config to a :class:`VerlJob` (Hydra overrides for ``python -m verl.trainer.main_ppo`` and the
+environment of that process). Every key of the config has one :class:`Rule` in :data:`RULES`
+(the README's table is :func:`markdown_table`): a verl key, something the launcher does, or a
+knob of the native trainer that must keep its default. A value verl cannot honour raises
+:class:`Untranslatable` naming the key, before anything is launched; nothing is dropped silently.
+
+The fixes go through their registry: for every fix of :data:`dapo_exp.fixes.FIXES` and every
+``algo`` key it declares (``Fix.keys``) there must be a rule here, so a fix registered without a
+verl translation (an extension's ``algo.ext.<key>``) fails by name.
+
+Written against verl 0.9.1 (:data:`VERL_VERSION`), whose default trainer is the "V1" trainer
+(``trainer.use_v1=true``): Dynamic Sampling is its replay buffer's group filter
+(``algorithm.filter_groups``: refill, surplus discarded, **no cap on refills**), the overlong buffer
+is the DAPO reward manager of its reward loop (``reward.reward_manager.name=dapo``,
+``reward.reward_kwargs``), and Overlong Filtering, which verl has no switch for, is our agent loop
+:mod:`dapo_exp.backends.verl_ext` (loaded through ``actor_rollout_ref.model.external_lib``).
+Every key used here is checked against verl's installed config by ``tests/test_verl_backend.py``.
+"""
+
+from __future__ import annotations
+
+import math
+import os
+import re
+from dataclasses import dataclass, field
+from typing import Any, Callable
+
+from omegaconf import DictConfig, OmegaConf
+
+from dapo_exp import fixes
+from dapo_exp.config import Config, ConfigError
+
+VERL_VERSION = "0.9.1"
+EXT_MODULE = "dapo_exp.backends.verl_ext"  # imported by verl's workers (actor_rollout_ref.model.external_lib)
+OF_AGENT_LOOP = "dapo_exp_overlong_filtering"  # the agent loop it registers
+# verl always applies its dual clip (clip_ratio_c > 1 is asserted). With c above exp(20), the bound of
+# its clamped log-ratio, the bound -c A never binds: algo.dual_clip=null is exactly this.
+NO_DUAL_CLIP = 1e10
+VERL_ADV_EPS = 1e-6  # compute_grpo_outcome_advantage's epsilon; V1 never passes another one
+DATA_DIR = "verl_data"  # under the run directory: the exported train / eval parquet files
+DATA_SOURCE = "math_dapo"  # verl's default_compute_score -> verl.utils.reward_score.math_dapo
+
+
+class Untranslatable(ConfigError):
+    """A config value has no verl counterpart; the message names the key and says why."""
+
+
+@dataclass(frozen=True)
+class Context:
+    """What the rules read besides the value: the whole config, the run directory, the run label."""
+
+    cfg: DictConfig
+    out: str
+    label: str
+
+
+@dataclass(frozen=True)
+class Rule:
+    """How one dapo-exp key reaches verl.
+
+    ``verl``: the README's column (verl keys, or what happens); ``fn(value, ctx)`` returns
+    ``{verl key: value}`` (a key starting with ``$`` is an environment variable of the verl
+    process; ``+key`` adds a key verl's config does not declare) or raises :class:`Untranslatable`.
+    """
+
+    verl: str
+    fn: Callable[[Any, Context], dict[str, Any]]
+    default_only: bool = False  # a native-only knob: its default is accepted, any other value fails
+
+
+@dataclass
+class VerlJob:
+    """A translated job: ``python -m verl.trainer.main_ppo <overrides>`` with ``env`` set."""
+
+    overrides: list[str]
+    env: dict[str, str]
+    values: dict[str, Any]  # the overrides as {key: value} (before rendering)
+    not_translated: dict[str, str] = field(default_factory=dict)  # key -> why it needs no verl key
+
+
+def _fail(path: str, value: Any, why: str) -> None:
+    raise Untranslatable(f"{path}={value!r} has no verl {VERL_VERSION} counterpart: {why}")
+
+
+# --------------------------------------------------------------------------- #
+# Rendering                                                                     #
+# --------------------------------------------------------------------------- #
+_PLAIN = re.compile(r"^[A-Za-z_/.~][A-Za-z0-9_./~-]*$")
+_RESERVED = {"true", "false", "null", "none", "inf", "nan", "True", "False", "None"}
+
+
+def _render(v: Any) -> str:
+    if v is None:
+        return "null"
+    if isinstance(v, bool):
+        return "true" if v else "false"
+    if isinstance(v, float):
+        return "inf" if v == math.inf else repr(v)
+    if isinstance(v, int):
+        return str(v)
+    if isinstance(v, (list, tuple)):
+        return "[" + ",".join(_render(x) for x in v) + "]"
+    if isinstance(v, dict):
+        return "{" + ",".join(f"{k}:{_render(x)}" for k, x in v.items()) + "}"
+    s = str(v)
+    if _PLAIN.match(s) and s not in _RESERVED:
+        return s
+    return "'" + s.replace("\\", "\\\\").replace("'", "\\'") + "'"
+
+
+def render_override(key: str, value: Any) -> str:
+    """``key=value`` in Hydra's override grammar (strings quoted when they need it)."""
+    return f"{key}={_render(value)}"
+
+
+# --------------------------------------------------------------------------- #
+# Rule builders                                                                 #
+# --------------------------------------------------------------------------- #
+def to(*keys: str) -> Rule:
+    """The value, as it is, to each of ``keys``."""
+    return Rule(", ".join(f"`{k}`" for k in keys), lambda v, ctx: {k: v for k in keys})
+
+
+_SCHEMA = OmegaConf.structured(Config)
+
+
+def native_only(why: str) -> Rule:
+    """A knob of the native trainer with no effect on the algorithm: its default is accepted (it
+    means nothing to verl), any other value fails (verl cannot honour it)."""
+    return Rule(f"none: {why}; must keep its default", lambda v, ctx: {}, default_only=True)
+
+
+def unused(why: str) -> Rule:
+    """A key that is not read in this configuration (as in the native trainer), or is only recorded."""
+    return Rule(f"none: {why}", lambda v, ctx: {})
+
+
+def _only(path: str, allowed: Any, why: str, then: dict[str, Any] | None = None) -> Rule:
+    def fn(v: Any, ctx: Context) -> dict[str, Any]:
+        if v != allowed:
+            _fail(path, v, why)
+        return dict(then or {})
+
+    shown = ", ".join(f"`{k}={_render(val)}`" for k, val in (then or {}).items()) or "none"
+    return Rule(f"{shown} (only `{_render(allowed)}`: {why})", fn)
+
+
+# --------------------------------------------------------------------------- #
+# The fixes (dapo_exp.fixes.FIXES): every declared key                          #
+# --------------------------------------------------------------------------- #
+_A = "actor_rollout_ref.actor."
+_R = "actor_rollout_ref.rollout."
+_OB = "+reward.reward_kwargs.overlong_buffer_cfg."
+_FG = "algorithm.filter_groups."
+
+
+def _ds(rule: Callable[[Any, Context], dict[str, Any]]) -> Callable[[Any, Context], dict[str, Any]]:
+    """A Dynamic Sampling setting: read only when the fix is on (as natively)."""
+    return lambda v, ctx: rule(v, ctx) if ctx.cfg.algo.dynamic_sampling else {}
+
+
+def _ds_max_rounds(v: int, ctx: Context) -> dict[str, Any]:
+    if v != 0:
+        _fail("algo.ds_max_rounds", v, "verl's V1 replay buffer refills without a cap (it ignores "
+              "algorithm.filter_groups.max_num_gen_batches); set algo.ds_max_rounds=0 (conf/backend/verl.yaml does)")
+    return {_FG + "max_num_gen_batches": 0}
+
+
+def _ds_oversample(v: float, ctx: Context) -> dict[str, Any]:
+    if v != int(v):
+        _fail("algo.ds_oversample", v, "its closest counterpart, algorithm.filter_groups.max_inflight_gen_batches "
+              "(prompts in flight, in train batches), is an integer")
+    return {_FG + "max_inflight_gen_batches": int(v)}
+
+
+def _ds_surplus(v: str, ctx: Context) -> dict[str, Any]:
+    if v != "discard":
+        _fail("algo.ds_surplus", v, "verl discards the kept groups beyond the batch")
+    return {}
+
+
+def _loss_agg(v: str, ctx: Context) -> dict[str, Any]:
+    if v in ("token-mean", "seq-mean-token-mean"):
+        return {_A + "loss_agg_mode": v}
+    if v == "seq-mean-token-sum-norm":  # our normaliser B * L_max: verl's global batch x loss_scale_factor
+        return {_A + "loss_agg_mode": v, _A + "loss_scale_factor": ctx.cfg.rollout.max_response_len}
+    _fail("algo.loss_agg", v, "verl's agg_loss has no per-prompt-group mode")
+
+
+def _soft(rule: Callable[[Any, Context], dict[str, Any]]) -> Callable[[Any, Context], dict[str, Any]]:
+    """A setting of the overlong punishment: read only when it is on (as natively)."""
+    return lambda v, ctx: rule(v, ctx) if ctx.cfg.algo.overlong_punishment != "none" else {}
+
+
+def _punishment(v: str, ctx: Context) -> dict[str, Any]:
+    if v == "none":
+        return {_OB + "enable": False}
+    if v != "soft":
+        _fail("algo.overlong_punishment", v, "verl's DAPO reward manager implements Eq. 13 (soft) only")
+    return {_OB + "enable": True, _OB + "log": True}
+
+
+def _cache_len(v: int, ctx: Context) -> dict[str, Any]:
+    if v <= 0:
+        _fail("algo.overlong_cache_len", v, "verl's overlong buffer needs len > 0")
+    return {_OB + "len": v}
+
+
+def _overlong_max_len(v: int | None, ctx: Context) -> dict[str, Any]:
+    cap = ctx.cfg.rollout.max_response_len
+    if v is not None and v < cap:
+        _fail("algo.overlong_max_len", v, f"below the generation cap ({cap}) verl's penalty keeps falling "
+              "past -factor instead of Eq. 13's -1; leave it null (= the cap)")
+    return {"+reward.reward_kwargs.max_resp_len": cap if v is None else v}
+
+
+def _filtering(v: bool, ctx: Context) -> dict[str, Any]:
+    if not v:
+        return {_R + "agent.default_agent_loop": "single_turn_agent"}
+    return {_R + "agent.default_agent_loop": OF_AGENT_LOOP, "actor_rollout_ref.model.external_lib": EXT_MODULE}
+
+
+FIX_RULES: dict[str, Rule] = {
+    "algo.eps_low": to(_A + "clip_ratio_low"),
+    "algo.eps_high": to(_A + "clip_ratio_high"),
+    "algo.dynamic_sampling": to(_FG + "enable"),
+    "algo.ds_signal": Rule(f"`{_FG}metric` (acc: `acc`, the reward manager's accuracy; reward: `reward`, the "
+                           "shaped score)", _ds(lambda v, ctx: {_FG + "metric": {"acc": "acc", "reward": "reward"}[v]})),
+    "algo.ds_max_rounds": Rule(f"`{_FG}max_num_gen_batches=0` (only 0: verl 0.9.1 has no cap on refills)",
+                               _ds(_ds_max_rounds)),
+    "algo.ds_on_cap": unused("without a cap (ds_max_rounds=0) there is nothing to do at it"),
+    "algo.ds_surplus": Rule("none (only `discard`: verl discards surplus groups)", _ds(_ds_surplus)),
+    "algo.ds_oversample": Rule(f"`{_FG}max_inflight_gen_batches` (integers only; verl bounds the prompts in flight "
+                               "instead of sizing rounds)", _ds(_ds_oversample)),
+    "algo.loss_agg": Rule(f"`{_A}loss_agg_mode` (`seq-mean-token-sum-norm` also sets `{_A}loss_scale_factor` = "
+                          "`rollout.max_response_len`; `group-token-mean` fails)", _loss_agg),
+    "algo.overlong_punishment": Rule(f"`reward.reward_manager.name=dapo`'s `{_OB[1:]}enable` (+`log`; only `none`, "
+                                     "`soft`)", _punishment),
+    "algo.overlong_cache_len": Rule(f"`{_OB[1:]}len`", _soft(_cache_len)),
+    "algo.overlong_factor": Rule(f"`{_OB[1:]}penalty_factor`", _soft(lambda v, ctx: {_OB + "penalty_factor": v})),
+    "algo.overlong_max_len": Rule("`reward.reward_kwargs.max_resp_len` (null: `rollout.max_response_len`; "
+                                  "below it fails)", _soft(_overlong_max_len)),
+    "algo.overlong_filtering": Rule(f"`{_R}agent.default_agent_loop={OF_AGENT_LOOP}` + "
+                                    f"`actor_rollout_ref.model.external_lib={EXT_MODULE}` (our agent loop)", _filtering),
+}
+
+
+# --------------------------------------------------------------------------- #
+# Everything else                                                               #
+# --------------------------------------------------------------------------- #
+def _kl(v: float, ctx: Context) -> dict[str, Any]:
+    return {_A + "use_kl_loss": v > 0, _A + "kl_loss_coef": v, "algorithm.use_kl_in_reward": False}
+
+
+def _compute_dtype(v: Any, ctx: Context) -> dict[str, Any]:
+    """The native trainer's CUDA compute dtype: autocast in model.dtype when train.bf16 says so."""
+    flag, dtype = str(v).lower(), ctx.cfg.model.dtype
+    half = {"bfloat16": "bfloat16", "float16": "float16", "auto": "bfloat16"}.get(dtype)
+    on = flag == "true" or (flag == "auto" and half is not None)
+    compute = (half or "bfloat16") if on else "float32"
+    return {_A + "fsdp_config.dtype": compute, "actor_rollout_ref.ref.fsdp_config.dtype": compute}
+
+
+def _test_freq(v: int, ctx: Context) -> dict[str, Any]:
+    # ours: 0 = before and after training only; verl validates at the last step whenever test_freq > 0
+    return {"trainer.test_freq": v if v > 0 else max(1, ctx.cfg.train.steps)}
+
+
+def _eval_len(v: int | None, ctx: Context) -> dict[str, Any]:
+    if v is not None and v != ctx.cfg.rollout.max_response_len:
+        _fail("eval.max_response_len", v, "verl validates with the training cap data.max_response_length")
+    return {}
+
+
+def _wandb(rule: Callable[[Any, Context], dict[str, Any]]) -> Callable[[Any, Context], dict[str, Any]]:
+    """A W&B setting: read only with logger.backend=wandb (as natively)."""
+    return lambda v, ctx: rule(v, ctx) if ctx.cfg.logger.backend == "wandb" else {}
+
+
+def _loggers(v: str, ctx: Context) -> dict[str, Any]:
+    return {"trainer.logger": ["console", "file"] + (["wandb"] if v == "wandb" else [])}
+
+
+def _wandb_tags(v: list, ctx: Context) -> dict[str, Any]:
+    on = [k for k, is_on in fixes.switches(ctx.cfg.algo).items() if is_on]
+    return {"$WANDB_TAGS": ",".join(on + [f"preset:{ctx.cfg.preset}", f"label:{ctx.label}", *v])}
+
+
+def _group(v: str | None, ctx: Context) -> dict[str, Any]:
+    group = v or (None if ctx.cfg.sweep == "default" else ctx.cfg.sweep)
+    return {"$WANDB_RUN_GROUP": group} if group else {}
+
+
+def _task(v: str, ctx: Context) -> dict[str, Any]:
+    if v == "arith":
+        _fail("task.name", v, "the embedded toy task is native only; use task=dapo_math, gsm8k or math500")
+    data = os.path.join(ctx.out, DATA_DIR)
+    return {"data.train_files": os.path.join(data, "train.parquet"), "data.val_files": os.path.join(data, "eval.parquet")}
+
+
+def _model_path(v: str, ctx: Context) -> dict[str, Any]:
+    if v == "tiny":
+        _fail("model.path", v, "the embedded toy model is native only; give an HF id or a local directory")
+    return {"actor_rollout_ref.model.path": os.path.expanduser(v)}
+
+
+def _steps(v: int, ctx: Context) -> dict[str, Any]:
+    # verl stops at total_training_steps; total_epochs only has to be large enough (>= 1 prompt per step)
+    return {"trainer.total_training_steps": v, "trainer.total_epochs": max(1, v)}
+
+
+def _mini_batch(v: int, ctx: Context) -> dict[str, Any]:
+    return {_A + "ppo_mini_batch_size": v // ctx.cfg.rollout.n}  # verl counts prompts, x rollout.n
+
+
+def _token_budget(v: int | None, ctx: Context) -> dict[str, Any]:
+    if v is None:
+        return {_A + "use_dynamic_bsz": False}
+    return {_A + "use_dynamic_bsz": True, _A + "ppo_max_token_len_per_gpu": v}
+
+
+def _betas(v: float, ctx: Context) -> dict[str, Any]:
+    return {_A + "optim.betas": [ctx.cfg.optim.beta1, ctx.cfg.optim.beta2]}
+
+
+def _seed(v: int, ctx: Context) -> dict[str, Any]:
+    return {"data.seed": v, _R + "seed": v, _A + "data_loader_seed": v,
+            "trainer.experiment_name": f"{ctx.label}-s{v}"}
+
+
+def _out_dir(v: str, ctx: Context) -> dict[str, Any]:
+    return {"trainer.default_local_dir": os.path.join(ctx.out, "checkpoints"), "trainer.resume_mode": "auto"}
+
+
+def _backend(v: str, ctx: Context) -> dict[str, Any]:
+    # the V1 trainer is verl's default and the one with DAPO's group filter; pinned so it cannot drift
+    return {"trainer.use_v1": True, "trainer.v1.trainer_mode": "sync"}
+
+
+def _extra(v: list, ctx: Context) -> dict[str, Any]:
+    return {}  # appended verbatim by translate(), after a check that they set no translated key
+
+
+OTHER_RULES: dict[str, Rule] = {
+    "seed": Rule("`data.seed`, `actor_rollout_ref.rollout.seed`, `actor_rollout_ref.actor.data_loader_seed`; "
+                 "`trainer.experiment_name` = label-s<seed>", _seed),
+    "preset": unused("recorded (W&B tag `preset:<name>`, config.json)"),
+    "sweep": unused("the default W&B group (see logger.group)"),
+    "out_dir": Rule("`trainer.default_local_dir=<out_dir>/checkpoints`, `trainer.resume_mode=auto`; the data "
+                    "export and verl's file logger also write there", _out_dir),
+    "notes": unused("recorded"),
+    # algo, beyond the fixes
+    "algo.adv_estimator": _only("algo.adv_estimator", "grpo", "verl runs our registry's grpo as its own grpo",
+                                {"algorithm.adv_estimator": "grpo"}),
+    "algo.adv_norm_std": to("algorithm.norm_adv_by_std_in_grpo"),
+    "algo.adv_eps": _only("algo.adv_eps", VERL_ADV_EPS, "verl's GRPO advantage hard-codes epsilon=1e-6"),
+    "algo.policy_loss": _only("algo.policy_loss", "clipped", "our clipped surrogate is verl's vanilla loss",
+                              {_A + "policy_loss.loss_mode": "vanilla"}),
+    "algo.dual_clip": Rule(f"`{_A}clip_ratio_c` (null: {NO_DUAL_CLIP:g}, which never binds)",
+                           lambda v, ctx: {_A + "clip_ratio_c": NO_DUAL_CLIP if v is None else v}),
+    "algo.kl_coef": Rule(f"`{_A}use_kl_loss` (coef > 0), `{_A}kl_loss_coef`; `algorithm.use_kl_in_reward=false`", _kl),
+    "algo.kl_estimator": Rule(f"`{_A}kl_loss_type` (k1, k2, k3: the same names) when kl_coef > 0",
+                              lambda v, ctx: {_A + "kl_loss_type": v} if ctx.cfg.algo.kl_coef > 0 else {}),
+    "algo.tis_cap": _only("algo.tis_cap", None, "truncated IS against the engine is not translated"),
+    "algo.ext": _only("algo.ext", {}, "extension fixes have no verl translation"),
+    # task: exported by the launcher with the native loaders (same dedup, template, limit)
+    "task.name": Rule("`data.train_files`, `data.val_files` = the launcher's export "
+                      f"`<out_dir>/{DATA_DIR}/{{train,eval}}.parquet` (`arith` fails)", _task),
+    "task.train_source": unused("read by the launcher's export (dapo_exp.tasks, deduplicated as natively)"),
+    "task.eval_source": unused("read by the launcher's export"),
+    "task.eval_limit": unused("applied by the launcher's export"),
+    "task.verifier": _only("task.verifier", "math_dapo", "verl's math_dapo reward is the paper's rule "
+                           f"(rows get data_source={DATA_SOURCE})", {"reward.reward_manager.name": "dapo"}),
+    "task.verifier_timeout_s": native_only("the native verifier pool's per-answer deadline"),
+    "task.verifier_workers": Rule("`reward.num_workers` (null: verl's default)",
+                                  lambda v, ctx: {} if v is None else {"reward.num_workers": v}),
+    "task.chat_template": _only("task.chat_template", True, "verl renders every prompt through the chat template"),
+    "task.max_prompt_len": to("data.max_prompt_length"),
+    **{f"task.{k}": unused("task=arith only (which fails)") for k in
+       ("arith_seed", "arith_n_train", "arith_n_eval", "arith_max_operand", "arith_n_operands_max", "arith_ops")},
+    # model
+    "model.name": unused("a label, recorded"),
+    "model.path": Rule("`actor_rollout_ref.model.path` (`tiny` fails)", _model_path),
+    "model.dtype": to(_R + "dtype"),
+    "model.trust_remote_code": to("actor_rollout_ref.model.trust_remote_code", "data.trust_remote_code"),
+    "model.gradient_checkpointing": to("actor_rollout_ref.model.enable_gradient_checkpointing"),
+    **{f"model.{k}": unused("model.path=tiny only (which fails)") for k in
+       ("hidden_size", "num_layers", "num_heads", "warmstart_steps", "warmstart_lr", "warmstart_batch_size",
+        "warmstart_long_frac", "warmstart_wrong_frac", "cache_dir")},
+    # rollout
+    "rollout.engine": _only("rollout.engine", "vllm", "verl generates with vLLM (rollout=vllm)",
+                            {_R + "name": "vllm", _R + "top_k": -1}),
+    "rollout.n": to(_R + "n"),
+    "rollout.max_response_len": to("data.max_response_length"),
+    "rollout.temperature": to(_R + "temperature"),
+    "rollout.top_p": to(_R + "top_p"),
+    "rollout.gen_batch_size": native_only("the HF engine's generate batch"),
+    "rollout.vllm_gpu_memory_utilization": to(_R + "gpu_memory_utilization"),
+    "rollout.vllm_sleep": to(_R + "free_cache_engine"),
+    "rollout.vllm_enforce_eager": to(_R + "enforce_eager"),
+    # train
+    "train.steps": Rule("`trainer.total_training_steps` (and `trainer.total_epochs` large enough)", _steps),
+    "train.prompts_per_step": to("data.train_batch_size"),
+    "train.mini_batch_size": Rule(f"`{_A}ppo_mini_batch_size` = mini_batch_size / rollout.n (verl counts prompts)",
+                                  _mini_batch),
+    "train.micro_batch_size": to(_A + "ppo_micro_batch_size_per_gpu", _R + "log_prob_micro_batch_size_per_gpu",
+                                 "actor_rollout_ref.ref.log_prob_micro_batch_size_per_gpu"),
+    "train.token_budget": Rule(f"`{_A}use_dynamic_bsz`, `{_A}ppo_max_token_len_per_gpu` (null: off)", _token_budget),
+    "train.ppo_epochs": to(_A + "ppo_epochs"),
+    "train.device": Rule("`trainer.device=cuda` (`cpu` fails)", lambda v, ctx: {"trainer.device": "cuda"} if v != "cpu"
+                         else _fail("train.device", v, "verl's trainer needs GPUs")),
+    "train.bf16": Rule(f"`{_A}fsdp_config.dtype` (+ ref): the compute dtype, as the native autocast", _compute_dtype),
+    "train.torch_compile": to(_A + "use_torch_compile"),
+    "train.logprob_chunk": native_only("the native trainer's log-prob chunking (memory)"),
+    # optim
+    "optim.lr": Rule(f"`{_A}optim.lr` (`lr_scheduler_type=constant`)",
+                     lambda v, ctx: {_A + "optim.lr": v, _A + "optim.lr_scheduler_type": "constant"}),
+    "optim.warmup_steps": to(_A + "optim.lr_warmup_steps"),
+    "optim.weight_decay": to(_A + "optim.weight_decay"),
+    "optim.grad_clip": Rule(f"`{_A}optim.clip_grad` (0 = off: inf)",
+                            lambda v, ctx: {_A + "optim.clip_grad": v if v > 0 else math.inf}),
+    "optim.beta1": Rule(f"`{_A}optim.betas`", _betas),
+    "optim.beta2": Rule(f"`{_A}optim.betas`", _betas),
+    # eval
+    "eval.every": Rule("`trainer.test_freq` (0: the last step only)", _test_freq),
+    "eval.before_training": to("trainer.val_before_train"),
+    "eval.k": Rule(f"`{_R}val_kwargs.n` (`do_sample=true`)",
+                   lambda v, ctx: {_R + "val_kwargs.n": v, _R + "val_kwargs.do_sample": True}),
+    "eval.temperature": to(_R + "val_kwargs.temperature"),
+    "eval.top_p": to(_R + "val_kwargs.top_p"),
+    "eval.max_response_len": Rule("none (only null or = rollout.max_response_len: verl validates at the training cap)",
+                                  _eval_len),
+    "eval.save_samples": Rule("`trainer.validation_data_dir=<out_dir>/verl_eval_samples` (false: null)",
+                              lambda v, ctx: {"trainer.validation_data_dir": os.path.join(ctx.out, "verl_eval_samples")
+                                              if v else None}),
+    # logger: verl's Tracking reads the W&B group, tags, mode and entity from the environment
+    "logger.backend": Rule("`trainer.logger=[console,file(,wandb)]` (file: the metrics the launcher reads back)",
+                           _loggers),
+    "logger.project": to("trainer.project_name"),
+    "logger.entity": Rule("env `WANDB_ENTITY`", _wandb(lambda v, ctx: {"$WANDB_ENTITY": v} if v else {})),
+    "logger.group": Rule("env `WANDB_RUN_GROUP` (null: the sweep name)", _wandb(_group)),
+    "logger.mode": Rule("env `WANDB_MODE`", _wandb(lambda v, ctx: {"$WANDB_MODE": v})),
+    "logger.tags": Rule("env `WANDB_TAGS` (with the enabled fixes, preset and label, as natively)",
+                        _wandb(_wandb_tags)),
+    "logger.progress_every_s": unused("console display of the native loop (verl prints its own progress)"),
+    # checkpoint
+    "checkpoint.every": Rule("`trainer.save_freq` (0: the last step only)",
+                             lambda v, ctx: {"trainer.save_freq": v if v > 0 else max(1, ctx.cfg.train.steps)}),
+    "checkpoint.keep": to("trainer.max_actor_ckpt_to_keep"),
+    # backend
+    "backend.name": Rule("`trainer.use_v1=true`, `trainer.v1.trainer_mode=sync`", _backend),
+    "backend.python": unused("the interpreter the launcher runs verl with"),
+    "backend.nnodes": to("trainer.nnodes"),
+    "backend.gpus_per_node": to("trainer.n_gpus_per_node"),
+    "backend.rollout_tp": to(_R + "tensor_model_parallel_size"),
+    "backend.extra": Rule("appended verbatim (a key the translation sets is refused)", _extra),
+    "backend.dry_run": unused("the launcher prints the command instead of running it"),
+}
+
+RULES: dict[str, Rule] = {**FIX_RULES, **OTHER_RULES}
+DICT_LEAVES = {"algo.ext", "notes"}  # dict-valued keys translated as one value
+
+
+# --------------------------------------------------------------------------- #
+# The translation                                                               #
+# --------------------------------------------------------------------------- #
+def _leaves(node: Any, prefix: str = "") -> list[tuple[str, Any]]:
+    out = []
+    for k, v in node.items():
+        path = f"{prefix}{k}"
+        if isinstance(v, dict) and path not in DICT_LEAVES:
+            out += _leaves(v, path + ".")
+        else:
+            out.append((path, v))
+    return out
+
+
+def _check_default(path: str, value: Any) -> None:
+    default = OmegaConf.select(_SCHEMA, path)
+    if value != default:
+        _fail(path, value, RULES[path].verl.removeprefix("none: ").removesuffix("; must keep its default")
+              + f" (its default {default!r} is accepted: it means nothing to verl)")
+
+
+def _apply(path: str, value: Any, ctx: Context, out: dict[str, Any], skipped: dict[str, str]) -> None:
+    rule = RULES[path]
+    if rule.default_only:
+        _check_default(path, value)
+    produced = rule.fn(value, ctx)
+    if not produced:
+        skipped[path] = rule.verl
+    for key, val in produced.items():
+        if key in out and out[key] != val:
+            raise AssertionError(f"rules disagree on {key}: {out[key]!r} vs {val!r} (at {path})")
+        out[key] = val
+
+
+def translate(cfg: DictConfig, *, label: str | None = None) -> VerlJob:
+    """The verl job of a resolved dapo-exp config, or :class:`Untranslatable` naming the first key verl
+    cannot honour. ``label``: the run label (default: :func:`dapo_exp.hydra_setup.run_label`)."""
+    if label is None:
+        from dapo_exp.hydra_setup import run_label
+
+        label = run_label(cfg)
+    ctx = Context(cfg=cfg, out=os.path.abspath(os.path.expanduser(cfg.out_dir)), label=label)
+    resolved = OmegaConf.to_container(cfg, resolve=True)
+    values: dict[str, Any] = {}
+    skipped: dict[str, str] = {}
+    done = set()
+    for fix in fixes.FIXES.values():  # the fixes first, through their registry
+        for key in fix.keys:
+            path = f"algo.{key}"
+            if path not in FIX_RULES:
+                _fail(path, OmegaConf.select(cfg, path), f"fix {fix.name!r} declares it and there is no verl "
+                      "translation for it (dapo_exp/backends/verl.py, FIX_RULES)")
+            _apply(path, OmegaConf.select(cfg, path), ctx, values, skipped)
+            done.add(path)
+    for path, value in _leaves(resolved):
+        if path in done:
+            continue
+        if path not in RULES:
+            _fail(path, value, "no rule in dapo_exp/backends/verl.py translates this key")
+        _apply(path, value, ctx, values, skipped)
+    overrides = [render_override(k, v) for k, v in values.items() if not k.startswith("$")]
+    overrides += _checked_extra(list(cfg.backend.extra), values)
+    env = {k[1:]: str(v) for k, v in values.items() if k.startswith("$")}
+    return VerlJob(overrides=overrides, env=env, values=values, not_translated=skipped)
+
+
+def _checked_extra(extra: list[str], values: dict[str, Any]) -> list[str]:
+    translated = {k.lstrip("+") for k in values}
+    for item in extra:
+        key = item.split("=", 1)[0].lstrip("+~")
+        if key in translated:
+            raise Untranslatable(f"backend.extra sets {key}, which the translation sets from the dapo-exp config; "
+                                 "change the dapo-exp key instead (README: backend=verl)")
+    return extra
+
+
+def command(job: VerlJob, python: str) -> list[str]:
+    """The argv that runs the job: ``<python> -m verl.trainer.main_ppo <overrides>``."""
+    return [python, "-m", "verl.trainer.main_ppo", *job.overrides]
+
+
+def ray_env_overrides(env: dict[str, str]) -> list[str]:
+    """``env`` for verl's Ray workers too (``ray_kwargs.ray_init.runtime_env.env_vars``, merged by
+    verl's ``run_ppo`` over its own), so that a multi-node job's workers see what the launcher's
+    process sees."""
+    return [render_override(f"+ray_kwargs.ray_init.runtime_env.env_vars.{k}", str(v)) for k, v in env.items()]
+
+
+# --------------------------------------------------------------------------- #
+# Results: verl's file-logger rows -> the run directory's metrics              #
+# --------------------------------------------------------------------------- #
+# ours <- verl's, where the two are the same quantity (the other verl names are kept as they are:
+# response_length/*, actor/entropy, actor/pg_loss, actor/grad_norm, timing_s/* are already shared)
+METRIC_ALIASES = {
+    "reward/mean": "critic/score/mean",  # correctness + overlong term, mean over the trained responses
+    "optim/lr": "actor/lr",
+}
+_EVAL_ACC = re.compile(r"^val-core/[^/]+/acc/mean@\d+$")  # avg@k: mean of 1[correct] over problems x k
+_EVICTED = "training/filter_groups/evicted_samples"  # groups dropped by the filter (all-equal), this step
+_SURPLUS = "training/filter_groups/discarded_surplus_samples"  # kept groups beyond the batch
+
+
+def _numbers(data: dict[str, Any]) -> dict[str, float]:
+    return {k: float(v) for k, v in data.items() if isinstance(v, (int, float)) and math.isfinite(float(v))}
+
+
+def metric_rows(records: list[dict[str, Any]], *, prompts_per_step: int, group_size: int) -> list[dict[str, Any]]:
+    """verl's file-logger rows (``{"step", "data"}``, every attempt, oldest first) as ``metrics.jsonl`` rows.
+
+    A step logged twice (a resumed attempt re-logs it) keeps the later values. Per step: one training
+    row (verl's numeric metrics, plus :data:`METRIC_ALIASES`, plus the dynamic-sampling counts in our
+    names: ``dynamic_sampling/zero_var_frac`` = evicted / generated groups, ``rollouts_per_trained`` =
+    generated / trained groups with generated = batch + evicted + surplus, and the cumulative
+    ``compute/rollouts_total``) and, where verl validated, one eval row with ``eval/acc_avg`` (verl's
+    ``val-core/<source>/acc/mean@k``) beside verl's ``val-*`` values.
+    """
+    by_step: dict[int, dict[str, float]] = {}
+    for rec in records:
+        by_step.setdefault(int(rec["step"]), {}).update(_numbers(rec.get("data") or {}))
+    rows, rollouts = [], 0.0
+    for step in sorted(by_step):
+        data = by_step[step]
+        train = {k: v for k, v in data.items() if not k.startswith("val-")}
+        evals = {k: v for k, v in data.items() if k.startswith("val-")}
+        if train.keys() - {"training/global_step", "training/epoch"}:
+            train.update({ours: train[theirs] for ours, theirs in METRIC_ALIASES.items() if theirs in train})
+            generated = prompts_per_step + train.get(_EVICTED, 0.0) + train.get(_SURPLUS, 0.0)
+            rollouts += generated * group_size
+            train.update({"dynamic_sampling/zero_var_frac": train.get(_EVICTED, 0.0) / generated,
+                          "dynamic_sampling/rollouts_per_trained": generated / prompts_per_step,
+                          "compute/rollouts_total": rollouts})
+            rows.append({"step": step, **train})
+        acc = [v for k, v in evals.items() if _EVAL_ACC.match(k)]
+        if evals:
+            rows.append({"step": step, **evals, **({"eval/acc_avg": acc[0]} if len(acc) == 1 else {})})
+    return rows
+
+
+def summary_fields(rows: list[dict[str, Any]]) -> dict[str, Any]:
+    """``final`` / ``best`` / ``base`` evaluations and ``steps_done`` from :func:`metric_rows`' rows, as the
+    native summary has them (best: the highest ``eval/acc_avg`` after step 0, the earliest on ties)."""
+    evals = {r["step"]: {k: v for k, v in r.items() if k != "step"} for r in rows if "eval/acc_avg" in r}
+    trained = [r["step"] for r in rows if "eval/acc_avg" not in r and not any(k.startswith("val-") for k in r)]
+    out: dict[str, Any] = {"steps_done": max(trained, default=0)}
+    if evals:
+        last = max(evals)
+        after = [s for s in evals if s > 0] or list(evals)
+        best = max(after, key=lambda s: (evals[s]["eval/acc_avg"], -s))
+        out.update(final={"step": last, **evals[last]}, best={"step": best, **evals[best]},
+                   base={"step": 0, **evals[0]} if 0 in evals else {})
+    return out
+
+
+def markdown_table() -> str:
+    """The README's table: every dapo-exp key and where it goes in verl."""
+    lines = ["| dapo-exp key | verl (0.9.1) |", "|---|---|"]
+    for path, rule in RULES.items():
+        lines.append(f"| `{path}` | {rule.verl} |")
+    return "\n".join(lines)
+
+
+if __name__ == "__main__":
+    print(markdown_table())

@@ -1,0 +1,208 @@
+"""Run one job on verl (``backend=verl``): translate, export the data, launch verl's trainer, bring
+the results home into the run directory the analysis reads.
+
+``launch(cfg)``, in order, each step before any compute of the next:
+
+1. :func:`dapo_exp.backends.verl.translate` (a value verl cannot honour fails here, naming its key),
+   the task and model sources checked as natively, verl's interpreter (``backend.python``) found;
+2. the data exported with the native loaders (:func:`export_data`: the same deduplication, template
+   and eval limit) to ``<run>/verl_data/{train,eval}.parquet`` in verl's schema;
+3. ``config.json`` written (as a native run's, plus the verl command line, its environment and
+   the keys that needed no verl key); ``backend.dry_run=true`` stops here and prints the command;
+4. ``<backend.python> -m verl.trainer.main_ppo <overrides>`` runs in its own process group, its
+   output in ``<run>/verl.log``, its file logger in ``<run>/verl_metrics.jsonl`` (an earlier
+   attempt's file is kept as ``verl_metrics.<n>.jsonl``: verl's file logger truncates on open);
+5. ``metrics.jsonl`` translated from verl's rows (:func:`dapo_exp.backends.verl.metric_rows`) and
+   ``summary.json`` written (status, final / best / base evaluations), as a native run does.
+
+A finished run is skipped; one writer per run directory (:class:`dapo_exp.rundir.RunLock`); a re-run
+resumes (``trainer.resume_mode=auto`` from ``<run>/checkpoints``). SIGTERM / SIGINT are passed on to
+verl's process group; the summary then says ``stopped``.
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+from typing import Any
+
+from omegaconf import DictConfig, OmegaConf
+
+import dapo_exp.backends.verl as verl
+from dapo_exp import fixes, rundir
+from dapo_exp.config import ConfigError
+
+REPO = Path(__file__).resolve().parents[2]
+VERL_METRICS = "verl_metrics.jsonl"
+VERL_LOG = "verl.log"
+
+
+def resolve_python(path: str) -> str:
+    """``backend.python``: a relative path is taken from the repository root, a bare name from PATH."""
+    if os.sep not in path:
+        found = shutil.which(path)
+        if found:
+            return found
+    p = Path(os.path.expanduser(path))
+    p = p if p.is_absolute() else REPO / p
+    if not p.exists():
+        raise ConfigError(f"backend.python={path!r}: no such interpreter ({p}); install verl's environment with "
+                          "`bash .ci/install-verl` or point backend.python at one")
+    return str(p)
+
+
+def export_data(cfg: DictConfig, out: Path) -> dict[str, int]:
+    """The task's train and eval problems, loaded by :func:`dapo_exp.tasks.load_task` as natively, written
+    to ``<out>/verl_data/{train,eval}.parquet`` in verl's RL dataset schema (one user message, the
+    ground truth under ``reward_model``). Returns the row counts."""
+    import pandas as pd
+
+    from dapo_exp.tasks import load_task
+
+    data = load_task(cfg.task)
+    target = out / verl.DATA_DIR
+    target.mkdir(parents=True, exist_ok=True)
+    counts = {}
+    for split, problems in (("train", data.train), ("eval", data.eval)):
+        rows = [{"data_source": verl.DATA_SOURCE, "prompt": [{"role": "user", "content": p.prompt}],
+                 "ability": "MATH", "reward_model": {"ground_truth": p.answer, "style": "rule"},
+                 "extra_info": {"index": i, "id": p.id, "split": split}} for i, p in enumerate(problems)]
+        tmp = target / f".{split}.parquet.tmp"
+        pd.DataFrame(rows).to_parquet(tmp, index=False)
+        os.replace(tmp, target / f"{split}.parquet")
+        counts[split] = len(rows)
+    return counts
+
+
+def _preflight(cfg: DictConfig) -> tuple[verl.VerlJob, str]:
+    from dapo_exp.config import validate
+    from dapo_exp.models import check_model_source
+    from dapo_exp.tasks import check_task_sources
+
+    validate(cfg)
+    job = verl.translate(cfg)
+    check_model_source(cfg.model.path)
+    check_task_sources(cfg.task)
+    try:
+        python = resolve_python(cfg.backend.python)
+    except ConfigError:
+        if not cfg.backend.dry_run:  # a dry run prints the command even where verl is not installed
+            raise
+        python = cfg.backend.python
+    return job, python
+
+
+def _environment(job: verl.VerlJob, out: Path) -> dict[str, str]:
+    """The verl process's environment: the translated W&B settings, verl's file logger, and this
+    checkout on PYTHONPATH (verl's workers import the Overlong Filtering extension from it)."""
+    return {**job.env, "VERL_FILE_LOGGER_PATH": str(out / VERL_METRICS), "WANDB_DIR": str(out),
+            "PYTHONPATH": os.pathsep.join(p for p in (str(REPO), os.environ.get("PYTHONPATH", "")) if p)}
+
+
+def launch(cfg: DictConfig) -> dict[str, Any]:
+    """Run ``cfg`` on verl; returns the summary (also ``<out_dir>/summary.json``)."""
+    t0 = time.perf_counter()
+    job, python = _preflight(cfg)
+    out = Path(cfg.out_dir).expanduser().resolve()
+    out.mkdir(parents=True, exist_ok=True)
+    previous = rundir.read_summary(out)
+    if previous and previous.get("status") == rundir.STATUS_FINISHED:
+        print(f"[dapo-exp] {out} already finished; skipping (delete summary.json to re-run)")
+        return previous
+    with rundir.RunLock(out):
+        return _launch_locked(cfg, job, python, out, t0)
+
+
+def _launch_locked(cfg: DictConfig, job: verl.VerlJob, python: str, out: Path, t0: float) -> dict[str, Any]:
+    from dapo_exp.hydra_setup import run_label
+
+    env = _environment(job, out)
+    argv = verl.command(job, python) + verl.ray_env_overrides(env)
+    label, switches = run_label(cfg), fixes.switches(cfg.algo)
+    resolved = OmegaConf.to_container(cfg, resolve=True)
+    record = {"config": resolved, "git_commit": rundir.git_commit(), "label": label, "switches": switches,
+              "backend": "verl", "verl": {"version": verl.VERL_VERSION, "command": argv, "env": env,
+                                          "not_translated": job.not_translated}}
+    rundir.write_json(out / rundir.CONFIG, record)
+    if cfg.backend.dry_run:
+        print("[dapo-exp] verl command (backend.dry_run=true, not launched):")
+        print(" ".join(_quote(a) for a in argv))
+        return {"status": "dry_run", "label": label, "command": argv, "env": env}
+    summary = {"status": rundir.STATUS_RUNNING, "label": label, "preset": cfg.preset, "switches": switches,
+               "seed": cfg.seed, "config": resolved, "git_commit": record["git_commit"], "backend": "verl",
+               "error": None}
+    summary["data"] = export_data(cfg, out)
+    _keep_previous_attempt(out)
+    rc, stopped = _run(argv, {**os.environ, **env}, out)
+    rows = verl.metric_rows(_attempts(out), prompts_per_step=cfg.train.prompts_per_step, group_size=cfg.rollout.n)
+    (out / rundir.METRICS).unlink(missing_ok=True)
+    rundir.JsonlWriter(out / rundir.METRICS).write(rows)
+    summary.update(verl.summary_fields(rows), wall_time_s=time.perf_counter() - t0, return_code=rc)
+    if stopped:
+        summary.update(status=rundir.STATUS_STOPPED, error=f"stopped by {stopped}; re-run the same command to resume")
+    elif rc != 0:
+        summary.update(status=rundir.STATUS_FAILED, error=f"verl exited with {rc}; see {out / VERL_LOG}")
+    else:
+        summary["status"] = rundir.STATUS_FINISHED
+    rundir.write_json(out / rundir.SUMMARY, summary)
+    if summary["status"] == rundir.STATUS_FAILED:
+        raise RuntimeError(summary["error"])
+    return summary
+
+
+def _quote(arg: str) -> str:
+    import shlex
+
+    return shlex.quote(arg)
+
+
+def _keep_previous_attempt(out: Path) -> None:
+    """verl's file logger truncates its file: keep an earlier attempt's as ``verl_metrics.<n>.jsonl``."""
+    current = out / VERL_METRICS
+    if current.exists():
+        n = len(list(out.glob("verl_metrics.*.jsonl")))
+        current.rename(out / f"verl_metrics.{n}.jsonl")
+
+
+def _attempts(out: Path) -> list[dict[str, Any]]:
+    """verl's file-logger rows of every attempt, oldest first."""
+    files = sorted(out.glob("verl_metrics.*.jsonl"), key=lambda p: int(p.name.split(".")[1])) + [out / VERL_METRICS]
+    return [row for f in files for row in rundir.read_jsonl(f)]
+
+
+def _run(argv: list[str], env: dict[str, str], out: Path) -> tuple[int, str | None]:
+    """Run verl in its own process group, output to ``verl.log`` and this console; SIGTERM / SIGINT
+    are passed on to the group. Returns (exit code, the signal's name if one stopped it)."""
+    stopped: list[str] = []
+    with open(out / VERL_LOG, "ab") as log:
+        proc = subprocess.Popen(argv, cwd=out, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
+                                start_new_session=True)
+
+        def forward(signum: int, frame: Any) -> None:
+            stopped.append(signal.Signals(signum).name)
+            os.killpg(proc.pid, signum)
+
+        old = {}
+        if _main_thread():
+            old = {s: signal.signal(s, forward) for s in (signal.SIGTERM, signal.SIGINT)}
+        try:
+            for line in proc.stdout:
+                log.write(line)
+                sys.stdout.buffer.write(line)
+                sys.stdout.flush()
+            rc = proc.wait()
+        finally:
+            for s, h in old.items():
+                signal.signal(s, h)
+    return rc, (stopped[0] if stopped else None)
+
+
+def _main_thread() -> bool:
+    import threading
+
+    return threading.current_thread() is threading.main_thread()

@@ -1,0 +1,443 @@
+"""backend=verl against verl's own code (verl==0.9.1 in its own virtualenv, .venv-verl).
+
+Run by `.ci/test` with verl's interpreter: `.venv-verl/bin/python -m pytest -m verl tests/test_verl_backend.py`
+(in the main environment, where verl is not installed, every test here skips saying so).
+
+(a) every `fixes=` preset x every `experiment=` preset: the translated overrides compose against
+    verl's installed Hydra config (`verl/trainer/config/ppo_trainer.yaml` and its groups), every
+    value reads back as translated, and verl's own `validate_config` passes;
+(b) the same tensors through our objective and through verl's `core_algos` (GRPO advantages, the
+    vanilla policy loss with its clip ratios and dual clip, `agg_loss` with the trainer's global-batch
+    normalisers, micro-batches included), with verl's parameters read from the composed verl config:
+    equal, except the documented differences; a mutation of each translated value breaks it;
+    our Overlong Filtering agent loop; verl's DAPO overlong reward vs our soft punishment; KL.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import copy
+import functools
+import math
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import numpy as np
+import pytest
+import torch
+
+verl = pytest.importorskip("verl", reason="verl is not installed here: .ci/test runs these tests with "
+                           ".venv-verl/bin/python (bash .ci/install-verl creates it)")
+
+from hydra import compose, initialize_config_dir  # noqa: E402
+from omegaconf import OmegaConf  # noqa: E402
+
+from dapo_exp import objective  # noqa: E402
+from dapo_exp.backends import verl as vb  # noqa: E402
+from dapo_exp.hydra_setup import register_resolvers  # noqa: E402
+
+pytestmark = pytest.mark.verl
+
+ROOT = Path(__file__).resolve().parents[1]
+CONF = str(ROOT / "conf")
+VERL_CONF = os.path.join(os.path.dirname(verl.__file__), "trainer", "config")
+EXPERIMENTS = sorted(p.stem for p in (ROOT / "conf" / "experiment").glob("*.yaml"))
+PRESETS = sorted(p.stem for p in (ROOT / "conf" / "fixes").glob("*.yaml"))
+# what the launcher adds for verl's Ray workers (dapo_exp.backends.verl_launch._environment)
+ENV = {"WANDB_MODE": "offline", "VERL_FILE_LOGGER_PATH": "/runs/x=1,y=2/verl_metrics.jsonl", "PYTHONPATH": "/repo"}
+
+
+def ours(*overrides: str):
+    register_resolvers()
+    with initialize_config_dir(config_dir=CONF, version_base="1.3"):
+        return compose("config", overrides=["backend=verl", "out_dir='/runs/x=1,y=2'", *overrides])
+
+
+@functools.lru_cache(maxsize=None)
+def translated(experiment: str, preset: str, *extra: str):
+    cfg = ours(f"experiment={experiment}", f"fixes={preset}", *extra)
+    return cfg, vb.translate(cfg)
+
+
+@functools.lru_cache(maxsize=None)
+def verl_config(experiment: str, preset: str, *extra: str):
+    _, job = translated(experiment, preset, *extra)
+    with initialize_config_dir(config_dir=VERL_CONF, version_base=None):
+        return compose("ppo_trainer", overrides=job.overrides + vb.ray_env_overrides(ENV))
+
+
+# --------------------------------------------------------------------------- #
+# (a) the overrides compose and validate against verl's own config             #
+# --------------------------------------------------------------------------- #
+@pytest.mark.parametrize("experiment", EXPERIMENTS)
+def test_every_preset_composes_and_validates_against_verls_config(experiment):
+    from verl.trainer.ppo.utils import need_critic, need_reference_policy
+    from verl.utils.config import omega_conf_to_dataclass, validate_config
+
+    for preset in PRESETS:
+        _, job = translated(experiment, preset)
+        c = verl_config(experiment, preset)  # an unknown key, or `+` on an existing one, fails here
+        for key, value in job.values.items():
+            if key.startswith("$"):  # environment variables: the launcher sets them (ray_env_overrides)
+                continue
+            got = OmegaConf.select(c, key.lstrip("+"), throw_on_missing=True)
+            got = OmegaConf.to_container(got) if OmegaConf.is_config(got) else got
+            assert got == value, (experiment, preset, key, got, value)  # the rendering round-trips
+        for k, v in ENV.items():
+            assert c.ray_kwargs.ray_init.runtime_env.env_vars[k] == v
+        validate_config(c, use_reference_policy=need_reference_policy(c), use_critic=need_critic(c))
+        algo = omega_conf_to_dataclass(c.algorithm)
+        assert algo.adv_estimator == "grpo" and not need_critic(c) and not need_reference_policy(c)
+        omega_conf_to_dataclass(c.actor_rollout_ref.rollout)
+
+
+def test_paper_recipe_reads_back_from_verls_config():
+    """The paper's 32B row 6 (DAPO), as verl holds it after composition."""
+    c = verl_config("dapo_32b_paper", "paper_6_dapo")
+    a, r = c.actor_rollout_ref.actor, c.actor_rollout_ref.rollout
+    assert (a.clip_ratio_low, a.clip_ratio_high, a.clip_ratio_c) == (0.2, 0.28, 10.0)
+    assert a.loss_agg_mode == "token-mean" and not a.use_kl_loss and not c.algorithm.use_kl_in_reward
+    assert c.algorithm.filter_groups.enable and c.algorithm.filter_groups.metric == "acc"
+    assert c.reward.reward_manager.name == "dapo"
+    ob = c.reward.reward_kwargs.overlong_buffer_cfg
+    assert (ob.enable, ob.len, ob.penalty_factor, c.reward.reward_kwargs.max_resp_len) == (True, 4096, 1.0, 20480)
+    assert (c.data.train_batch_size, r.n, a.ppo_mini_batch_size) == (512, 16, 32)  # 16 updates of 512 responses
+    assert (c.data.max_prompt_length, c.data.max_response_length, r.response_length) == (2048, 20480, 20480)
+    assert (a.optim.lr, a.optim.lr_warmup_steps, a.optim.weight_decay, a.optim.clip_grad) == (1e-6, 20, 0.1, 1.0)
+    assert (r.temperature, r.top_p, r.val_kwargs.temperature, r.val_kwargs.top_p, r.val_kwargs.n) == (1, 1, 1, 0.7, 32)
+    assert r.agent.default_agent_loop == vb.OF_AGENT_LOOP and c.actor_rollout_ref.model.external_lib == vb.EXT_MODULE
+
+
+def test_gpu_free_values_that_verl_treats_specially():
+    """dual_clip null, grad_clip 0 and Dr.GRPO's sum-norm reach verl as values with the same meaning."""
+    c = verl_config("qwen0.5b_gsm8k", "full", "algo.dual_clip=null", "optim.grad_clip=0",
+                    "algo.loss_agg=seq-mean-token-sum-norm", "algo.adv_norm_std=false", "train.token_budget=8192",
+                    "algo.kl_coef=0.001", "algo.kl_estimator=k2")
+    a = c.actor_rollout_ref.actor
+    assert a.clip_ratio_c == vb.NO_DUAL_CLIP and a.optim.clip_grad == math.inf
+    assert a.loss_agg_mode == "seq-mean-token-sum-norm" and a.loss_scale_factor == 1024
+    assert c.algorithm.norm_adv_by_std_in_grpo is False
+    assert a.use_dynamic_bsz and a.ppo_max_token_len_per_gpu == 8192
+    assert a.use_kl_loss and (a.kl_loss_coef, a.kl_loss_type) == (0.001, "k2")
+    from verl.trainer.ppo.utils import need_critic, need_reference_policy
+    from verl.utils.config import validate_config
+
+    assert need_reference_policy(c)  # KL on: verl builds the reference model
+    validate_config(c, use_reference_policy=True, use_critic=need_critic(c))
+
+
+# --------------------------------------------------------------------------- #
+# (b) the same tensors through both                                             #
+# --------------------------------------------------------------------------- #
+B, T, G = 8, 12, 4  # responses, padded response width, group size
+
+
+def batch(seed: int = 0):
+    """Tensors where every translated setting matters: clipping on both sides, the dual clip (ratio
+    above 10 with A < 0), varied lengths, truncated responses, mixed groups with std != 1."""
+    g = torch.Generator().manual_seed(seed)
+    lengths = torch.tensor([12, 3, 7, 12, 1, 12, 5, 9])
+    mask = (torch.arange(T)[None, :] < lengths[:, None]).long()
+    truncated = torch.tensor([True, False, False, True, False, False, False, False])  # at the cap, no EOS
+    rewards = torch.tensor([[1.0, -1.0, -1.0, -0.5], [1.0, 1.0, -1.0, -1.3]])
+    old = -torch.rand(B, T, generator=g, dtype=torch.float64) * 2
+    logp = old + (torch.rand(B, T, generator=g, dtype=torch.float64) - 0.5) * 0.8
+    logp[1, 0] = old[1, 0] + 3.0  # ratio e^3 = 20 > c = 10 on a negative-advantage row (row 1: reward -1)
+    logp[2, 1] = old[2, 1] + 2.5
+    return dict(mask=mask, truncated=truncated, rewards=rewards, old=old, logp=logp, lengths=lengths)
+
+
+def our_side(cfg, d):
+    a = cfg.algo
+    adv = objective.group_advantages(d["rewards"], norm_std=a.adv_norm_std, eps=a.adv_eps).reshape(-1)
+    mask = objective.overlong_filtering(d["mask"], d["truncated"]) if a.overlong_filtering else d["mask"]
+    out = objective.clipped_surrogate(d["logp"], d["old"], adv[:, None].double(), eps_low=a.eps_low,
+                                      eps_high=a.eps_high, dual_clip=a.dual_clip)
+    loss = objective.aggregate_loss(out.loss, mask, a.loss_agg, max_len=cfg.rollout.max_response_len)
+    return adv, loss, mask
+
+
+def verl_mask(c, d):
+    """verl's response_mask: what verl's configured agent loop makes of each response."""
+    from verl.experimental.agent_loop.agent_loop import AgentLoopMetrics, AgentLoopOutput
+
+    from dapo_exp.backends import verl_ext
+
+    eos = 99
+    masks = []
+    for i in range(B):
+        n = int(d["lengths"][i])
+        ids = [5] * n if d["truncated"][i] else [5] * (n - 1) + [eos]
+        out = AgentLoopOutput(prompt_ids=[1], response_ids=ids, response_mask=[1] * n, metrics=AgentLoopMetrics())
+        if c.actor_rollout_ref.rollout.agent.default_agent_loop == vb.OF_AGENT_LOOP:
+            out = verl_ext.filter_output(out, max_len=T, eos_ids={eos})
+        masks.append(out.response_mask + [0] * (T - n))
+    return torch.tensor(masks)
+
+
+def verl_side(c, d, micro_batches=((0, B),)):
+    """verl's GRPO advantage and policy loss, with verl's parameters read from its composed config and
+    the global-batch normalisers its engine computes (batch_num_tokens = the mini-batch's loss_mask
+    sum, global_batch_size = its rows), summed over micro-batches as verl's gradient accumulation does."""
+    from verl.trainer.ppo.core_algos import compute_grpo_outcome_advantage, get_policy_loss_fn
+    from verl.utils.config import omega_conf_to_dataclass
+
+    mask = verl_mask(c, d)
+    scores = torch.zeros(B, T, dtype=torch.float32)
+    scores[torch.arange(B), d["lengths"] - 1] = d["rewards"].reshape(-1)  # the reward at the last token
+    index = [f"g{i // G}" for i in range(B)]
+    adv, _ = compute_grpo_outcome_advantage(scores, mask, index,
+                                            norm_adv_by_std_in_grpo=c.algorithm.norm_adv_by_std_in_grpo)
+    actor = omega_conf_to_dataclass(c.actor_rollout_ref.actor)
+    loss_fn = get_policy_loss_fn(actor.policy_loss.loss_mode)
+    total = torch.zeros((), dtype=torch.float64)
+    for lo, hi in micro_batches:
+        actor.global_batch_info.update(dp_size=1, batch_num_tokens=int(mask.sum()), global_batch_size=B,
+                                       loss_scale_factor=actor.loss_scale_factor)
+        loss, _ = loss_fn(old_log_prob=d["old"][lo:hi], log_prob=d["logp"][lo:hi],
+                          advantages=adv[lo:hi].double(), response_mask=mask[lo:hi].bool(),
+                          loss_agg_mode=actor.loss_agg_mode, config=actor)
+        total = total + loss
+    first = adv[torch.arange(B), 0]  # verl broadcasts the advantage over the row, masked
+    return first, total, mask
+
+
+def _ours_and_verl(preset, *extra, experiment="dapo_32b_paper"):
+    cfg, _ = translated(experiment, preset, *extra)
+    return cfg, verl_config(experiment, preset, *extra)
+
+
+@pytest.mark.parametrize("preset, extra", [(p, ()) for p in PRESETS] + [
+    ("full", ("algo.adv_norm_std=false",)),  # Dr.GRPO's advantage
+    ("paper_6_dapo", ("algo.dual_clip=null",)),  # no dual clip: verl's c = 1e10 never binds
+    ("paper_5_tl", ("algo.eps_low=0.1", "algo.eps_high=0.35")),
+])
+def test_same_advantages_and_loss_for_every_preset(preset, extra):
+    cfg, c = _ours_and_verl(preset, *extra)
+    d = batch()
+    adv, loss, mask = our_side(cfg, d)
+    v_adv, v_loss, v_mask = verl_side(c, d)
+    kept = v_mask.sum(1) > 0
+    assert torch.equal(mask.bool(), v_mask.bool())  # Overlong Filtering: the same mask from our agent loop
+    torch.testing.assert_close(v_adv[kept].double(), adv[kept].double(), rtol=1e-6, atol=1e-7)
+    if cfg.algo.loss_agg == "seq-mean-token-mean" and cfg.algo.overlong_filtering:
+        # documented: verl divides by every response of the mini-batch (global_batch_size), masked
+        # ones included; ours by the responses that keep a token (B')
+        torch.testing.assert_close(v_loss, loss * kept.sum() / B, rtol=1e-6, atol=1e-9)
+    else:
+        torch.testing.assert_close(v_loss, loss, rtol=1e-6, atol=1e-9)
+    # verl's gradient accumulation gives the same sum over micro-batches, as ours does by construction
+    _, v_split, _ = verl_side(c, d, micro_batches=((0, 3), (3, 8)))
+    torch.testing.assert_close(v_split, v_loss, rtol=1e-9, atol=1e-12)
+
+
+# each translated value, changed on verl's side, must change verl's result (the comparison above can fail)
+MUTATIONS = {
+    "actor_rollout_ref.actor.clip_ratio_low": lambda v: v + 0.1,
+    "actor_rollout_ref.actor.clip_ratio_high": lambda v: v + 0.1,
+    "actor_rollout_ref.actor.clip_ratio_c": lambda v: 3.0,
+    "actor_rollout_ref.actor.loss_agg_mode": lambda v: "token-mean" if v != "token-mean" else "seq-mean-token-mean",
+    "algorithm.norm_adv_by_std_in_grpo": lambda v: not v,
+    "actor_rollout_ref.rollout.agent.default_agent_loop":
+        lambda v: "single_turn_agent" if v == vb.OF_AGENT_LOOP else vb.OF_AGENT_LOOP,
+}
+
+
+@pytest.mark.parametrize("preset", ["paper_1_grpo", "paper_3_clip", "paper_6_dapo", "full"])
+@pytest.mark.parametrize("key", list(MUTATIONS))
+def test_a_changed_translated_value_breaks_the_equivalence(preset, key):
+    _, c = _ours_and_verl(preset)
+    d = batch()
+    v_adv, v_loss, v_mask = verl_side(c, d)
+    bad = copy.deepcopy(c)
+    OmegaConf.update(bad, key, MUTATIONS[key](OmegaConf.select(c, key)))
+    b_adv, b_loss, b_mask = verl_side(bad, d)
+    changed = not torch.allclose(b_loss, v_loss, rtol=1e-6) or not torch.allclose(b_adv, v_adv)
+    assert changed, f"{key} changed on verl's side and nothing changed: the equivalence test could not see it"
+
+
+def test_seq_mean_token_sum_norm_is_the_same_with_verls_loss_scale_factor():
+    cfg, c = _ours_and_verl("paper_2_of", "algo.loss_agg=seq-mean-token-sum-norm", "rollout.max_response_len=12",
+                            "algo.overlong_cache_len=4", "eval.max_response_len=null", experiment="qwen0.5b_gsm8k")
+    d = batch()
+    _, loss, _ = our_side(cfg, d)
+    _, v_loss, _ = verl_side(c, d)
+    torch.testing.assert_close(v_loss, loss, rtol=1e-6, atol=1e-9)
+    # documented: without the translated loss_scale_factor verl divides by the padded width of each
+    # micro-batch, a different scale whenever a micro-batch is narrower than L_max
+    from verl.trainer.ppo.core_algos import agg_loss
+
+    narrow = agg_loss(torch.ones(2, 5), torch.ones(2, 5), "seq-mean-token-sum-norm")
+    ours = objective.aggregate_loss(torch.ones(2, 5), torch.ones(2, 5), "seq-mean-token-sum-norm", max_len=12)
+    assert float(narrow) == pytest.approx(1.0) and float(ours) == pytest.approx(10 / 24)
+
+
+def test_documented_differences_of_verls_advantage_and_aggregation():
+    from verl.trainer.ppo.core_algos import agg_loss, compute_grpo_outcome_advantage
+
+    # G = 1: verl takes mean 0, std 1 (A = R / (1 + eps)); ours gives exactly 0
+    a, _ = compute_grpo_outcome_advantage(torch.tensor([[0.0, 2.0]]), torch.ones(1, 2), ["solo"])
+    assert a[0, 0] == pytest.approx(2.0 / (1 + 1e-6))
+    assert objective.group_advantages(torch.tensor([[2.0]]))[0, 0] == 0
+    # all-equal group: verl's (R - mean) / (0 + eps) leaves the rounding residue of the mean over eps
+    r = torch.tensor([0.1, 0.1, 0.1, 0.1, 0.1, 0.1, 0.1])
+    v, _ = compute_grpo_outcome_advantage(torch.stack([torch.zeros(7), r], 1), torch.ones(7, 2), ["g"] * 7)
+    torch.testing.assert_close(v[:, 0], (r - r.mean()) / (r.std() + 1e-6))  # verl's formula, residue and all
+    assert torch.all(objective.group_advantages(r[None, :]) == 0)
+    # an all-zero mask (every response of a mini-batch filtered): verl's token-mean is 0/0 = NaN, ours 0
+    z = agg_loss(torch.ones(2, 3), torch.zeros(2, 3), "token-mean")
+    assert math.isnan(float(z))
+    assert objective.aggregate_loss(torch.ones(2, 3), torch.zeros(2, 3), "token-mean") == 0
+
+
+@pytest.mark.parametrize("estimator", ["k1", "k2", "k3"])
+def test_kl_estimators_are_verls(estimator):
+    from verl.trainer.ppo.core_algos import kl_penalty
+
+    g = torch.Generator().manual_seed(1)
+    logp, ref = -torch.rand(4, 6, generator=g) * 3, -torch.rand(4, 6, generator=g) * 3
+    torch.testing.assert_close(kl_penalty(logp, ref, estimator), objective.kl_penalty(logp, ref, estimator))
+
+
+def test_overlong_filtering_agent_loop_is_registered_and_filters():
+    """The agent loop verl instantiates from its registry is ours and masks what objective.overlong_filtering masks."""
+    import hydra
+    from verl.experimental.agent_loop.agent_loop import AgentLoopMetrics, AgentLoopOutput, _agent_loop_registry
+    from verl.experimental.agent_loop.single_turn_agent_loop import SingleTurnAgentLoop
+
+    from dapo_exp.backends import verl_ext
+
+    target = _agent_loop_registry[vb.OF_AGENT_LOOP]["_target_"]
+    assert hydra.utils.get_class(target) is verl_ext.OverlongFilteringAgentLoop
+    assert issubclass(verl_ext.OverlongFilteringAgentLoop, SingleTurnAgentLoop)
+
+    made = []
+
+    async def parent_run(self, sampling_params, **kwargs):
+        return made.pop(0)
+
+    loop = object.__new__(verl_ext.OverlongFilteringAgentLoop)
+    loop.response_length, loop._eos_ids = 4, {2}
+    for ids, kept in (([7, 7, 7, 7], False), ([7, 7, 7, 2], True), ([7, 2], True)):
+        made.append(AgentLoopOutput(prompt_ids=[1], response_ids=ids, response_mask=[1] * len(ids),
+                                    metrics=AgentLoopMetrics()))
+        original = SingleTurnAgentLoop.run
+        SingleTurnAgentLoop.run = parent_run
+        try:
+            out = asyncio.run(loop.run({}))
+        finally:
+            SingleTurnAgentLoop.run = original
+        assert out.response_mask == [int(kept)] * len(ids) and out.extra_fields["truncated"] is (not kept)
+
+
+def test_verl_loads_the_extension_through_external_lib(tmp_path):
+    """verl's own model config imports `actor_rollout_ref.model.external_lib`: in a fresh verl process,
+    building verl's HFModelConfig with the translated value registers our agent loop."""
+    from dapo_exp.models import build_char_tokenizer, build_tiny_model
+
+    tok = build_char_tokenizer()
+    build_tiny_model(tok, hidden_size=32, num_layers=1, num_heads=2, seed=0).save_pretrained(tmp_path)
+    tok.save_pretrained(tmp_path)
+    code = ("from verl.workers.config import HFModelConfig\n"
+            "from verl.experimental.agent_loop.agent_loop import _agent_loop_registry as r\n"
+            f"assert {vb.OF_AGENT_LOOP!r} not in r\n"
+            f"HFModelConfig(path={str(tmp_path)!r}, external_lib={vb.EXT_MODULE!r})\n"
+            f"print(r[{vb.OF_AGENT_LOOP!r}])\n")
+    env = {**os.environ, "PYTHONPATH": str(ROOT)}
+    res = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, env=env, timeout=300)
+    assert res.returncode == 0, res.stderr[-2000:]
+    assert "dapo_exp.backends.verl_ext.OverlongFilteringAgentLoop" in res.stdout
+
+
+@pytest.mark.parametrize("experiment", EXPERIMENTS)
+def test_verls_dapo_overlong_reward_is_our_soft_punishment(experiment):
+    """verl's DAPO reward manager, built from the composed verl config, adds exactly our Eq. 13 term."""
+    from verl import DataProto
+    from verl.experimental.reward_loop.reward_manager.dapo import DAPORewardManager
+
+    cfg, c = _ours_and_verl("paper_4_sop", experiment=experiment)
+    a, cap = cfg.algo, cfg.rollout.max_response_len
+
+    class Tok:
+        def decode(self, ids, skip_special_tokens=True):
+            return "Answer: 3"
+
+    def score(**kw):
+        return {"score": -1.0, "acc": False, "pred": "3"}
+
+    mgr = DAPORewardManager(c, Tok(), score)
+    lengths = sorted({1, cap - a.overlong_cache_len - 1, cap - a.overlong_cache_len, cap - a.overlong_cache_len + 1,
+                      cap - a.overlong_cache_len // 2, cap - 1, cap})
+    got = []
+    for n in lengths:
+        responses = torch.zeros(1, cap, dtype=torch.long)
+        att = torch.cat([torch.ones(1, 2, dtype=torch.long), (torch.arange(cap) < n).long()[None]], 1)
+        obj = functools.partial(np.array, dtype=object)
+        data = DataProto.from_dict(tensors={"prompts": torch.ones(1, 2, dtype=torch.long), "responses": responses,
+                                            "attention_mask": att},
+                                   non_tensors={"data_source": obj(["math_dapo"]),
+                                                "reward_model": obj([{"ground_truth": "3"}]), "extra_info": obj([{}])})
+        out = mgr.loop.run_until_complete(mgr.run_single(data))
+        assert out["reward_extra_info"]["acc"] is False  # the filter metric `acc` is there for dynamic sampling
+        got.append(float(out["reward_score"]) - (-1.0))
+    want = objective.overlong_punishment(torch.tensor(lengths), max_len=cap, cache_len=a.overlong_cache_len,
+                                         factor=a.overlong_factor, mode="soft")
+    torch.testing.assert_close(torch.tensor(got, dtype=torch.float32), want, rtol=1e-6, atol=1e-7)
+    assert want[-1] == -1.0 and want[0] == 0.0  # the ramp is exercised end to end
+
+
+def test_the_file_logger_rows_verl_writes_become_our_metrics(tmp_path, monkeypatch):
+    """verl's own Tracking(file) writes the metrics file; the launcher's reader turns it into rows and a
+    summary that the analysis reads as a native run's."""
+    from verl.utils.tracking import Tracking
+
+    path = tmp_path / "verl_metrics.jsonl"
+    monkeypatch.setenv("VERL_FILE_LOGGER_PATH", str(path))
+    tr = Tracking(project_name="p", experiment_name="e", default_backend=["file"])
+    tr.log({"val-core/math_dapo/acc/mean@4": 0.25, "val-aux/math_dapo/score/mean@4": -0.5}, step=0)
+    for step in (1, 2):
+        tr.log({"critic/score/mean": 0.1 * step, "actor/entropy": 1.0 / step, "actor/lr": 1e-6,
+                "response_length/mean": 100.0 + step, "training/filter_groups/evicted_samples": 2.0,
+                "training/global_step": step}, step=step)
+    tr.log({"val-core/math_dapo/acc/mean@4": 0.5}, step=2)
+    tr.finish()
+    from dapo_exp import rundir
+
+    rows = vb.metric_rows(rundir.read_jsonl(path), prompts_per_step=8, group_size=4)
+    summary = vb.summary_fields(rows)
+    assert summary["final"]["eval/acc_avg"] == 0.5 and summary["base"]["eval/acc_avg"] == 0.25
+    assert summary["steps_done"] == 2
+    train = [r for r in rows if "reward/mean" in r]
+    assert [r["reward/mean"] for r in train] == pytest.approx([0.1, 0.2])
+    assert train[0]["dynamic_sampling/rollouts_per_trained"] == pytest.approx(10 / 8)
+    assert train[1]["compute/rollouts_total"] == pytest.approx(2 * 10 * 4)
+
+
+def test_the_exported_data_loads_through_verls_dataset(tmp_path):
+    """The launcher's export (native loader: dedup, template) is what verl's RLHFDataset reads, with the
+    prompt as one user message and the ground truth where verl's reward manager looks."""
+    import pandas as pd
+    from transformers import AutoTokenizer
+    from verl.trainer.ppo.utils import create_rl_dataset
+
+    from dapo_exp.backends.verl_launch import export_data
+    from dapo_exp.benchmarks.random_models import SIZES, save_random_qwen2
+
+    rows = [{"data_source": "math_dapo", "prompt": [{"role": "user", "content": f"What is {i} + {i}? Answer:"}],
+             "ability": "MATH", "reward_model": {"ground_truth": str(2 * i), "style": "rule"},
+             "extra_info": {"index": f"i{i}-{rep}"}} for rep in range(3) for i in range(4)]
+    pd.DataFrame(rows).to_parquet(tmp_path / "m.parquet")
+    save_random_qwen2(str(tmp_path / "model"), SIZES["0.4M"], chat_template=True)
+    cfg = ours("experiment=qwen1.5b_dapo_math", f"task.train_source={tmp_path / 'm.parquet'}",
+               f"task.eval_source={tmp_path / 'm.parquet'}", f"out_dir={tmp_path / 'run'}")
+    assert export_data(cfg, tmp_path / "run") == {"train": 4, "eval": 4}  # deduplicated by prompt, as natively
+    job = vb.translate(cfg, label="x")
+    with initialize_config_dir(config_dir=VERL_CONF, version_base=None):
+        c = compose("ppo_trainer", overrides=job.overrides)
+    ds = create_rl_dataset(c.data.train_files, c.data, AutoTokenizer.from_pretrained(tmp_path / "model"), None)
+    item = ds[2]
+    assert len(ds) == 4 and item["data_source"] == vb.DATA_SOURCE
+    assert item["raw_prompt"] == [{"role": "user", "content": "What is 2 + 2? Answer:"}]
+    assert item["reward_model"]["ground_truth"] == "4"
