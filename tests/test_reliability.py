@@ -1,0 +1,284 @@
+"""Fault injection: what happens when checkpoints are crafted or corrupted, the disk is full, W&B or
+the hub is unreachable, the command line is wrong, or the machine has only a system python3.
+
+Each test reproduces one failure of issue 15 and shows the guarantee that replaces it
+(README, "Reliability").
+"""
+
+import errno
+import os
+import pickle
+import random
+import shutil
+import socket
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import numpy as np
+import pytest
+import torch
+
+from dapo_exp import checkpoint, runfiles
+from dapo_exp.checkpoint import CheckpointError, CheckpointWriteError
+from dapo_exp.rollout.dynamic_sampling import Group
+
+ROOT = Path(__file__).resolve().parents[1]
+
+
+# --------------------------------------------------------------------------- #
+# Helpers                                                                       #
+# --------------------------------------------------------------------------- #
+def tiny_training_objects(seed: int = 0):
+    torch.manual_seed(seed)
+    model = torch.nn.Sequential(torch.nn.Linear(4, 8), torch.nn.Linear(8, 2))
+    opt = torch.optim.AdamW(model.parameters(), lr=1e-3)
+    sched = torch.optim.lr_scheduler.LambdaLR(opt, lambda s: min(1.0, (s + 1) / 2))
+    model(torch.randn(3, 4)).sum().backward()
+    opt.step()
+    sched.step()
+    return model, opt, sched
+
+
+def a_group(i: int = 0) -> Group:
+    return Group(prompt_index=i, prompt_ids=[1, 2, 3], response_ids=[[4, 5], [6]], truncated=[False, True],
+                 correct=[True, False], reward=[1.0, -1.5], penalty=[0.0, -0.5], preds=["7", None],
+                 sampled_logprobs=[[-0.1, -0.2], [-0.3]], meta={"texts": ["7", "x"]})
+
+
+def trainer_state(step: int) -> dict:
+    return {"sampler_position": 4 * step, "cum_rollouts": 16 * step, "carry": [a_group(step)],
+            "evals": {0: {"eval/acc_avg": 0.25}, step: {"eval/acc_avg": 0.5}}, "wall_time_s": 1.5,
+            "wandb_id": f"run-{step}"}
+
+
+def save_steps(root: Path, *steps: int, keep: int = 5) -> None:
+    model, opt, sched = tiny_training_objects()
+    for s in steps:
+        checkpoint.save(root, s, model, opt, sched, trainer_state(s), keep=keep)
+
+
+def closed_loopback_port() -> int:
+    """A port on 127.0.0.1 that nothing listens on (bound, then released)."""
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+class Evil:
+    """Unpickling this runs a shell command that creates the marker file."""
+
+    def __init__(self, marker: Path) -> None:
+        self.marker = marker
+
+    def __reduce__(self):
+        return (os.system, (f"touch {self.marker}",))
+
+
+# --------------------------------------------------------------------------- #
+# 1. A crafted trainer_state.pt never runs code                                 #
+# --------------------------------------------------------------------------- #
+@pytest.mark.parametrize("container", ["torch.save", "raw pickle"])
+def test_crafted_pickle_in_a_checkpoint_never_runs(tmp_path, container, caplog):
+    root = tmp_path / "checkpoints"
+    save_steps(root, 1, 2)
+    evil_file = root / "step_0000002" / checkpoint.STATE
+    marker = tmp_path / "pwned"
+    payload = {"format": checkpoint.FORMAT, "step": 2, "optimizer": {}, "scheduler": {}, "rng": {},
+               "state": {"x": Evil(marker)}}
+    if container == "torch.save":
+        torch.save(payload, evil_file)
+    else:
+        evil_file.write_bytes(pickle.dumps(payload, protocol=2))
+    (root / "step_0000002" / checkpoint.MANIFEST).unlink()  # an attacker would rewrite it; checksums are no defence
+
+    model, opt, sched = tiny_training_objects(seed=1)
+    with pytest.raises(CheckpointError, match=str(evil_file)):
+        checkpoint.load(root / "step_0000002", model, opt, sched)
+    # resuming falls back to the older checkpoint and says which file it skipped
+    assert checkpoint.latest(root) == root / "step_0000001"
+    assert any(str(evil_file) in r.getMessage() for r in caplog.records)
+    assert not marker.exists()
+
+    # control: the payload is live; an unrestricted unpickler does run it
+    control = tmp_path / "control"
+    pickle.loads(pickle.dumps(Evil(control)))
+    assert control.exists()
+
+
+# --------------------------------------------------------------------------- #
+# 2. Verified on load, with fallback to the newest good checkpoint              #
+# --------------------------------------------------------------------------- #
+def _truncate(p: Path) -> None:
+    p.write_bytes(p.read_bytes()[: p.stat().st_size // 2])
+
+
+def _randomise(p: Path) -> None:
+    p.write_bytes(os.urandom(p.stat().st_size))
+
+
+def _flip_data_bytes(p: Path) -> None:
+    """Random bytes in the tensor data of a safetensors file, header intact (only the checksum sees it)."""
+    raw = bytearray(p.read_bytes())
+    header = 8 + int.from_bytes(raw[:8], "little")
+    raw[header:] = os.urandom(len(raw) - header)
+    p.write_bytes(bytes(raw))
+
+
+CORRUPTIONS = {
+    "weights truncated": (checkpoint.WEIGHTS, _truncate, True),
+    "weights random bytes": (checkpoint.WEIGHTS, _randomise, True),
+    "weights data bytes changed": (checkpoint.WEIGHTS, _flip_data_bytes, True),
+    "state random bytes": (checkpoint.STATE, _randomise, True),
+    "state truncated": (checkpoint.STATE, _truncate, True),
+    "weights truncated, no manifest": (checkpoint.WEIGHTS, _truncate, False),
+    "state random bytes, no manifest": (checkpoint.STATE, _randomise, False),
+}
+
+
+@pytest.mark.parametrize("case", list(CORRUPTIONS))
+def test_corrupt_newest_checkpoint_falls_back_to_the_previous_one(tmp_path, case, caplog):
+    name, corrupt, with_manifest = CORRUPTIONS[case]
+    root = tmp_path / "checkpoints"
+    save_steps(root, 1, 2)
+    newest = root / "step_0000002"
+    if not with_manifest:
+        (newest / checkpoint.MANIFEST).unlink()
+    corrupt(newest / name)
+
+    assert checkpoint.latest(root) == root / "step_0000001"
+    skipped = [r.getMessage() for r in caplog.records if "skipped" in r.getMessage()]
+    assert len(skipped) == 1 and str(newest / name) in skipped[0]
+    model, opt, sched = tiny_training_objects(seed=1)
+    step, state = checkpoint.load(root / "step_0000001", model, opt, sched)
+    assert step == 1 and state == trainer_state(1)
+
+
+def test_no_usable_checkpoint_is_an_error_naming_each_one_not_a_silent_restart(tmp_path):
+    root = tmp_path / "checkpoints"
+    save_steps(root, 1, 2)
+    for s in (1, 2):
+        _randomise(root / f"step_000000{s}" / checkpoint.STATE)
+    with pytest.raises(CheckpointError) as err:
+        checkpoint.latest(root)
+    msg = str(err.value)
+    assert "step_0000001" in msg and "step_0000002" in msg and f"move or delete {root}" in msg
+    assert checkpoint.latest(tmp_path / "nothing here") is None
+
+
+def test_state_round_trips_exactly_with_rng_and_carried_groups(tmp_path):
+    model, opt, sched = tiny_training_objects()
+    random.seed(1), np.random.seed(2), torch.manual_seed(3)
+    np.random.randn()  # numpy now holds a cached gaussian: part of its state
+    state = trainer_state(3)
+    checkpoint.save(tmp_path, 3, model, opt, sched, state)
+    expected = (random.random(), float(np.random.randn()), torch.rand(2).tolist())
+
+    random.seed(9), np.random.seed(9), torch.manual_seed(9)
+    model2, opt2, sched2 = tiny_training_objects(seed=5)
+    step, restored = checkpoint.load(checkpoint.latest(tmp_path), model2, opt2, sched2)
+    assert (random.random(), float(np.random.randn()), torch.rand(2).tolist()) == expected
+    assert step == 3 and restored == state and isinstance(restored["carry"][0], Group)
+    assert all(torch.equal(a, b) for a, b in zip(model.state_dict().values(), model2.state_dict().values()))
+    assert sched2.state_dict() == sched.state_dict()
+    assert torch.equal(opt2.state_dict()["state"][0]["exp_avg"], opt.state_dict()["state"][0]["exp_avg"])
+
+
+def test_a_state_value_that_cannot_be_restored_safely_fails_at_save_not_at_resume(tmp_path):
+    model, opt, sched = tiny_training_objects()
+    with pytest.raises(TypeError, match=r"checkpoint\['state'\]\['odd'\] is a object"):
+        checkpoint.save(tmp_path, 1, model, opt, sched, {"odd": object()})
+    assert list(tmp_path.iterdir()) == []  # nothing written, no temporary directory
+
+
+def test_save_fsyncs_files_and_directory_before_the_rename_and_the_parent_after(tmp_path, monkeypatch):
+    events = []
+    real_fsync, real_replace = os.fsync, os.replace
+
+    def fsync(fd):
+        events.append(("fsync", os.readlink(f"/proc/self/fd/{fd}")))
+        return real_fsync(fd)
+
+    def replace(src, dst):
+        events.append(("replace", str(src), str(dst)))
+        return real_replace(src, dst)
+
+    monkeypatch.setattr(os, "fsync", fsync)
+    monkeypatch.setattr(os, "replace", replace)
+    save_steps(tmp_path, 1)
+    (i_replace,) = [i for i, e in enumerate(events) if e[0] == "replace"]
+    tmp_dir = events[i_replace][1]
+    before = {e[1] for e in events[:i_replace]}
+    after = {e[1] for e in events[i_replace + 1:]}
+    files = {f"{tmp_dir}/{n}" for n in (checkpoint.WEIGHTS, checkpoint.STATE, checkpoint.MANIFEST)}
+    assert files | {tmp_dir} <= before
+    assert str(tmp_path) in after
+    assert events[i_replace][2] == str(tmp_path / "step_0000001")
+
+
+def test_after_a_fallback_the_abandoned_newer_checkpoint_is_removed_at_the_next_save(tmp_path):
+    root = tmp_path / "checkpoints"
+    save_steps(root, 1, 3)
+    _truncate(root / "step_0000003" / checkpoint.WEIGHTS)
+    assert checkpoint.latest(root) == root / "step_0000001"
+    save_steps(root, 2, keep=2)  # the resumed run saves step 2: step 3 belongs to the abandoned timeline
+    assert sorted(p.name for p in root.iterdir()) == ["step_0000001", "step_0000002"]
+
+
+@pytest.mark.slow
+def test_resume_past_a_corrupt_newest_checkpoint_gives_the_uninterrupted_metrics(tmp_path, small_cfg, monkeypatch,
+                                                                                caplog):
+    from test_train import kill_during_step, metrics
+
+    from dapo_exp.train import train
+
+    overrides = ("train.steps=3", "checkpoint.every=1", "checkpoint.keep=2")
+    train(small_cfg(tmp_path / "whole", *overrides))
+
+    kill_during_step(monkeypatch, 3)
+    with pytest.raises(KeyboardInterrupt):
+        train(small_cfg(tmp_path / "cut", *overrides))
+    monkeypatch.undo()
+    ckpts = tmp_path / "cut" / runfiles.CHECKPOINTS
+    assert sorted(p.name for p in ckpts.iterdir()) == ["step_0000001", "step_0000002"]
+    _truncate(ckpts / "step_0000002" / checkpoint.WEIGHTS)  # what a power loss without fsync could leave
+
+    s = train(small_cfg(tmp_path / "cut", *overrides))
+    assert s["status"] == "finished"
+    assert any(str(ckpts / "step_0000002" / checkpoint.WEIGHTS) in r.getMessage() for r in caplog.records)
+    assert metrics(tmp_path / "cut") == metrics(tmp_path / "whole")
+
+
+# --------------------------------------------------------------------------- #
+# 5. Disk full while saving a checkpoint                                        #
+# --------------------------------------------------------------------------- #
+def _no_space(*args, **kwargs):
+    raise OSError(errno.ENOSPC, "No space left on device")
+
+
+def _half_written_then_no_space(obj, f, *args, **kwargs):
+    Path(f).write_bytes(b"PK\x03\x04 half of a zip")
+    raise RuntimeError("[enforce fail at inline_container.cc:778] . PytorchStreamWriter failed writing file")
+
+
+@pytest.mark.parametrize("where, fails", [
+    ("save_model", _no_space),
+    ("torch.save", _half_written_then_no_space),
+])
+def test_disk_full_leaves_no_temp_dir_and_names_the_checkpoint(tmp_path, monkeypatch, where, fails):
+    root = tmp_path / "checkpoints"
+    save_steps(root, 1)
+    if where == "save_model":
+        monkeypatch.setattr(checkpoint, "save_model", fails)
+    else:
+        monkeypatch.setattr(checkpoint.torch, "save", fails)
+    model, opt, sched = tiny_training_objects()
+    with pytest.raises(CheckpointWriteError) as err:
+        checkpoint.save(root, 2, model, opt, sched, trainer_state(2))
+    assert isinstance(err.value, OSError)
+    assert err.value.errno == (errno.ENOSPC if where == "save_model" else errno.EIO)
+    assert str(root / "step_0000002") in str(err.value) and "Free disk space" in str(err.value)
+    assert sorted(p.name for p in root.iterdir()) == ["step_0000001"]  # no .tmp-*, no step_2
+    monkeypatch.undo()
+    assert checkpoint.latest(root) == root / "step_0000001"
