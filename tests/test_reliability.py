@@ -282,3 +282,28 @@ def test_disk_full_leaves_no_temp_dir_and_names_the_checkpoint(tmp_path, monkeyp
     assert sorted(p.name for p in root.iterdir()) == ["step_0000001"]  # no .tmp-*, no step_2
     monkeypatch.undo()
     assert checkpoint.latest(root) == root / "step_0000001"
+
+
+# --------------------------------------------------------------------------- #
+# 7. W&B online without a network                                               #
+# --------------------------------------------------------------------------- #
+def test_wandb_online_without_network_falls_back_to_offline_quickly(tmp_path, monkeypatch, caplog):
+    from dapo_exp.tracking import WandbTracker, start_tracker
+
+    monkeypatch.delenv("WANDB_MODE", raising=False)
+    monkeypatch.setenv("WANDB_BASE_URL", f"http://127.0.0.1:{closed_loopback_port()}")  # loopback only
+    monkeypatch.setenv("WANDB_API_KEY", "0" * 40)  # a dummy key; nothing leaves the machine
+    monkeypatch.setenv("WANDB_INIT_TIMEOUT", "3")
+    t0 = time.monotonic()
+    tracker = start_tracker("wandb", out_dir=str(tmp_path), config={"a": 1}, project="p", group="g", name="n",
+                            tags=[], mode="online", run_id="offline-fallback-test")
+    elapsed = time.monotonic() - t0
+    try:
+        assert isinstance(tracker, WandbTracker)
+        assert tracker.run.settings.mode == "offline"
+        tracker.log({"actor/pg_loss": 1.0}, step=1)
+    finally:
+        tracker.finish()
+    assert elapsed < 30, f"W&B start took {elapsed:.0f} s"  # W&B's own default would wait ~100 s
+    assert any("logging offline instead" in r.getMessage() for r in caplog.records)
+    assert list((tmp_path / "wandb").glob("offline-run-*"))
