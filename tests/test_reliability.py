@@ -307,3 +307,78 @@ def test_wandb_online_without_network_falls_back_to_offline_quickly(tmp_path, mo
     assert elapsed < 30, f"W&B start took {elapsed:.0f} s"  # W&B's own default would wait ~100 s
     assert any("logging offline instead" in r.getMessage() for r in caplog.records)
     assert list((tmp_path / "wandb").glob("offline-run-*"))
+
+
+# --------------------------------------------------------------------------- #
+# 11. Errors: one clear line, no traceback, no empty run directory              #
+# --------------------------------------------------------------------------- #
+def run_cli(tmp_path, *overrides, env=None, timeout=120):
+    run_dir = tmp_path / "outputs" / "job"
+    t0 = time.monotonic()
+    out = subprocess.run([sys.executable, "run.py", *overrides, "logger=none", f"hydra.run.dir={run_dir}"],
+                         cwd=ROOT, capture_output=True, text=True, timeout=timeout, env={**os.environ, **(env or {})})
+    return out, run_dir, time.monotonic() - t0
+
+
+CLI_ERRORS = {
+    "misspelt key": (["optim.lrr=1"], "optim.lrr is not a config key", "did you mean optim.lr?"),
+    "misspelt key added with +": (["+optim.lrr=1"], "optim.lrr is not a config key", "did you mean optim.lr?"),
+    "misspelt group": (["fixe=full"], "fixe is not a config key or group", "did you mean fixes?"),
+    "unknown option": (["fixes=ful"], "fixes=ful: no such option", "did you mean full?"),
+    "wrong type": (["train.steps=abc"], "train.steps=abc: Value 'abc'", "Integer"),
+    "bad value (validate)": (["train.steps=-1"], "train.steps: must be >= 0", ""),
+    "model.path without a model": (["model.path=/tmp"], "model.path='/tmp' holds no model", "config.json"),
+}
+
+
+@pytest.mark.parametrize("case", list(CLI_ERRORS))
+def test_config_errors_are_one_line_without_traceback_and_leave_no_directory(tmp_path, case):
+    overrides, what, hint = CLI_ERRORS[case]
+    out, run_dir, _ = run_cli(tmp_path, *overrides)
+    lines = [ln for ln in out.stderr.splitlines() if ln.strip()]
+    assert out.returncode == 2, out.stderr
+    assert lines == [lines[0]] and lines[0].startswith(f"error: {what}") and hint in lines[0], out.stderr
+    assert "Traceback" not in out.stderr + out.stdout and "+optim" not in lines[0].split("(")[0]
+    assert "sentencepiece" not in out.stderr
+    assert not run_dir.exists()
+
+
+def test_hydra_struct_schema_accepts_a_plus_key_so_run_py_refuses_it():
+    """Hydra's schema lets `+optim.lrr=1` through (the key would be ignored): check_known_keys refuses it."""
+    from hydra import compose, initialize_config_dir
+
+    from dapo_exp.cli_errors import check_known_keys, unknown_keys
+    from dapo_exp.config import ConfigError
+
+    with initialize_config_dir(config_dir=str(ROOT / "conf"), version_base="1.3"):
+        cfg = compose("config", overrides=["+optim.lrr=1", "+notes.why=free-form"])
+        clean = compose("config", overrides=["fixes=grpo"])
+    assert cfg.optim.lrr == 1  # Hydra accepted it
+    assert unknown_keys(cfg) == ["optim.lrr"] and unknown_keys(clean) == []  # notes.* is free-form
+    with pytest.raises(ConfigError, match="did you mean optim.lr"):
+        check_known_keys(cfg)
+
+
+@pytest.mark.parametrize("how", ["hub unreachable", "HF_HUB_OFFLINE=1"])
+def test_dapo_math_offline_fails_fast_naming_the_local_file_override(tmp_path, how):
+    env = ({"HF_ENDPOINT": f"http://127.0.0.1:{closed_loopback_port()}", "HF_HUB_OFFLINE": "0"}
+           if how == "hub unreachable" else {"HF_HUB_OFFLINE": "1"})
+    out, _, elapsed = run_cli(tmp_path, "task=dapo_math", env=env)
+    lines = [ln for ln in out.stderr.splitlines() if ln.strip()]
+    assert out.returncode == 2 and len(lines) == 1, out.stderr
+    assert "task.train_source=/path/to/" in lines[0] and "task.eval_source=/path/to/" in lines[0]
+    assert elapsed < 30, f"took {elapsed:.0f} s"  # datasets' own retries took ~38 s
+
+
+def test_model_dir_check_names_what_a_model_dir_must_hold(tmp_path):
+    from dapo_exp.config import ConfigError
+    from dapo_exp.models import check_model_source
+
+    (tmp_path / "config.json").write_text("{}")
+    with pytest.raises(ConfigError, match="no weights, tokenizer files") as err:
+        check_model_source(str(tmp_path))
+    assert isinstance(err.value, FileNotFoundError) and "model.path=" in str(err.value)
+    (tmp_path / "model.safetensors").write_bytes(b"")
+    (tmp_path / "tokenizer.json").write_text("{}")
+    check_model_source(str(tmp_path))  # complete: accepted
+    check_model_source("Qwen/Qwen2.5-0.5B-Instruct")  # a hub id: checked when loading
