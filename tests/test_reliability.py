@@ -382,3 +382,114 @@ def test_model_dir_check_names_what_a_model_dir_must_hold(tmp_path):
     (tmp_path / "tokenizer.json").write_text("{}")
     check_model_source(str(tmp_path))  # complete: accepted
     check_model_source("Qwen/Qwen2.5-0.5B-Instruct")  # a hub id: checked when loading
+
+
+# --------------------------------------------------------------------------- #
+# 12. The two commands on a stock machine                                       #
+# --------------------------------------------------------------------------- #
+SYSTEM_PYTHON = Path("/usr/bin/python3")
+
+
+def stock_path(tmp_path: Path, python3: Path | None) -> str:
+    """A PATH holding the few tools the scripts use, ``python3`` if given, and no ``python``."""
+    bindir = tmp_path / ("stock-bin" if python3 else "tools-bin")
+    bindir.mkdir()
+    if python3:
+        (bindir / "python3").symlink_to(python3)
+    for tool in ("bash", "dirname", "rm", "env"):
+        (bindir / tool).symlink_to(shutil.which(tool))
+    return str(bindir)
+
+
+def scratch_repo(tmp_path: Path) -> Path:
+    repo = tmp_path / "repo"
+    (repo / ".ci").mkdir(parents=True)
+    (repo / "bin").mkdir()
+    shutil.copy(ROOT / ".ci" / "venv", repo / ".ci" / "venv")
+    shutil.copy(ROOT / "bin" / "python", repo / "bin" / "python")
+    return repo
+
+
+def stock_env(path: str, **extra) -> dict:
+    return {"PATH": path, "HOME": os.environ.get("HOME", "/root"), **extra}  # no VIRTUAL_ENV, no CONDA_PREFIX
+
+
+def externally_managed(python: Path) -> bool:
+    out = subprocess.run([str(python), "-c", "import sysconfig; print(sysconfig.get_path('stdlib'))"],
+                         capture_output=True, text=True)
+    return out.returncode == 0 and (Path(out.stdout.strip()) / "EXTERNALLY-MANAGED").exists()
+
+
+needs_stock_python = pytest.mark.skipif(
+    not (SYSTEM_PYTHON.exists() and externally_managed(SYSTEM_PYTHON)),
+    reason="needs a system /usr/bin/python3 marked EXTERNALLY-MANAGED (PEP 668), as on Debian 12",
+)
+
+
+@needs_stock_python
+def test_install_creates_then_reuses_a_venv_with_only_system_python3_on_path(tmp_path):
+    repo = scratch_repo(tmp_path)
+    path = stock_path(tmp_path, SYSTEM_PYTHON)
+    first = subprocess.run(["bash", ".ci/venv"], cwd=repo, env=stock_env(path), capture_output=True, text=True)
+    assert first.returncode == 0, first.stderr
+    assert first.stdout.strip() == str(repo / ".venv" / "bin" / "python") and "creating" in first.stderr
+    py = repo / ".venv" / "bin" / "python"
+    check = subprocess.run([str(py), "-c", "import sys; print(sys.prefix != sys.base_prefix)"],
+                           capture_output=True, text=True)
+    assert check.stdout.strip() == "True"  # a real virtual environment, not the system interpreter
+    pip = subprocess.run([str(py), "-m", "pip", "--version"], capture_output=True, text=True)
+    assert pip.returncode == 0 and str(repo / ".venv") in pip.stdout
+
+    again = subprocess.run(["bash", ".ci/venv"], cwd=repo, env=stock_env(path), capture_output=True, text=True)
+    assert again.stdout.strip() == str(py) and "reusing" in again.stderr
+    run = subprocess.run(["bin/python", "-c", "import sys; print(sys.executable)"], cwd=repo,
+                         env=stock_env(path), capture_output=True, text=True)
+    assert run.stdout.strip() == str(py)
+
+
+@needs_stock_python
+def test_install_without_ensurepip_bootstraps_pip_with_the_system_pip(tmp_path):
+    """Debian without python3-venv: `python3 -m venv` fails for want of ensurepip."""
+    if subprocess.run([str(SYSTEM_PYTHON), "-m", "pip", "--version"], capture_output=True).returncode:
+        pytest.skip("the system python3 has no pip to bootstrap from")
+    repo = scratch_repo(tmp_path)
+    shim = tmp_path / "python3-without-venv"
+    shim.write_text(
+        f"#!{shutil.which('bash')}\n"
+        'if [ "$1 $2" = "-m venv" ] && [[ " $* " != *" --without-pip "* ]]; then\n'
+        '  echo "ensurepip is not available" >&2; exit 1\nfi\n'
+        f'exec {SYSTEM_PYTHON} "$@"\n'
+    )
+    shim.chmod(0o755)
+    path = stock_path(tmp_path, shim)
+    out = subprocess.run(["bash", ".ci/venv"], cwd=repo, env=stock_env(path), capture_output=True, text=True)
+    assert out.returncode == 0, out.stderr
+    assert "retrying without ensurepip" in out.stderr
+    pip = subprocess.run([out.stdout.strip(), "-m", "pip", "--version"], capture_output=True, text=True)
+    assert pip.returncode == 0 and str(repo / ".venv") in pip.stdout
+
+
+def test_an_active_environment_is_used_and_nothing_is_created(tmp_path):
+    repo = scratch_repo(tmp_path)
+    tools = stock_path(tmp_path, None)  # no python at all on PATH
+    active = Path(sys.prefix)
+    out = subprocess.run(["bash", ".ci/venv"], cwd=repo, env=stock_env(tools, VIRTUAL_ENV=str(active)),
+                         capture_output=True, text=True, executable=shutil.which("bash"))
+    assert out.returncode == 0 and out.stdout.strip() == str(active / "bin" / "python"), out.stderr
+    assert not (repo / ".venv").exists()
+    missing = subprocess.run(["bash", ".ci/venv", "--find"], cwd=repo, env=stock_env(tools),
+                             capture_output=True, text=True, executable=shutil.which("bash"))
+    assert missing.returncode == 1 and not (repo / ".venv").exists()
+    no_env = subprocess.run(["bash", "bin/python", "-V"], cwd=repo, env=stock_env(tools),
+                            capture_output=True, text=True, executable=shutil.which("bash"))
+    assert no_env.returncode == 1 and "bash .ci/install" in no_env.stderr
+
+
+def test_ci_runs_exactly_the_readme_commands():
+    readme = (ROOT / "README.md").read_text()
+    block = readme.split("## The two commands", 1)[1].split("```bash", 1)[1].split("```", 1)[0]
+    commands = [ln.split("#", 1)[0].strip() for ln in block.strip().splitlines()]
+    ci = [ln.strip() for ln in (ROOT / ".ci" / "run").read_text().splitlines()
+          if ln.strip() and not ln.startswith(("#", "set ", "cd "))]
+    assert commands == ["bash .ci/install && bin/python run.py", "bash .ci/test"]
+    assert ci == commands
