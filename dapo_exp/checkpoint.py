@@ -1,15 +1,42 @@
 """Save and resume a run: weights (safetensors), optimizer, scheduler, RNG states,
 data position, step and whatever else the trainer puts in ``state``.
 
-A checkpoint is written to a temporary directory and renamed into place, so a run
-killed while saving leaves the previous checkpoint intact. ``latest`` finds the
-newest complete one.
+A checkpoint directory ``step_<n>/`` holds three files:
+
+- ``model.safetensors``: the weights (safetensors: a JSON header and raw tensors, no code);
+- ``trainer_state.pt``: optimizer, scheduler, RNG states, step and the trainer's ``state``,
+  written with ``torch.save`` and read back with ``torch.load(weights_only=True)``, which
+  only rebuilds tensors and plain containers (dict, list, tuple, str, numbers, None): a
+  file that names any other Python callable (a crafted pickle whose ``__reduce__`` runs a
+  command) is refused, never executed. Everything is stored in that form: the RNG states
+  as ints, lists and tensors, and the dataclasses the trainer keeps in ``state`` (the
+  dynamic-sampling carry-over ``Group`` objects) as tagged dicts that :func:`load` turns
+  back into instances of the classes in :data:`RESTORABLE` only;
+- ``manifest.json``: the size and SHA-256 of the two files, written last.
+
+Writes are atomic and durable: the files go to a temporary directory, each file and the
+directory are fsynced, the directory is renamed into place and the parent is fsynced,
+so a kill or a power loss leaves either the complete checkpoint or none. A write that
+fails (a full disk) removes its temporary directory and raises
+:class:`CheckpointWriteError` naming the checkpoint and the cause.
+
+:func:`latest` verifies checkpoints newest first (manifest sizes and checksums, the
+safetensors header, the trainer state loadable in weights-only mode) and returns the
+newest good one, logging each one it skips with the file and the reason. If checkpoints
+exist but none is usable it raises :class:`CheckpointError` instead of starting over.
 """
 
 from __future__ import annotations
 
+import dataclasses
+import errno
+import hashlib
+import importlib
+import json
+import logging
 import os
 import random
+import re
 import shutil
 import tempfile
 from pathlib import Path
@@ -17,25 +44,174 @@ from typing import Any
 
 import numpy as np
 import torch
+from safetensors import SafetensorError, safe_open
 from safetensors.torch import load_model, save_model
+
+log = logging.getLogger(__name__)
 
 WEIGHTS = "model.safetensors"
 STATE = "trainer_state.pt"
+MANIFEST = "manifest.json"
+FORMAT = 2  # 1: trainer_state.pt was an unrestricted pickle (refused: it can run code)
+STEP_DIR = re.compile(r"step_(\d+)")
+
+# The only classes a checkpoint may re-create ("module:qualname"). The trainer's state
+# holds dynamic-sampling groups carried over to the next step (algo.ds_surplus=carry).
+RESTORABLE = frozenset({"dapo_exp.rollout.groups:Group"})
+_TAG = "__dataclass__"
 
 
+class CheckpointError(RuntimeError):
+    """A checkpoint cannot be used; the message names the file and the reason."""
+
+
+class CheckpointWriteError(OSError):
+    """A checkpoint could not be written (e.g. no space left); nothing partial was left behind."""
+
+
+# --------------------------------------------------------------------------- #
+# RNG states as plain data                                                      #
+# --------------------------------------------------------------------------- #
 def rng_state() -> dict[str, Any]:
-    state = {"python": random.getstate(), "numpy": np.random.get_state(), "torch": torch.get_rng_state()}
+    """Python, numpy, torch (and CUDA) RNG states as ints, lists and tensors."""
+    version, internal, gauss = random.getstate()
+    np_state = np.random.get_state(legacy=False)
+    state = {
+        "python": [version, list(internal), gauss],
+        "numpy": {
+            "bit_generator": np_state["bit_generator"],
+            "key": [int(x) for x in np_state["state"]["key"]],
+            "pos": int(np_state["state"]["pos"]),
+            "has_gauss": int(np_state["has_gauss"]),
+            "gauss": float(np_state["gauss"]),
+        },
+        "torch": torch.get_rng_state(),
+    }
     if torch.cuda.is_available():
         state["cuda"] = torch.cuda.get_rng_state_all()
     return state
 
 
 def set_rng_state(state: dict[str, Any]) -> None:
-    random.setstate(state["python"])
-    np.random.set_state(state["numpy"])
+    """Restore the states returned by :func:`rng_state`."""
+    version, internal, gauss = state["python"]
+    random.setstate((version, tuple(internal), gauss))
+    n = state["numpy"]
+    np.random.set_state({
+        "bit_generator": n["bit_generator"],
+        "state": {"key": np.asarray(n["key"], dtype=np.uint32), "pos": n["pos"]},
+        "has_gauss": n["has_gauss"],
+        "gauss": n["gauss"],
+    })
     torch.set_rng_state(state["torch"])
     if "cuda" in state and torch.cuda.is_available():
         torch.cuda.set_rng_state_all(state["cuda"])
+
+
+# --------------------------------------------------------------------------- #
+# State <-> weights-only-safe data                                              #
+# --------------------------------------------------------------------------- #
+def _class_name(cls: type) -> str:
+    return f"{cls.__module__}:{cls.__qualname__}"
+
+
+def _encode(obj: Any, where: str) -> Any:
+    """``obj`` as tensors and plain containers; a dataclass of :data:`RESTORABLE` as a tagged dict.
+
+    Raises TypeError naming ``where`` for anything a weights-only load could not restore, so
+    that an unsupported value fails when saving, not when resuming.
+    """
+    if obj is None or isinstance(obj, (bool, int, float, str, torch.Tensor)):
+        return obj
+    if isinstance(obj, np.generic):
+        return obj.item()
+    if dataclasses.is_dataclass(obj) and not isinstance(obj, type):
+        name = _class_name(type(obj))
+        if name not in RESTORABLE:
+            raise TypeError(f"checkpoint: {where} is a {name}, which is not in checkpoint.RESTORABLE")
+        fields = {f.name: _encode(getattr(obj, f.name), f"{where}.{f.name}") for f in dataclasses.fields(obj)}
+        return {_TAG: name, "fields": fields}
+    if isinstance(obj, dict):
+        out = {}
+        for k, v in obj.items():
+            if not (k is None or isinstance(k, (bool, int, float, str))):
+                raise TypeError(f"checkpoint: {where} has a key of type {type(k).__name__}: {k!r}")
+            out[k] = _encode(v, f"{where}[{k!r}]")
+        return out
+    if isinstance(obj, (list, tuple)):
+        items = [_encode(v, f"{where}[{i}]") for i, v in enumerate(obj)]
+        return items if isinstance(obj, list) else tuple(items)
+    raise TypeError(
+        f"checkpoint: {where} is a {type(obj).__name__}; a checkpoint stores tensors, plain Python values "
+        f"and the dataclasses in checkpoint.RESTORABLE only"
+    )
+
+
+def _decode(obj: Any, file: Path) -> Any:
+    if isinstance(obj, dict):
+        if _TAG in obj:
+            name = obj[_TAG]
+            if name not in RESTORABLE:
+                raise CheckpointError(f"{file}: names the class {name!r}, which a checkpoint may not create")
+            module, _, qualname = name.partition(":")
+            cls = getattr(importlib.import_module(module), qualname)
+            try:
+                return cls(**{k: _decode(v, file) for k, v in obj["fields"].items()})
+            except TypeError as exc:  # fields renamed since the checkpoint was written
+                raise CheckpointError(f"{file}: cannot rebuild a {name} from its fields ({exc})") from exc
+        return {k: _decode(v, file) for k, v in obj.items()}
+    if isinstance(obj, list):
+        return [_decode(v, file) for v in obj]
+    if isinstance(obj, tuple):
+        return tuple(_decode(v, file) for v in obj)
+    return obj
+
+
+# --------------------------------------------------------------------------- #
+# Durable writes                                                                #
+# --------------------------------------------------------------------------- #
+def _fsync(path: Path) -> None:
+    """Flush a file's or a directory's data and metadata to disk."""
+    fd = os.open(path, os.O_RDONLY)
+    try:
+        os.fsync(fd)
+    finally:
+        os.close(fd)
+
+
+def _sha256(path: Path) -> str:
+    h = hashlib.sha256()
+    with open(path, "rb") as f:
+        for block in iter(lambda: f.read(1 << 20), b""):
+            h.update(block)
+    return h.hexdigest()
+
+
+def _step_of(path: Path) -> int | None:
+    m = STEP_DIR.fullmatch(path.name)
+    return int(m.group(1)) if m else None
+
+
+def _step_dirs(root: Path) -> list[Path]:
+    """``step_<n>`` directories, oldest first."""
+    if not root.is_dir():
+        return []
+    return sorted((p for p in root.iterdir() if _step_of(p) is not None), key=_step_of)
+
+
+def _write_error(final: Path, exc: BaseException) -> CheckpointWriteError:
+    code = exc.errno if isinstance(exc, OSError) and exc.errno else errno.EIO
+    try:
+        free = f"{shutil.disk_usage(final.parent).free / 2**20:.0f} MiB free there now"
+    except OSError:
+        free = "free space unknown"
+    return CheckpointWriteError(
+        code,
+        f"could not write checkpoint {final} ({type(exc).__name__}: {exc}; {free}). Its temporary directory was "
+        f"removed and the earlier checkpoints are intact. Free disk space (or lower checkpoint.keep, or move "
+        f"out_dir to a larger filesystem) and run the same command again to resume",
+        str(final),
+    )
 
 
 def save(
@@ -47,48 +223,167 @@ def save(
     state: dict[str, Any],
     keep: int = 2,
 ) -> Path:
-    """Write ``<ckpt_root>/step_<step>/`` atomically and prune to the newest ``keep``."""
+    """Write ``<ckpt_root>/step_<step>/`` atomically and durably, then prune.
+
+    Pruning keeps the newest ``keep`` checkpoints and removes any checkpoint newer than
+    ``step``: those belong to a timeline this run abandoned (they failed verification when
+    it resumed from an older one). Raises :class:`CheckpointWriteError` (an ``OSError``)
+    if writing fails; the temporary directory is removed first.
+    """
     root = Path(ckpt_root)
     root.mkdir(parents=True, exist_ok=True)
     for stale in root.glob(".tmp-*"):  # left by a run killed while saving
         shutil.rmtree(stale, ignore_errors=True)
-    tmp = Path(tempfile.mkdtemp(dir=root, prefix=".tmp-"))
-    save_model(model, str(tmp / WEIGHTS))
-    torch.save(
+    final = root / f"step_{step:07d}"
+    # encoded before touching the disk: a value that cannot be stored safely fails here
+    blob = _encode(
         {
+            "format": FORMAT,
             "step": step,
             "optimizer": optimizer.state_dict(),
             "scheduler": scheduler.state_dict(),
             "rng": rng_state(),
             "state": state,
         },
-        tmp / STATE,
+        "checkpoint",
     )
-    final = root / f"step_{step:07d}"
-    if final.exists():
-        shutil.rmtree(final)
-    os.replace(tmp, final)
-    for old in sorted(root.glob("step_*"))[:-keep]:
+    tmp = Path(tempfile.mkdtemp(dir=root, prefix=".tmp-"))
+    try:
+        save_model(model, str(tmp / WEIGHTS))
+        torch.save(blob, tmp / STATE)
+        files = {n: {"bytes": (tmp / n).stat().st_size, "sha256": _sha256(tmp / n)} for n in (WEIGHTS, STATE)}
+        (tmp / MANIFEST).write_text(json.dumps({"format": FORMAT, "step": step, "files": files}, indent=1))
+        for name in (WEIGHTS, STATE, MANIFEST):
+            _fsync(tmp / name)
+        _fsync(tmp)
+        if final.exists():
+            shutil.rmtree(final)
+        os.replace(tmp, final)
+        _fsync(root)
+    except BaseException as exc:
+        shutil.rmtree(tmp, ignore_errors=True)
+        if isinstance(exc, Exception):
+            raise _write_error(final, exc) from exc
+        raise  # KeyboardInterrupt, SystemExit: as they are
+    dirs = _step_dirs(root)
+    abandoned = [p for p in dirs if _step_of(p) > step]
+    for p in abandoned:
+        log.warning("removing checkpoint %s: newer than step %d, from a timeline this run abandoned", p, step)
+    current = [p for p in dirs if _step_of(p) <= step]
+    for old in abandoned + current[:-keep]:
         shutil.rmtree(old, ignore_errors=True)
     return final
 
 
+# --------------------------------------------------------------------------- #
+# Verified reads                                                                #
+# --------------------------------------------------------------------------- #
+def _first_line(exc: BaseException) -> str:
+    text = str(exc).strip().splitlines()
+    return f"{type(exc).__name__}: {text[0] if text else ''}"
+
+
+def read_state(path: str | os.PathLike, mmap: bool = False) -> dict[str, Any]:
+    """The trainer-state blob of checkpoint ``path``, loaded weights-only (no code can run).
+
+    Raises :class:`CheckpointError` naming the file when it is unreadable, not in the
+    weights-only format (corrupt, written before format 2, or crafted) or incomplete.
+    """
+    file = Path(path) / STATE
+    try:
+        blob = torch.load(file, map_location="cpu", weights_only=True, mmap=mmap)
+    except Exception as exc:  # noqa: BLE001 - any failure means: not usable
+        raise CheckpointError(
+            f"{file}: cannot be loaded as plain data ({_first_line(exc)}). It is corrupt, was written by a "
+            f"dapo-exp older than checkpoint format {FORMAT} (an unrestricted pickle), or was not written by "
+            f"dapo-exp; it is refused rather than unpickled"
+        ) from exc
+    want = ("format", "step", "optimizer", "scheduler", "rng", "state")
+    if not isinstance(blob, dict) or any(k not in blob for k in want):
+        raise CheckpointError(f"{file}: not a dapo-exp trainer state (expected the keys {', '.join(want)})")
+    if blob["format"] != FORMAT:
+        raise CheckpointError(f"{file}: checkpoint format {blob['format']!r}, this dapo-exp reads format {FORMAT}")
+    try:
+        blob["state"] = _decode(blob["state"], file)
+    except (KeyError, TypeError, AttributeError, ImportError) as exc:
+        raise CheckpointError(f"{file}: malformed trainer state ({_first_line(exc)})") from exc
+    return blob
+
+
+def verify(path: str | os.PathLike) -> None:
+    """Raise :class:`CheckpointError` (naming the file and the problem) unless checkpoint ``path``
+    is complete and readable: manifest sizes and SHA-256 (when a manifest exists), the
+    safetensors header, and the trainer state loadable weights-only."""
+    path = Path(path)
+    try:
+        for name in (WEIGHTS, STATE):
+            if not (path / name).is_file():
+                raise CheckpointError(f"{path / name}: missing")
+        manifest = path / MANIFEST
+        if manifest.exists():
+            try:
+                listed = json.loads(manifest.read_text())["files"]
+                files = {name: (int(w["bytes"]), str(w["sha256"])) for name, w in listed.items()}
+            except (ValueError, KeyError, TypeError, AttributeError) as exc:
+                raise CheckpointError(f"{manifest}: unreadable ({_first_line(exc)})") from exc
+            for name, (size, sha) in files.items():
+                actual = (path / name).stat().st_size
+                if actual != size:
+                    raise CheckpointError(f"{path / name}: {actual} bytes, the manifest says {size} (truncated?)")
+                if _sha256(path / name) != sha:
+                    raise CheckpointError(f"{path / name}: SHA-256 differs from the manifest (corrupted)")
+        try:
+            with safe_open(str(path / WEIGHTS), framework="pt") as f:
+                f.keys()
+        except (SafetensorError, ValueError) as exc:
+            raise CheckpointError(f"{path / WEIGHTS}: not a readable safetensors file ({_first_line(exc)})") from exc
+        read_state(path, mmap=True)
+    except OSError as exc:
+        raise CheckpointError(f"{path}: {_first_line(exc)}") from exc
+
+
 def latest(ckpt_root: str | os.PathLike) -> Path | None:
-    """The newest complete checkpoint directory, or None."""
+    """The newest checkpoint that passes :func:`verify`, or None if there is no checkpoint.
+
+    Each newer one that fails is skipped with a warning naming the file and the reason.
+    If checkpoints exist but none passes, raises :class:`CheckpointError` listing them:
+    starting over silently would throw the run's progress away.
+    """
     root = Path(ckpt_root)
-    if not root.exists():
-        return None
-    done = [p for p in sorted(root.glob("step_*")) if (p / STATE).exists() and (p / WEIGHTS).exists()]
-    return done[-1] if done else None
+    skipped: list[str] = []
+    for p in reversed(_step_dirs(root)):
+        try:
+            verify(p)
+        except CheckpointError as exc:
+            if not p.exists():  # pruned by a writer while we looked
+                continue
+            skipped.append(f"{p.name}: {exc}")
+            log.warning("checkpoint %s skipped: %s", p, exc)
+            continue
+        if skipped:
+            log.warning("resuming from %s, the newest checkpoint that verifies", p)
+        return p
+    if skipped:
+        raise CheckpointError(
+            f"no usable checkpoint in {root}: " + "; ".join(skipped)
+            + f". To start this run over, move or delete {root}"
+        )
+    return None
 
 
 def load(
     path: str | os.PathLike, model: torch.nn.Module, optimizer: torch.optim.Optimizer, scheduler: Any
 ) -> tuple[int, dict[str, Any]]:
-    """Restore everything saved by :func:`save`; returns ``(step, state)``."""
+    """Restore everything saved by :func:`save`; returns ``(step, state)``.
+
+    Raises :class:`CheckpointError` naming the file if the checkpoint cannot be used.
+    """
     path = Path(path)
-    load_model(model, str(path / WEIGHTS))
-    blob = torch.load(path / STATE, weights_only=False)
+    blob = read_state(path)
+    try:
+        load_model(model, str(path / WEIGHTS))
+    except (SafetensorError, OSError, RuntimeError) as exc:
+        raise CheckpointError(f"{path / WEIGHTS}: cannot be loaded into the model ({_first_line(exc)})") from exc
     optimizer.load_state_dict(blob["optimizer"])
     scheduler.load_state_dict(blob["scheduler"])
     set_rng_state(blob["rng"])

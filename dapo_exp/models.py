@@ -18,6 +18,8 @@ from typing import Any
 
 import torch
 
+from dapo_exp.config import ConfigError
+
 log = logging.getLogger(__name__)
 
 CHARS = "0123456789+-*/=()?:.,! \nabcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ"
@@ -124,15 +126,48 @@ def load_policy(path: str, dtype: str = "float32", device: str = "cpu", trust_re
     return tokenizer, model
 
 
-def check_model_source(path: str) -> None:
-    """Fail early, before any compute, when a local model path does not exist.
+class ModelSourceError(ConfigError, FileNotFoundError):
+    """``model.path`` names a local directory that does not exist or holds no model."""
 
-    Strings that look like a local path (absolute, ``./``, ``~``) must exist; other
-    strings are treated as HF hub ids and are only checked when loading.
+
+# What a model directory (``save_pretrained`` of the model and of its tokenizer) must hold.
+MODEL_WEIGHTS = (
+    "model.safetensors", "model.safetensors.index.json", "pytorch_model.bin", "pytorch_model.bin.index.json",
+)
+TOKENIZER_FILES = (
+    "tokenizer.json", "tokenizer.model", "vocab.json", "vocab.txt", "spiece.model", "tokenizer_config.json",
+)
+_MODEL_DIR = (
+    "a model directory is what save_pretrained writes for a model and its tokenizer: config.json, the weights "
+    "(model.safetensors, or shards with model.safetensors.index.json, or pytorch_model.bin) and the tokenizer "
+    "files (tokenizer.json, or tokenizer.model, or vocab.json + merges.txt, with tokenizer_config.json). "
+    "Or give a Hugging Face id (model.path=Qwen/Qwen2.5-0.5B-Instruct) or model.path=tiny"
+)
+
+
+def check_model_source(path: str) -> None:
+    """Fail early, before any compute, when ``model.path`` is a local directory that does not
+    exist or does not hold a model (config, weights and tokenizer files).
+
+    Strings that look like a local path (absolute, ``./``, ``~``, or an existing directory)
+    are checked; other strings are treated as HF hub ids and are only checked when loading.
+    Raises :class:`ModelSourceError` (a ``ConfigError`` and a ``FileNotFoundError``).
     """
     if path == "tiny":
         return
     expanded = os.path.expanduser(path)
-    looks_local = path.startswith(("/", "./", "../", "~")) or os.sep in path and os.path.exists(expanded)
-    if looks_local and not os.path.isdir(expanded):
-        raise FileNotFoundError(f"model.path={path!r}: no such local directory (expected save_pretrained output)")
+    looks_local = path.startswith(("/", "./", "../", "~")) or os.path.isdir(expanded)
+    if not looks_local:
+        return
+    if not os.path.isdir(expanded):
+        raise ModelSourceError(f"model.path={path!r}: no such local directory; {_MODEL_DIR}")
+    here = Path(expanded)
+    missing = []
+    if not (here / "config.json").is_file():
+        missing.append("config.json")
+    if not any((here / f).is_file() for f in MODEL_WEIGHTS) and not any(here.glob("*.safetensors")):
+        missing.append("weights")
+    if not any((here / f).is_file() for f in TOKENIZER_FILES):
+        missing.append("tokenizer files")
+    if missing:
+        raise ModelSourceError(f"model.path={path!r} holds no model (no {', '.join(missing)}); {_MODEL_DIR}")

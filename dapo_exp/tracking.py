@@ -4,13 +4,16 @@ The training loop never branches on logging: it calls ``tracker.log(...)``
 whatever the backend. A W&B failure (import, init, or a log call) is reported
 once and turns the tracker into a no-op; it never kills training. W&B runs are
 offline by default (no network, no account); ``wandb sync <run>/wandb/offline-run-*``
-uploads them later.
+uploads them later. An online run whose ``wandb.init`` fails (no network, server down,
+no credentials) waits at most :data:`INIT_TIMEOUT_S` seconds (``WANDB_INIT_TIMEOUT``
+overrides it; W&B's own default is 90 s) and then logs offline, with a warning.
 """
 
 from __future__ import annotations
 
 import logging
 import os
+import time
 from typing import Any
 
 log = logging.getLogger(__name__)
@@ -30,6 +33,8 @@ STEP_AXES = {
     "optim/*": STEP_METRIC,
     "eval/*": STEP_METRIC,
 }
+# Seconds wandb.init may take in online mode before the run falls back to offline logging.
+INIT_TIMEOUT_S = 20.0
 
 
 class NullTracker:
@@ -96,7 +101,9 @@ def start_tracker(
 ) -> NullTracker | WandbTracker:
     """Start a tracker. ``backend="none"`` (or any failure) gives a :class:`NullTracker`.
 
-    ``run_id`` makes a resumed run continue the same W&B run (``resume="allow"``).
+    ``run_id`` makes a resumed run continue the same W&B run (``resume="allow"``). A run that
+    cannot start in ``mode`` (online: no network, no credentials) within the init timeout
+    falls back to offline logging with a warning.
     """
     if backend == "none" or mode == "disabled":
         return NullTracker()
@@ -104,20 +111,39 @@ def start_tracker(
         import wandb
 
         os.makedirs(out_dir, exist_ok=True)
-        run = wandb.init(
-            project=project,
-            entity=entity,
-            group=group,
-            name=name,
-            tags=tags,
-            config=config,
-            dir=out_dir,
-            mode=mode,
-            id=run_id,
-            resume="allow" if run_id else None,
-            reinit="finish_previous",
-            settings=wandb.Settings(silent=True, console="off", x_disable_stats=True),
-        )
+        timeout = float(os.environ.get("WANDB_INIT_TIMEOUT", INIT_TIMEOUT_S))
+
+        def init(run_mode: str):
+            return wandb.init(
+                project=project,
+                entity=entity,
+                group=group,
+                name=name,
+                tags=tags,
+                config=config,
+                dir=out_dir,
+                mode=run_mode,
+                id=run_id,
+                resume="allow" if run_id else None,
+                reinit="finish_previous",
+                settings=wandb.Settings(silent=True, console="off", x_disable_stats=True, init_timeout=timeout),
+            )
+
+        t0 = time.monotonic()
+        try:
+            run = init(mode)
+        except Exception as exc:  # noqa: BLE001
+            if mode == "offline":
+                raise
+            log.warning(
+                "W&B %s start failed after %.0f s (%s); logging offline instead into %s/wandb "
+                "(upload later: wandb sync %s/wandb/offline-run-*)",
+                mode, time.monotonic() - t0, str(exc).splitlines()[0] if str(exc) else type(exc).__name__,
+                out_dir, out_dir,
+            )
+            # the failed attempt still holds the run id in W&B's service process: stop it first
+            wandb.teardown()
+            run = init("offline")
         run.define_metric(STEP_METRIC)
         for pattern, axis in STEP_AXES.items():
             run.define_metric(pattern, step_metric=axis)

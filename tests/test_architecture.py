@@ -40,7 +40,8 @@ LAYERS = [
      "dapo_exp.batching", "dapo_exp.logprobs", "dapo_exp.tracking", "dapo_exp.checkpoint", "dapo_exp.models",
      "dapo_exp.console"},
     # 1: registries and what they choose from: tasks, rollout, algorithms; Hydra glue; analysis
-    {"dapo_exp.registry", "dapo_exp.algorithms", "dapo_exp.hydra_setup", "dapo_exp.tasks*", "dapo_exp.rollout*",
+    {"dapo_exp.registry", "dapo_exp.algorithms", "dapo_exp.hydra_setup", "dapo_exp.cli_errors", "dapo_exp.tasks*",
+     "dapo_exp.rollout*",
      "dapo_exp.analysis*"},
     # 2: the named steps of the loop; other engines a job can run on (translated configs, launchers)
     {"dapo_exp.steps", "dapo_exp.backends*"},

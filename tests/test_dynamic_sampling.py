@@ -2,7 +2,8 @@
 
 import pytest
 
-from dapo_exp.rollout.dynamic_sampling import DynamicSamplingCapError, Group, collect_groups
+from dapo_exp.rollout.dynamic_sampling import DynamicSamplingCapError, collect_groups
+from dapo_exp.rollout.groups import Group
 
 
 def group(i, correct, reward=None):

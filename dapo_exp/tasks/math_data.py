@@ -229,9 +229,10 @@ def iter_rows(source: Source, batch_size: int = 8192) -> Iterator[dict[str, Any]
         try:
             ds = datasets.load_dataset(source.location, source.hf_config, split=source.split)
         except Exception as exc:
+            hint = f". {OFFLINE_HINT}" if _hub_offline() else ""
             raise TaskSourceError(
                 f"cannot load HF data set {source.location!r} (config {source.hf_config}, split {source.split}): "
-                f"{type(exc).__name__}: {exc}"
+                f"{type(exc).__name__}: {exc}{hint}"
             ) from exc
         for batch in ds.iter(batch_size=batch_size):
             keys = list(batch)
@@ -260,6 +261,41 @@ def iter_rows(source: Source, batch_size: int = 8192) -> Iterator[dict[str, Any]
     if isinstance(data, dict):  # {"data": [...]}: take the first list of records
         data = next((v for v in data.values() if isinstance(v, list)), [])
     yield from (r if isinstance(r, dict) else {} for r in data)
+
+
+OFFLINE_HINT = (
+    "Offline, point the task at local files in the official schema (parquet or JSONL): "
+    "task.train_source=/path/to/train.parquet task.eval_source=/path/to/eval.parquet "
+    "(for task=dapo_math: dapo-math-17k.parquet and aime-2024.parquet), or set HF_HUB_OFFLINE=1 "
+    "to use copies already in the Hugging Face cache"
+)
+HUB_TIMEOUT_S = 10.0  # seconds to wait for the hub before calling it unreachable
+
+
+def _hub_offline() -> bool:
+    return any(os.environ.get(v, "").strip().lower() in ("1", "true", "yes", "on")
+               for v in ("HF_HUB_OFFLINE", "HF_DATASETS_OFFLINE"))
+
+
+def check_hub_reachable(source: Source, field: str) -> None:
+    """Raise :class:`TaskSourceError` at once, naming the local-file override, if the Hugging Face
+    hub (``HF_ENDPOINT``) cannot be reached for an HF source; ``datasets`` would otherwise retry
+    for tens of seconds before failing. Skipped under ``HF_HUB_OFFLINE=1`` (the cache is used)."""
+    if source.kind != "hf" or _hub_offline():
+        return
+    from huggingface_hub import HfApi, constants
+    from huggingface_hub.utils import HfHubHTTPError
+
+    endpoint = os.environ.get("HF_ENDPOINT") or constants.ENDPOINT
+    try:
+        HfApi(endpoint=endpoint).dataset_info(source.location, timeout=HUB_TIMEOUT_S)
+    except HfHubHTTPError:
+        return  # the hub answered (gated, not found, ...): load_dataset reports it
+    except Exception as exc:  # noqa: BLE001 - connection refused, DNS, timeout: unreachable
+        raise TaskSourceError(
+            f"{field}: cannot reach the Hugging Face hub at {endpoint} to load {source.location} "
+            f"({type(exc).__name__}: {exc}). {OFFLINE_HINT}"
+        ) from exc
 
 
 def read_rows(source: Source) -> list[dict[str, Any]]:
@@ -408,6 +444,7 @@ def rows_to_problems(
 
 def load_problems(source: Source, role: str = "train") -> tuple[list[Problem], dict[str, int]]:
     """Read, map and deduplicate one source; eval sources come sorted by their integer index."""
+    check_hub_reachable(source, f"task.{role}_source")
     rows = iter_rows(source)
     head = list(itertools.islice(rows, 100))
     schema = source.schema or detect_schema(head)

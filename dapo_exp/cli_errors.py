@@ -1,0 +1,179 @@
+"""Command-line errors as one clear line: bad config values, Hydra composition errors, misspelt keys.
+
+``python run.py`` runs Hydra's entry point inside :func:`one_line_errors`. A
+:class:`~dapo_exp.config.ConfigError` (a bad value, a missing data file, a model
+directory without a model) or a Hydra composition error (an unknown key, an unknown
+option of a config group, a value of the wrong type, an unparsable override) is
+printed as ``error: <what is wrong and how to fix it>`` on stderr, without a traceback,
+and the command exits with status 2. A misspelt key gets the closest valid key
+(``optim.lrr=1`` -> ``did you mean optim.lr?``), never Hydra's hint to add it with
+``+optim.lrr=1``; a key added that way anyway is refused by :func:`check_known_keys`,
+because the trainer would silently ignore it. Any other error keeps its traceback
+(``HYDRA_FULL_ERROR=1`` set by the user keeps Hydra's own reporting for everything).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import dataclasses
+import difflib
+import os
+import re
+import sys
+import typing
+from pathlib import Path
+from typing import Any, Iterator
+
+EXIT_CODE = 2  # a usage error, as argparse
+
+
+def schema_keys(schema: type | None = None, prefix: str = "") -> list[str]:
+    """Every dotted key of the typed schema (``seed``, ``optim.lr``, ...)."""
+    from dapo_exp.config import Config
+
+    hints = typing.get_type_hints(schema or Config)
+    keys = []
+    for name, typ in hints.items():
+        keys.append(prefix + name)
+        if dataclasses.is_dataclass(typ):
+            keys += schema_keys(typ, f"{prefix}{name}.")
+    return keys
+
+
+def config_groups(config_dir: str | os.PathLike) -> list[str]:
+    """The config groups under ``config_dir`` (``task``, ``fixes``, ``hydra/launcher``, ...)."""
+    root = Path(config_dir)
+    return sorted(str(p.parent.relative_to(root)) for p in root.rglob("*.yaml") if p.parent != root)
+
+
+def suggestion(word: str, choices: list[str]) -> str:
+    """``"; did you mean X?"`` for the closest of ``choices`` (difflib), or ``""``."""
+    close = difflib.get_close_matches(word, choices, n=1, cutoff=0.6)
+    return f"; did you mean {close[0]}?" if close else ""
+
+
+def unknown_keys(cfg: Any) -> list[str]:
+    """Keys of a composed config that the schema does not declare (added with ``+key=...``).
+
+    Free-form fields of the schema (``notes``: a dict) may hold any key.
+    """
+    from omegaconf import OmegaConf
+
+    from dapo_exp.config import Config
+
+    def walk(node: dict, schema: type, prefix: str) -> list[str]:
+        hints = typing.get_type_hints(schema)
+        out = []
+        for key, value in node.items():
+            if key not in hints:
+                out.append(f"{prefix}{key}")
+            elif dataclasses.is_dataclass(hints[key]) and isinstance(value, dict):
+                out += walk(value, hints[key], f"{prefix}{key}.")
+        return out
+
+    return walk(OmegaConf.to_container(cfg, resolve=False), Config, "")
+
+
+def check_known_keys(cfg: Any) -> None:
+    """Raise :class:`~dapo_exp.config.ConfigError` for a key the schema does not declare."""
+    from dapo_exp.config import ConfigError
+
+    extra = unknown_keys(cfg)
+    if extra:
+        key = extra[0]
+        raise ConfigError(
+            f"{key} is not a config key{suggestion(key, schema_keys())} (adding it with +{key}=... would train "
+            f"with it silently ignored; `python run.py --cfg job` prints every key)"
+        )
+
+
+def _override_key(text: str) -> str | None:
+    m = re.search(r"Could not (?:override|append to config|delete from config)[^']*'([^']+)'", text)
+    return m.group(1) if m else None
+
+
+def describe(exc: BaseException, config_dir: str | os.PathLike) -> str | None:
+    """The one-line message for a config or composition error; None for any other error."""
+    from hydra.errors import ConfigCompositionException, MissingConfigException, OverrideParseException
+    from omegaconf.errors import ConfigAttributeError, ConfigKeyError, OmegaConfBaseException
+
+    from dapo_exp.config import ConfigError
+
+    if isinstance(exc, ConfigError):
+        return " ".join(str(exc).split())
+    if isinstance(exc, MissingConfigException):
+        group, _, name = (exc.missing_cfg_file or "").rpartition("/")
+        options = list(exc.options or [])
+        if group and options:
+            return f"{group}={name}: no such option{suggestion(name, options)} (choose one of: {', '.join(options)})"
+        return " ".join(str(exc).split())
+    if isinstance(exc, ConfigCompositionException):
+        text = str(exc)
+        cause = exc.__cause__
+        key = getattr(cause, "full_key", None) or _override_key(text)
+        unknown = isinstance(cause, (ConfigKeyError, ConfigAttributeError)) or "No match in the defaults list" in text
+        if key and unknown:
+            choices = schema_keys() + config_groups(config_dir)
+            return f"{key} is not a config key or group{suggestion(key, choices)} " \
+                   f"(`python run.py --cfg job` prints every key)"
+        first = text.strip().splitlines()[0] if text.strip() else type(exc).__name__
+        if isinstance(cause, OmegaConfBaseException) and str(cause.msg).strip():
+            what = re.sub(r"^Error merging override ", "", first).rstrip(".")
+            return f"{what}: {str(cause.msg).strip().splitlines()[0]}"  # later lines: full_key, types
+        return " ".join(text.split())
+    if isinstance(exc, OverrideParseException):
+        return "cannot parse the override: " + " ".join(str(exc).split())
+    return None
+
+
+_enabled = False  # inside one_line_errors, and the user did not ask for Hydra's full errors
+
+
+@contextlib.contextmanager
+def one_line_errors(config_dir: str | os.PathLike) -> Iterator[None]:
+    """Print config and composition errors raised inside as one line and exit with :data:`EXIT_CODE`.
+
+    Hydra prints errors itself unless ``HYDRA_FULL_ERROR`` is set; it is set here (when the
+    user has not set it: then Hydra's own reporting stays) so that errors reach this handler.
+    """
+    global _enabled
+    if "HYDRA_FULL_ERROR" in os.environ:
+        yield
+        return
+    os.environ["HYDRA_FULL_ERROR"] = "1"
+    _enabled = True
+    try:
+        yield
+    except Exception as exc:
+        exit_if_config_error(exc, config_dir)
+        raise
+    finally:
+        _enabled = False
+        os.environ.pop("HYDRA_FULL_ERROR", None)
+
+
+def exit_if_config_error(exc: BaseException, config_dir: str | os.PathLike) -> None:
+    """Inside :func:`one_line_errors`: if ``exc`` is a config error, print it as one line and exit
+    with :data:`EXIT_CODE`; otherwise return (the caller re-raises).
+
+    ``run.py``'s job function calls it itself, so that Hydra's "Error executing job" line is
+    not printed before the message.
+    """
+    message = describe(exc, config_dir) if _enabled else None
+    if message is not None:
+        print(f"error: {message}", file=sys.stderr)
+        raise SystemExit(EXIT_CODE) from None
+
+
+def remove_if_empty(run_dir: str | os.PathLike) -> bool:
+    """Remove a job directory that holds nothing but Hydra's own files (``.hydra/``, the job's
+    ``.log``): what a command that failed before doing anything leaves. Returns True if removed."""
+    import shutil
+
+    path = Path(run_dir)
+    if not path.is_dir():
+        return False
+    if any(p.name not in (".hydra", ".lock") and p.suffix != ".log" for p in path.iterdir()):
+        return False
+    shutil.rmtree(path, ignore_errors=True)
+    return True
