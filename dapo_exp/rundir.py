@@ -23,8 +23,10 @@ Run directory layout::
                                "prompt", "response", "answer", "pred", "correct", "length",
                                "truncated"}
     <run>/train_samples.jsonl  a few training rollouts per step (same keys + "reward", "group")
-    <run>/checkpoints/step_<n>/ model.safetensors, trainer_state.pt (optimizer, scheduler,
-                               RNG states, data position, step, eval history)
+    <run>/checkpoints/step_<n>/ model.safetensors, trainer_state.pt (weights-only: optimizer,
+                               scheduler, RNG states, data position, step, eval history),
+                               manifest.json (sizes and SHA-256, verified on resume)
+    <run>/.lock                the run's writer (pid, host, start), held with flock
     <run>/wandb/               the W&B run (offline by default)
     <run>/.hydra/              Hydra's record of the composed config and overrides
 """

@@ -20,7 +20,7 @@ import numpy as np
 import pytest
 import torch
 
-from dapo_exp import checkpoint, runfiles
+from dapo_exp import checkpoint, rundir
 from dapo_exp.checkpoint import CheckpointError, CheckpointWriteError
 from dapo_exp.rollout.groups import Group
 
@@ -240,7 +240,7 @@ def test_resume_past_a_corrupt_newest_checkpoint_gives_the_uninterrupted_metrics
     with pytest.raises(KeyboardInterrupt):
         train(small_cfg(tmp_path / "cut", *overrides))
     monkeypatch.undo()
-    ckpts = tmp_path / "cut" / runfiles.CHECKPOINTS
+    ckpts = tmp_path / "cut" / rundir.CHECKPOINTS
     assert sorted(p.name for p in ckpts.iterdir()) == ["step_0000001", "step_0000002"]
     _truncate(ckpts / "step_0000002" / checkpoint.WEIGHTS)  # what a power loss without fsync could leave
 
