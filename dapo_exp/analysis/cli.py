@@ -1,8 +1,16 @@
-"""Command line: ``python -m dapo_exp.analysis <sweep dir | run dirs...> --out DIR``
-or ``python -m dapo_exp.analysis --wandb entity/project[/group] --out DIR``.
+"""Command line.
 
-Writes table.md / table.csv / table.tex, runs.csv and figures/curves_vs_*.{png,svg}
-under ``--out``, and prints the Markdown table and the figure directory.
+``python -m dapo_exp.analysis <sweep dir | run dirs...> --out DIR`` (or ``--wandb
+entity/project[/group]``): writes table.md / table.csv / table.tex, runs.csv,
+effects.md / .csv / .tex (when switches vary), figures/curves_vs_*.{png,svg} and
+figures/effects_forest.{png,svg} under ``--out``, and prints the tables.
+
+Subcommands:
+
+- ``python -m dapo_exp.analysis plan <pilot sweep dir | table.csv> --delta 5``: seeds needed
+  for power 0.8 and the half-widths N seeds would give (:mod:`dapo_exp.analysis.planning`);
+- ``python -m dapo_exp.analysis design fractional|full``: the configurations of a two-level
+  design as Hydra overrides, one line each (:mod:`dapo_exp.analysis.design`).
 """
 
 from __future__ import annotations
@@ -38,7 +46,28 @@ def build_parser() -> argparse.ArgumentParser:
     return p
 
 
+def design_main(argv: list[str]) -> int:
+    from dapo_exp.analysis.design import DESIGNS, describe_design, job_overrides, make_design
+
+    p = argparse.ArgumentParser(
+        prog="python -m dapo_exp.analysis design",
+        description="Print the configurations of a two-level design over the five switches as Hydra overrides.",
+    )
+    p.add_argument("name", choices=DESIGNS, help="fractional: 2^(5-1), e = abcd (16); full: 2^5 (32)")
+    p.add_argument("--describe", action="store_true", help="print the design's aliasing instead of the overrides")
+    args = p.parse_args(argv)
+    d = make_design(args.name)
+    print(describe_design(d).text() if args.describe else "\n".join(job_overrides(d)))
+    return 0
+
+
+SUBCOMMANDS = {"design": design_main}
+
+
 def main(argv: list[str] | None = None) -> int:
+    argv = list(sys.argv[1:] if argv is None else argv)
+    if argv and argv[0] in SUBCOMMANDS:
+        return SUBCOMMANDS[argv[0]](argv[1:])
     args = build_parser().parse_args(argv)
     if bool(args.paths) == bool(args.wandb):
         build_parser().error("give run/sweep directories or --wandb SPEC (exactly one of them)")
