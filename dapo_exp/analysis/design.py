@@ -180,21 +180,23 @@ class DesignInfo:
 
 
 _ROMAN = {1: "I", 2: "II", 3: "III", 4: "IV", 5: "V", 6: "VI"}
-_ORDER = {1: "main effects", 2: "two-way interactions", 3: "three-way", 4: "four-way", 5: "five-way"}
 
 
 def _alias_summary(groups: list[list[tuple[str, int]]]) -> str:
-    """'main effects aliased with four-way interactions, two-way interactions with three-way'."""
+    """'main effects aliased with four-way interactions; two-way interactions with three-way ones'."""
     parts = []
+    names = {1: "main effects", 2: "two-way", 3: "three-way", 4: "four-way", 5: "five-way"}
     for order in (1, 2):
-        mates = sorted({len(w) for g in groups if len(g[0][0]) == order for w, _ in g[1:]})
         if not any(len(g[0][0]) == order for g in groups):
             continue
+        mates = sorted({len(w) for g in groups if len(g[0][0]) == order for w, _ in g[1:]})
+        what = "main effects" if order == 1 else "two-way interactions"
         if not mates:
-            parts.append(f"{_ORDER[order]} aliased with nothing")
-        else:
-            names = " and ".join(_ORDER[m] if m <= 2 else f"{_ORDER[m]} interactions" for m in mates)
-            parts.append(f"{_ORDER[order]} aliased with {names}")
+            parts.append(f"{what} aliased with nothing")
+            continue
+        kinds = [names[m] for m in mates]
+        listed = kinds[0] if len(kinds) == 1 else ", ".join(kinds[:-1]) + " and " + kinds[-1]
+        parts.append(f"{what} aliased with {listed}" + (" effects" if mates == [1] else " interactions"))
     return "; ".join(parts)
 
 
@@ -230,14 +232,12 @@ def describe_design(points: pd.DataFrame, switches: Sequence[str] = SWITCHES) ->
         kind = "irregular design"
     resolution = min(len(w) for w, _ in defining) if defining else None
     partial = []
-    low = [w for w in cols if len(w) <= 2]
-    for a, b in itertools.combinations(low, 2):
-        ca, cb = cols[a], cols[b]
-        if np.all(ca == ca[0]) or np.all(cb == cb[0]):
-            continue
-        r = float(np.corrcoef(ca, cb)[0, 1])
-        if 1e-9 < abs(r) < 1 - 1e-9:
-            partial.append((word_name(a), word_name(b), r))
+    low = [w for w in cols if len(w) <= 2 and not np.all(cols[w] == cols[w][0])]
+    if len(low) > 1:
+        r = np.corrcoef(np.array([cols[w] for w in low]))
+        for i, j in zip(*np.triu_indices(len(low), 1)):
+            if 1e-9 < abs(r[i, j]) < 1 - 1e-9:
+                partial.append((word_name(low[i]), word_name(low[j]), float(r[i, j])))
     return DesignInfo(kind, n, varied, constant, defining, resolution, alias_groups, partial)
 
 
