@@ -26,7 +26,7 @@ class AnalysisCallback(Callback):
     ``out_subdir``: where under the sweep dir the files go; ``figures``: draw the curves.
     """
 
-    def __init__(self, out_subdir: str = "analysis", figures: bool = True, band: str = "minmax") -> None:
+    def __init__(self, out_subdir: str = "analysis", figures: bool = True, band: str = "ci") -> None:
         self.out_subdir = out_subdir
         self.figures = figures
         self.band = band
