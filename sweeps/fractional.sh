@@ -28,4 +28,4 @@ for config in "${CONFIGS[@]}"; do
     # shellcheck disable=SC2086  # $config is a list of overrides, split on purpose
     python run.py -m sweep=fractional fixes=grpo $config seed="$SEEDS" '~hydra.callbacks.analysis' "$@"
 done
-python -m dapo_exp.analysis multirun/fractional
+python -m dapo_exp.analysis multirun/fractional --wandb-log

@@ -111,4 +111,7 @@ def log_summary_run(
         info = {"id": run.id, "group": group, "dir": str(run.dir)}
     finally:
         run.finish()
+        # the W&B service writes the run's file asynchronously: without this the offline file can
+        # still be empty when finish() returns (wandb 0.31); teardown flushes and stops the service
+        wandb.teardown()
     return info
