@@ -8,7 +8,10 @@
 # Cost:     CPU toy (default config, 2 cores): measured 27-38 s per run (2026-11-22) -> about 22-30 min
 #           for 48 runs one after another. One GPU, toy config: ~1 min per run -> ~50 min (estimate).
 #           At model scale: 48 runs of hours each (estimate).
-# Seeds:    PLAN_PLACEHOLDER
+# Seeds:    from the pilot, `python -m dapo_exp.analysis plan sweeps/results/2026-11-22-four_presets/table.csv
+#           --delta 5` (the four-preset sweep on the toy, 3 seeds; final acc): residual sd 6.14 / sqrt(2) = 4.3 pp
+#           -> a main effect or two-way interaction of this design to ±3.3 / 2.6 / 1.9 pp (95%) with 2 / 3 / 5
+#           seeds, where comparing two single configurations needs 14 seeds each for delta 5 pp at power 0.8.
 # SLURM:    bash sweeps/fractional.sh hydra/launcher=slurm hydra.launcher.partition=<partition> \
 #               hydra.launcher.gpus_per_node=1 hydra.launcher.timeout_min=120
 #           (each of the 16 configurations is one `run.py -m` call over the seeds, all submitted in turn).

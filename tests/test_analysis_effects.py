@@ -163,7 +163,7 @@ def test_effects_from_run_directories_and_files(tmp_path):
     assert eff.design.name.startswith("2^(5-1)") and eff.n_runs == 32 and eff.df_resid == 15
     paths = write_effects(eff, tmp_path / "out")
     md = paths["md"].read_text()
-    assert md.startswith("**Warning: n = 2 seed(s) (< 3).**")
+    assert md.startswith("**Warning: n = 2 seed(s) (< 3).** With so few seeds the intervals rest on")
     assert "Holm" in md and "I = abcde" in md and re.search(r"\| dynamic_sampling +\| \+", md)
     csv = pd.read_csv(paths["csv"])
     assert list(csv["term"][:5]) == list(SWITCHES) and {"effect", "lo", "hi", "p", "p_holm", "status"} <= set(csv)

@@ -85,6 +85,19 @@ class Effects:
     df_resid: float
     notes: list[str] = field(default_factory=list)
 
+    def warning(self) -> str:
+        """A line for fits on fewer than 3 seeds, else ""."""
+        if self.n_seeds >= 3:
+            return ""
+        why = (
+            f"the intervals rest on the model's residual pooled over all configurations ({self.df_resid:g} df), "
+            "i.e. on the assumption that 3-way and higher interactions are negligible and the noise is alike "
+            "in every configuration"
+            if self.ci == "t"
+            else f"the bootstrap intervals use t with {max(self.n_seeds - 1, 0)} df"
+        )
+        return f"**Warning: n = {self.n_seeds} seed(s) (< 3).** With so few seeds {why}."
+
     def caption(self) -> str:
         conf = int(round(100 * self.confidence))
         unit = "pp" if self.metric.scale == 100.0 else "metric units"
@@ -230,9 +243,6 @@ def fit_effects(
     table["p_holm"] = np.nan
     if ok.any():
         table.loc[ok, "p_holm"] = holm(table.loc[ok, "p"].to_numpy())
-    if n_seeds < 3:
-        notes.append(f"only {n_seeds} seed(s): intervals rest on the model's pooled residual" if ci == "t" else
-                     f"only {n_seeds} seed(s): t with {max(n_seeds - 1, 0)} df")
     return Effects(table, info, m, model, ci, confidence, int(len(runs)), n_seeds, df_resid, notes)
 
 
@@ -336,12 +346,10 @@ def _p(p: float) -> str:
 
 def effects_markdown(eff: Effects) -> str:
     """Warning (n < 3 seeds), caption, design, the effects table, notes."""
-    lines = []
-    if eff.n_seeds < 3:
-        lines += [f"**Warning: n = {eff.n_seeds} seed(s) (< 3).** " + "; ".join(eff.notes[-1:]) + ".", ""]
+    lines = [eff.warning(), ""] if eff.warning() else []
     lines += [f"**Effects.** {eff.caption()}", "", eff.design.text().replace("\n", "  \n"), ""]
     lines.append(format_effects(eff).to_markdown(index=False, disable_numparse=True) if len(eff.table) else "(no switch varies: no effect)")
-    for n in eff.notes[:-1] if eff.n_seeds < 3 else eff.notes:
+    for n in eff.notes:
         lines += ["", f"Note: {n}."]
     return "\n".join(lines) + "\n"
 
@@ -350,7 +358,8 @@ def effects_latex(eff: Effects) -> str:
     from dapo_exp.analysis.table import _latex_escape
 
     f = format_effects(eff)
-    tex = f.to_latex(index=False, escape=True, caption=_latex_escape(eff.caption()), label="tab:dapo-effects")
+    cap = (eff.warning().replace("**", "") + " " if eff.warning() else "") + eff.caption()
+    tex = f.to_latex(index=False, escape=True, caption=_latex_escape(cap), label="tab:dapo-effects")
     return tex.replace("×", r"$\times$")
 
 
@@ -365,20 +374,27 @@ def write_effects(eff: Effects, out_dir: str | os.PathLike, stem: str = "effects
     return paths
 
 
+def _effect_axis_label(eff: Effects) -> str:
+    name = eff.metric.header.replace(" (%)", "")
+    unit = " (pp)" if eff.metric.scale == 100.0 else ""
+    return f"effect on {name}{unit}"
+
+
 def plot_effects(eff: Effects):
     """Forest plot: one row per term, the effect with its CI bar, a zero line; aliased terms say so."""
     from matplotlib.figure import Figure
+    from matplotlib.transforms import blended_transform_factory
 
     t = eff.table
     n = max(len(t), 1)
-    fig = Figure(figsize=(8.0, 0.38 * n + 1.6), layout="constrained")
+    fig = Figure(figsize=(8.5, 0.36 * n + 1.8), layout="constrained")
     ax = fig.subplots()
     ys = np.arange(len(t))[::-1]
-    unit = "pp" if eff.metric.scale == 100.0 else ""
+    text_at = blended_transform_factory(ax.transAxes, ax.transData)
     for y, r in zip(ys, t.itertuples()):
         if r.status != "estimated" or math.isnan(r.effect):
-            ax.text(0.0, y, r.status if r.status != "estimated" else "n/a", va="center", ha="center", fontsize=7,
-                    color="0.4", style="italic")
+            ax.text(0.01, y, r.status if r.status != "estimated" else "n/a", va="center", ha="left", fontsize=7,
+                    color="0.35", style="italic", transform=text_at)
             continue
         color = "#1f77b4" if r.order == 1 else "#ff7f0e"
         if not math.isnan(r.lo):
@@ -388,12 +404,18 @@ def plot_effects(eff: Effects):
             ax.text(r.hi if not math.isnan(r.hi) else r.effect, y, "  *", va="center", fontsize=9)
     ax.axvline(0.0, color="k", lw=0.8)
     ax.set_yticks(ys, t["term"].tolist(), fontsize=8)
+    ax.set_ylim(-0.7, len(t) - 0.3)
+    if not t["effect"].notna().any():
+        ax.set_xlim(-1, 1)
     conf = int(round(100 * eff.confidence))
-    ax.set_xlabel(f"effect on {eff.metric.header}{' (' + unit + ')' if unit else ''}, {conf}% CI "
-                  f"({'OLS, seed block' if eff.ci == 't' else 'hierarchical bootstrap'})", fontsize=9)
+    how = "OLS with a seed block" if eff.ci == "t" else "hierarchical bootstrap"
+    ax.set_xlabel(f"{_effect_axis_label(eff)}: estimate and {conf}% CI ({how})", fontsize=9)
     ax.grid(axis="x", alpha=0.3)
-    ax.set_title(f"{eff.design.name}: {eff.n_runs} runs, {eff.n_seeds} seed(s) — blue: main effects, "
-                 "orange: two-way; * Holm p < 0.05", fontsize=9)
+    ax.set_title(
+        f"{eff.design.name}: {eff.n_runs} runs, {eff.n_seeds} seed(s)\n"
+        "blue: main effects, orange: two-way interactions; * Holm-adjusted p < 0.05",
+        fontsize=9,
+    )
     return fig
 
 
