@@ -100,7 +100,8 @@ class Effects:
 
     def caption(self) -> str:
         conf = int(round(100 * self.confidence))
-        unit = "pp" if self.metric.scale == 100.0 else "metric units"
+        name = self.metric.header.replace(" (%)", "")
+        unit = "percentage points" if self.metric.scale == 100.0 else "the table's unit"
         how = (
             f"OLS on ±1-coded switches with the seed as a block factor ({self.df_resid:g} residual df), Student-t"
             if self.ci == "t"
@@ -109,7 +110,7 @@ class Effects:
         )
         terms = "main effects and two-way interactions" if self.model == "two-way" else "main effects only"
         return (
-            f"Effects on {self.metric.header} ({unit}): {terms}, fitted on {self.n_runs} runs "
+            f"Effects on {name} (in {unit}): {terms}, fitted on {self.n_runs} runs "
             f"({self.n_seeds} seed{'s' if self.n_seeds != 1 else ''}). Effect = mean change when the fix goes "
             "from off to on, averaged over the other switches (interaction A × B: half the difference between "
             f"A's effect with B on and with B off). {conf}% CI: {how}. p: two-sided, Holm-adjusted over the "
