@@ -117,7 +117,7 @@ def variances_from_table(csv: str | os.PathLike, metrics: Sequence[str] = DEFAUL
         sd, df = _pool(sds, ns)
         psd, pdf = float("nan"), 0
         if m.key == DIFF_KEY and "d_test" in t:
-            paired = t[t["d_test"] == "paired t"]
+            paired = t[t["d_test"].fillna("").str.startswith("paired")]
             psd, pdf = _pool([sd_of(f"d_{DIFF_KEY}", r) for _, r in paired.iterrows()],
                              [int(r[f"d_{DIFF_KEY}_n"]) for _, r in paired.iterrows()])
         rows.append({"metric": m.key, "header": m.header, "configs": len(t), "sd": sd, "df": df,
