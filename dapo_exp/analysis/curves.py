@@ -26,6 +26,7 @@ range that every seed covers, before the mean and the band are taken.
 from __future__ import annotations
 
 import colorsys
+import math
 import hashlib
 import os
 from pathlib import Path
@@ -67,13 +68,13 @@ CURVE_UNITS: dict[str, tuple[float, str, tuple[float, float] | None]] = {
     runfiles.EVAL_ACC: (100.0, "avg@k accuracy (%)", (0.0, 1.0)),
     runfiles.EVAL_PASS: (100.0, "pass@k (%)", (0.0, 1.0)),
     runfiles.EVAL_MAJ: (100.0, "maj@k (%)", (0.0, 1.0)),
-    runfiles.ENTROPY: (1.0, "entropy (nats / token)", None),
-    runfiles.RESP_LEN: (1.0, "response length (tokens)", None),
+    runfiles.ENTROPY: (1.0, "entropy (nats / token)", (0.0, math.inf)),
+    runfiles.RESP_LEN: (1.0, "response length (tokens)", (0.0, math.inf)),
     runfiles.TRUNC: (1.0, "truncated (fraction of responses)", (0.0, 1.0)),
     runfiles.CLIP_HIGH: (1.0, "clipped high (fraction of tokens)", (0.0, 1.0)),
     runfiles.CLIP_LOW: (1.0, "clipped low (fraction of tokens)", (0.0, 1.0)),
     runfiles.ZERO_VAR: (1.0, "zero-variance groups (fraction)", (0.0, 1.0)),
-    runfiles.GEN_ROUNDS: (1.0, "generation rounds per step", None),
+    runfiles.GEN_ROUNDS: (1.0, "generation rounds per step", (1.0, math.inf)),
 }
 
 

@@ -57,14 +57,17 @@ class TableMetric:
 TABLE_METRICS: tuple[TableMetric, ...] = (
     TableMetric("final_acc", "final acc (%)", f"final/{runfiles.EVAL_ACC}", 100.0, 1, (0.0, 100.0)),
     TableMetric("best_acc", "best acc (%)", f"best/{runfiles.EVAL_ACC}", 100.0, 1, (0.0, 100.0)),
-    TableMetric("entropy", "entropy (end)", f"end/{runfiles.ENTROPY}", 1.0, 3),
-    TableMetric("resp_len", "response length (end)", f"end/{runfiles.RESP_LEN}", 1.0, 1),
+    TableMetric("entropy", "entropy (end)", f"end/{runfiles.ENTROPY}", 1.0, 3, (0.0, math.inf)),
+    TableMetric("resp_len", "response length (end)", f"end/{runfiles.RESP_LEN}", 1.0, 1, (0.0, math.inf)),
     TableMetric("truncated", "truncated frac (end)", f"end/{runfiles.TRUNC}", 1.0, 3, (0.0, 1.0)),
     TableMetric("clip_high", "clipfrac higher (avg)", f"avg/{runfiles.CLIP_HIGH}", 1.0, 4, (0.0, 1.0)),
     TableMetric("clip_low", "clipfrac lower (avg)", f"avg/{runfiles.CLIP_LOW}", 1.0, 4, (0.0, 1.0)),
     TableMetric("zero_var", "zero-var groups (avg)", f"avg/{runfiles.ZERO_VAR}", 1.0, 3, (0.0, 1.0)),
-    TableMetric("rollouts_per_trained", "rollouts / trained (avg)", f"avg/{runfiles.ROLLOUTS_PER_TRAINED}", 1.0, 2),
-    TableMetric("wall_time", "wall time (s)", "wall_time_s", 1.0, 0),
+    TableMetric(
+        "rollouts_per_trained", "rollouts / trained (avg)", f"avg/{runfiles.ROLLOUTS_PER_TRAINED}", 1.0, 2,
+        (1.0, math.inf),
+    ),
+    TableMetric("wall_time", "wall time (s)", "wall_time_s", 1.0, 0, (0.0, math.inf)),
 )
 DIFF_KEY = "final_acc"
 CIS = ("t", "bootstrap")
@@ -281,7 +284,7 @@ def caption(table: pd.DataFrame) -> str:
         f"Mean over seeds ± half-width of the {conf}% Student-t confidence interval "
         f"(t_{{{(1 + conf / 100) / 2:.3f}, n-1}} · s / √n); n/a where n = 1 (undefined); "
         "(n=k) marks a cell with fewer values than the row's n; mean [lo, hi]: the interval clipped to the "
-        "metric's range (accuracy 0-100, fractions 0-1).",
+        "metric's range (accuracy 0-100, fractions 0-1, lengths, entropy and times >= 0).",
         "end: last logged value of the training metric; avg: mean over the logged training steps.",
     ]
     if base:
