@@ -12,6 +12,10 @@
 #           --delta 5` (the four-preset sweep on the toy, 3 seeds; final acc): residual sd 6.14 / sqrt(2) = 4.3 pp
 #           -> a main effect or two-way interaction of this design to ±3.3 / 2.6 / 1.9 pp (95%) with 2 / 3 / 5
 #           seeds, where comparing two single configurations needs 14 seeds each for delta 5 pp at power 0.8.
+#           From this design's own run (sweeps/results/2026-11-22-fractional/plan.txt, 2 seeds, final acc):
+#           sd across seeds 3.55 pp (16 df), of per-seed differences 6.45 pp (15 df) -> 9 seeds per configuration
+#           unpaired, 16 paired, for delta 5 pp; an effect of this design to ±3.4 / 2.7 / 2.0 pp with 2 / 3 / 5 seeds
+#           (the fit itself gave ±2.5 pp with 2 seeds: its residual pools all 16 configurations).
 # SLURM:    bash sweeps/fractional.sh hydra/launcher=slurm hydra.launcher.partition=<partition> \
 #               hydra.launcher.gpus_per_node=1 hydra.launcher.timeout_min=120
 #           (each of the 16 configurations is one `run.py -m` call over the seeds, all submitted in turn).
