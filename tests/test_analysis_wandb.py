@@ -230,6 +230,8 @@ def test_analysis_logged_as_an_offline_summary_run(sweep, tmp_path, monkeypatch)
     assert table_json["columns"] == list(shown.columns)
     assert [[str(v) for v in r] for r in table_json["data"]] == shown.astype(str).values.tolist()
     assert (media / figures["effects_forest"]["path"]).stat().st_size > 5000
+    # reading W&B runs never mistakes the summary run for a training run (it sits in the sweep's group)
+    assert parsed.job_type == "analysis" and W.read_offline(tmp_path) == []
 
 
 def test_summary_group_is_derived_from_the_sweep():
