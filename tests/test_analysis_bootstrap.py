@@ -10,7 +10,7 @@ from scipy import stats
 
 from dapo_exp import analysis as A
 from dapo_exp.analysis import bootstrap as boot
-from dapo_exp.analysis.runs import SWITCHES
+from dapo_exp.analysis.design import SWITCHES
 
 
 def cube_from(correct: np.ndarray, configs=("x",)) -> boot.SampleCube:

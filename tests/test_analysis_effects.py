@@ -16,7 +16,8 @@ from fixtures_runs import make_switch_run
 
 from dapo_exp.analysis import design as D
 from dapo_exp.analysis.effects import effects_markdown, fit_effects, holm, write_effects, write_forest
-from dapo_exp.analysis.runs import SWITCHES, load_runs
+from dapo_exp.analysis.design import SWITCHES
+from dapo_exp.analysis.runs import load_runs
 
 # the truth of the synthetic sweeps (effects in percentage points: mean change off -> on)
 MAIN = {"clip_higher": 4.0, "dynamic_sampling": 6.0, "token_level_loss": 0.0, "overlong_punishment": -2.0,

@@ -82,7 +82,7 @@ def test_fractional_recipe_runs_the_half_fraction(capsys):
 
     from dapo_exp.analysis.cli import main
     from dapo_exp.analysis.design import fractional_design
-    from dapo_exp.analysis.runs import SWITCHES
+    from dapo_exp.analysis.design import SWITCHES
     from dapo_exp.config import fix_switches
     from dapo_exp.hydra_setup import register_resolvers
 

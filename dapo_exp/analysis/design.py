@@ -32,6 +32,9 @@ from typing import Sequence
 import numpy as np
 import pandas as pd
 
+# The ONE place the attribution code (design, effects, report) reads the switch names and their
+# options: today the names from dapo_exp.analysis.runs.SWITCHES; once the fix registry owns them,
+# from it (the names, and for each switch its off and on option).
 from dapo_exp.analysis.runs import SWITCHES
 
 # Hydra option (conf/<switch>/<option>.yaml) for the off and on level of each switch. Off is

@@ -52,8 +52,8 @@ from typing import Sequence
 import numpy as np
 import pandas as pd
 
-from dapo_exp.analysis.design import DesignInfo, LETTERS, describe_design, term_name, word_name
-from dapo_exp.analysis.runs import SWITCHES, RunSet
+from dapo_exp.analysis.design import SWITCHES, DesignInfo, LETTERS, describe_design, term_name, word_name
+from dapo_exp.analysis.runs import RunSet
 from dapo_exp.analysis.table import TABLE_METRICS, TableMetric
 
 MODELS = ("two-way", "main")

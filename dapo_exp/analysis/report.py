@@ -118,7 +118,7 @@ def run_analysis(
 def _effects(data: RunSet, model: str, ci: str, bootstrap: dict | None):
     """The effects on final accuracy when at least one switch varies among the included runs, else None."""
     from dapo_exp.analysis.effects import fit_effects
-    from dapo_exp.analysis.runs import SWITCHES
+    from dapo_exp.analysis.design import SWITCHES
     from dapo_exp.analysis.table import DIFF_KEY, TABLE_METRICS
 
     inc = data.included
