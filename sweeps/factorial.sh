@@ -6,6 +6,13 @@
 #           run once the warm start is cached) -> about 45-64 min for 96 runs one after another.
 #           One GPU, toy config: ~1 min per run -> ~1.5-2 hours (estimate). At model scale this is a
 #           cluster job: 96 runs of hours each (estimate).
+# Seeds:    from the pilot, `python -m dapo_exp.analysis plan sweeps/results/2026-11-22-four_presets/table.csv
+#           --delta 5` (the four-preset sweep on the toy, 3 seeds; final acc): sd across seeds 4.37 pp (8 df),
+#           sd of per-seed differences to grpo 6.14 pp (6 df) -> 14 seeds per configuration for power 0.8 at
+#           delta 5 pp, unpaired and paired (22 / 26 with the sd at its 80% upper bound). 95% half-widths with
+#           3 / 5 / 10 seeds: mean ±10.9 / 5.4 / 3.1 pp, paired difference ±15.3 / 7.6 / 4.4 pp;
+#           a main effect or interaction of the 2^(5-1) half fraction ±2.6 / 1.9 / 1.4 pp (the full factorial,
+#           with twice the runs, about 1/sqrt(2) of that).
 # SLURM:    bash sweeps/factorial.sh hydra/launcher=slurm hydra.launcher.partition=<partition> \
 #               hydra.launcher.gpus_per_node=1 hydra.launcher.timeout_min=120 hydra.launcher.array_parallelism=32
 # Output:   multirun/factorial/; table and curves in multirun/factorial/analysis/. Runs are labelled

@@ -6,6 +6,11 @@
 #           run once the warm start is cached) -> about 6-8 min for 12 runs one after another.
 #           One GPU, toy config: ~1 min per run -> ~10-15 min (estimate). A 0.5B-1.5B model on
 #           task=dapo_math: hours per run (estimate: measure one run first).
+# Seeds:    from the pilot, `python -m dapo_exp.analysis plan sweeps/results/2026-11-22-four_presets/table.csv
+#           --delta 5` (the four-preset sweep on the toy, 3 seeds; final acc): sd across seeds 4.37 pp (8 df),
+#           sd of per-seed differences to grpo 6.14 pp (6 df) -> 14 seeds per configuration for power 0.8 at
+#           delta 5 pp, unpaired and paired (22 / 26 with the sd at its 80% upper bound). 95% half-widths with
+#           3 / 5 / 10 seeds: mean ±10.9 / 5.4 / 3.1 pp, paired difference ±15.3 / 7.6 / 4.4 pp.
 # SLURM:    bash sweeps/four_presets.sh hydra/launcher=slurm hydra.launcher.partition=<partition> \
 #               hydra.launcher.gpus_per_node=1 hydra.launcher.timeout_min=120
 #           (one job per run; needs the `slurm` extra: pip install -e ".[slurm]").

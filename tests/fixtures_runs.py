@@ -250,3 +250,48 @@ def log_run_to_wandb(run: dict[str, Any], project: str = "dapo-exp-test", group:
         return  # killed: neither summary nor finish (the next start_tracker closes it)
     tracker.summary({k: v for k, v in run["summary"].items() if k != "config"})
     tracker.finish(exit_code=1 if run["status"] == "failed" else 0)
+
+
+def make_switch_run(
+    run_dir: str | Path,
+    switches: dict[str, bool],
+    seed: int,
+    correct,
+    *,
+    sweep: str = "design",
+) -> dict[str, Any]:
+    """A finished run with the given switch states whose final eval is ``correct`` (problems x k, 0/1).
+
+    Writes summary.json (final accuracy = the mean of ``correct``, as the trainer computes avg@k),
+    a two-line metrics.jsonl (eval at step 0 and at the end) and eval_samples.jsonl with every sample
+    of the final eval, so the bootstrap sees exactly the samples behind the summary.
+    """
+    import numpy as np
+
+    from dapo_exp.hydra_setup import run_label
+
+    run_dir = Path(run_dir)
+    run_dir.mkdir(parents=True, exist_ok=True)
+    correct = np.asarray(correct, dtype=bool)
+    cfg = resolved_config("grpo", seed, sweep)
+    cfg["preset"] = "custom"
+    cfg["algo"] = algo_of(switches)
+    acc = float(correct.mean())
+    evals = [{"step": 0, rundir.EVAL_ACC: 0.1}, {"step": STEPS, rundir.EVAL_ACC: acc}]
+    with open(run_dir / rundir.METRICS, "w") as f:
+        for line in evals:
+            f.write(json.dumps(line) + "\n")
+    with open(run_dir / rundir.EVAL_SAMPLES, "w") as f:
+        for p, row in enumerate(correct):
+            for j, c in enumerate(row):
+                f.write(json.dumps({"step": STEPS, "problem_id": f"p{p:03d}", "sample": j, "correct": bool(c),
+                                    "length": 10, "truncated": False}) + "\n")
+    oc = OmegaConf.create(cfg)
+    summary = {
+        "status": "finished", "label": run_label(oc), "preset": "custom", "switches": fixes.switches(oc.algo),
+        "seed": seed, "config": cfg, "git_commit": "0" * 40, "wall_time_s": 1.0, "steps_done": STEPS,
+        "final": {rundir.EVAL_ACC: acc}, "best": {rundir.EVAL_ACC: max(acc, 0.1)},
+        "base": {rundir.EVAL_ACC: 0.1}, "error": None,
+    }
+    (run_dir / rundir.SUMMARY).write_text(json.dumps(summary))
+    return {"dir": run_dir, "config": cfg, "summary": summary, "lines": evals, "status": "finished"}

@@ -190,3 +190,70 @@ def test_status_from_final_metrics_when_the_trainer_logs_no_status():
     assert (a["label"], a["seed"], a["clip_higher"], a["wall_time_s"]) == ("clip", 3, True, 9.0)
     assert (a["final/eval/acc_avg"], a["best/eval/acc_avg"], a["base/eval/acc_avg"]) == (0.4, 0.4, 0.1)
     assert a["end/actor/entropy"] == 0.8
+
+
+def _records(path):
+    from wandb.proto import wandb_internal_pb2 as pb
+
+    for raw in W.iter_records(path):
+        rec = pb.Record()
+        rec.ParseFromString(raw)
+        yield rec
+
+
+def test_analysis_logged_as_an_offline_summary_run(sweep, tmp_path, monkeypatch):
+    """The table, effects and figures go to one W&B run (job_type analysis) in the sweep's group,
+    and its table holds exactly the strings of table.md."""
+    import json
+
+    from dapo_exp.analysis.report import run_analysis
+
+    monkeypatch.setenv("WANDB_MODE", "offline")
+    monkeypatch.setenv("WANDB_SILENT", "true")
+    res = run_analysis(sweep, out=tmp_path / "analysis", wandb_log={"mode": "offline"})
+    assert res.wandb is not None and res.effects is not None
+    files = list((tmp_path / "analysis" / "wandb").glob("offline-run-*/run-*.wandb"))
+    assert len(files) == 1
+    run = next(r.run for r in _records(files[0]) if r.WhichOneof("record_type") == "run")
+    # the runs of the fixture sweep say sweep "demo": the summary run joins that group, never "default"
+    assert (run.job_type, run.run_group) == ("analysis", "demo") == ("analysis", res.wandb["group"])
+    parsed = W.parse_wandb_file(files[0])
+    summ = parsed.summary
+    assert {"comparison_table", "comparison_table_numeric", "effects", "effects_numeric"} <= set(summ)
+    assert summ["comparison_table"]["_type"] == "table-file"
+    figures = {k.removeprefix("figures/"): v for k, v in summ.items() if k.startswith("figures/")}
+    assert {"curves_vs_step", "effects_forest"} <= set(figures)
+    assert "Student-t" in summ["caption"] and summ["runs"] == res.data.describe()
+    media = files[0].parent / "files"
+    table_json = json.loads((media / summ["comparison_table"]["path"]).read_text())
+    shown = A.format_table(res.table)
+    assert table_json["columns"] == list(shown.columns)
+    assert [[str(v) for v in r] for r in table_json["data"]] == shown.astype(str).values.tolist()
+    assert (media / figures["effects_forest"]["path"]).stat().st_size > 5000
+    # reading W&B runs never mistakes the summary run for a training run (it sits in the sweep's group)
+    assert parsed.job_type == "analysis" and W.read_offline(tmp_path) == []
+
+
+def test_summary_group_is_derived_from_the_sweep():
+    from dapo_exp.analysis.wandb_writer import summary_group
+
+    assert summary_group(pd.DataFrame({"run": ["a"], "group": ["wb"], "sweep": ["x"]})) == "wb"
+    assert summary_group(pd.DataFrame({"run": ["a", "b"], "sweep": ["fractional", "fractional"]})) == "fractional"
+    shared = pd.DataFrame({"run": ["a", "b"], "sweep": ["default", "default"]})
+    g = summary_group(shared, "multirun/default-lr/analysis")
+    assert g.startswith("default-lr-") and g != "default"
+    assert summary_group(shared, "x/analysis") != summary_group(shared.assign(run=["c", "d"]), "x/analysis")
+
+
+def test_callback_logs_the_analysis_to_wandb_when_the_runs_do():
+    from omegaconf import OmegaConf
+
+    from dapo_exp.analysis.callback import AnalysisCallback
+
+    wb = OmegaConf.create({"logger": {"backend": "wandb", "project": "p", "mode": "offline", "group": None}})
+    assert AnalysisCallback()._wandb_log(wb) == {"project": "p", "mode": "offline", "group": None}
+    assert AnalysisCallback()._wandb_log(OmegaConf.create({"logger": {"backend": "none"}})) is None
+    assert AnalysisCallback()._wandb_log(OmegaConf.create({})) is None
+    assert AnalysisCallback(wandb=False)._wandb_log(wb) is None
+    off = OmegaConf.create({"logger": {"backend": "wandb", "mode": "disabled"}})
+    assert AnalysisCallback()._wandb_log(off) is None

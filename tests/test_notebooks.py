@@ -63,9 +63,10 @@ def test_notebook_executes(path, kernel, tmp_path, monkeypatch):
     text = "\n".join(str(o.get("text", "")) + str(o.get("data", {}).get("text/plain", "")) for o in outputs)
     if path.stem == "ablation_analysis":
         images = [o for o in outputs if "image/png" in o.get("data", {})]
-        assert len(images) == 3, "three curve figures (step, rollouts, tokens)"
+        assert len(images) == 4, "three curve figures (step, rollouts, tokens) and the effects' forest plot"
         md = "\n".join(o.get("data", {}).get("text/markdown", "") for o in outputs)
         assert "paired t" in md and "Welch t" in md and "Student-t" in md
+        assert "**Effects.**" in md and "aliased with" in md
         assert (tmp_path / "out" / "table.md").is_file()
     else:
         assert "=== grpo ===" in text and "[truncated]" in text and "[longest]" in text

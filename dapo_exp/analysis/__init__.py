@@ -14,9 +14,15 @@ Typical use::
     fig = A.plot_curves(data, x="rollouts")             # compute-matched curves
     A.write_table(table, "out"); A.write_figures(data, "out/figures")
 
+    eff = A.fit_effects(data)                           # main effects + two-way interactions, aliasing
+    A.write_effects(eff, "out"); A.write_forest(eff, "out/figures")
+
 Modules: ``runs`` (local runs, the frames), ``wandb_reader`` (W&B online and
 offline), ``stats`` (t intervals), ``table``, ``curves``, ``samples`` (rollout
-inspection), ``report`` (everything at once), ``cli``, ``callback``.
+inspection), ``design`` (two-level designs, aliasing), ``effects`` (which fix
+mattered), ``bootstrap`` (seeds, problems, samples), ``planning`` (seeds needed),
+``wandb_writer`` (the analysis as a W&B run), ``report`` (everything at once),
+``cli``, ``callback``.
 
 The names below are imported on first use, so that ``dapo_exp.analysis.callback``
 (instantiated by Hydra for every run) does not pull in pandas or matplotlib.
@@ -65,6 +71,13 @@ _EXPORTS = {
         "write_figures",
     ),
     "samples": ("load_samples", "sample_stats", "sample_examples", "format_examples"),
+    "design": ("SWITCH_OPTIONS", "fractional_design", "full_factorial", "job_overrides", "describe_design"),
+    "effects": ("Effects", "fit_effects", "format_effects", "effects_markdown", "write_effects", "plot_effects",
+                "write_forest"),
+    "bootstrap": ("SampleCube", "eval_cube", "replicate_means", "config_intervals", "problem_share",
+                  "crossed_components"),
+    "planning": ("plan", "format_plan", "pilot_variances", "seeds_paired", "seeds_unpaired", "half_widths"),
+    "wandb_writer": ("log_summary_run", "summary_group"),
     "report": ("AnalysisResult", "run_analysis"),
 }
 _WHERE = {name: mod for mod, names in _EXPORTS.items() for name in names}

@@ -3,8 +3,11 @@
 Enabled in conf/config.yaml (``hydra.callbacks.analysis``). After the last job of
 a sweep, :meth:`AnalysisCallback.on_multirun_end` analyses the sweep directory
 (``hydra.sweep.dir``), writes ``<sweep dir>/analysis/`` (table.md/.csv/.tex,
-runs.csv, figures/) and prints the table and the figure directory. It never
-raises: a failing analysis prints a warning and the sweep's result stands.
+effects.md/.csv/.tex, runs.csv, figures/) and prints the table and the figure
+directory. When the sweep's runs log to W&B (``logger.backend=wandb``), the
+analysis is logged too, as one run with job_type "analysis" in the sweep's group
+and the runs' project and mode. It never raises: a failing analysis prints a
+warning and the sweep's result stands.
 
 This module imports only Hydra at import time (Hydra instantiates callbacks for
 every run, single runs included); the analysis (pandas, matplotlib) is imported
@@ -26,10 +29,26 @@ class AnalysisCallback(Callback):
     ``out_subdir``: where under the sweep dir the files go; ``figures``: draw the curves.
     """
 
-    def __init__(self, out_subdir: str = "analysis", figures: bool = True, band: str = "minmax") -> None:
+    def __init__(
+        self, out_subdir: str = "analysis", figures: bool = True, band: str = "ci", wandb: bool | None = None
+    ) -> None:
         self.out_subdir = out_subdir
         self.figures = figures
         self.band = band
+        # None: log to W&B when the runs do (logger.backend == "wandb"); True / False: always / never
+        self.wandb = wandb
+
+    def _wandb_log(self, config: Any) -> dict | None:
+        logger = config.get("logger") if hasattr(config, "get") else None
+        backend = logger.get("backend") if logger is not None else None
+        if self.wandb is False or (self.wandb is None and backend != "wandb"):
+            return None
+        mode = (logger.get("mode") if logger is not None else None) or "offline"
+        if mode == "disabled":
+            return None
+        group = (logger.get("group") if logger is not None else None) or None
+        return {"project": (logger.get("project") if logger is not None else None) or "dapo-exp",
+                "mode": mode, "group": group}
 
     def on_multirun_end(self, config: Any, **kwargs: Any) -> None:
         try:
@@ -42,7 +61,11 @@ class AnalysisCallback(Callback):
             from dapo_exp.analysis.report import run_analysis
 
             result = run_analysis(
-                sweep_dir, out=os.path.join(sweep_dir, self.out_subdir), figures=self.figures, band=self.band
+                sweep_dir,
+                out=os.path.join(sweep_dir, self.out_subdir),
+                figures=self.figures,
+                band=self.band,
+                wandb_log=self._wandb_log(config),
             )
             print("\n[analysis] " + result.text(), flush=True)
         except Exception as exc:  # noqa: BLE001 - the analysis must never fail a sweep

@@ -1,8 +1,16 @@
-"""Command line: ``python -m dapo_exp.analysis <sweep dir | run dirs...> --out DIR``
-or ``python -m dapo_exp.analysis --wandb entity/project[/group] --out DIR``.
+"""Command line.
 
-Writes table.md / table.csv / table.tex, runs.csv and figures/curves_vs_*.{png,svg}
-under ``--out``, and prints the Markdown table and the figure directory.
+``python -m dapo_exp.analysis <sweep dir | run dirs...> --out DIR`` (or ``--wandb
+entity/project[/group]``): writes table.md / table.csv / table.tex, runs.csv,
+effects.md / .csv / .tex (when switches vary), figures/curves_vs_*.{png,svg} and
+figures/effects_forest.{png,svg} under ``--out``, and prints the tables.
+
+Subcommands:
+
+- ``python -m dapo_exp.analysis plan <pilot sweep dir | table.csv> --delta 5``: seeds needed
+  for power 0.8 and the half-widths N seeds would give (:mod:`dapo_exp.analysis.planning`);
+- ``python -m dapo_exp.analysis design fractional|full``: the configurations of a two-level
+  design as Hydra overrides, one line each (:mod:`dapo_exp.analysis.design`).
 """
 
 from __future__ import annotations
@@ -30,15 +38,89 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--out", help="output directory (default: <sweep dir>/analysis, or analysis_out/)")
     p.add_argument("--cache-dir", help="W&B download cache (default ~/.cache/dapo_exp/wandb or $DAPO_WANDB_CACHE)")
     p.add_argument("--refresh", action="store_true", help="download W&B runs again, ignoring the cache")
-    p.add_argument("--band", choices=tuple(BANDS), default="minmax", help="seed band of the curves")
+    p.add_argument("--band", choices=tuple(BANDS), default="ci", help="band of the curves (ci: the 95%% t interval the table uses)")
     p.add_argument(
         "--end-window", type=int, default=1, help="training metrics 'at the end' = mean of the last N logged values"
     )
     p.add_argument("--no-figures", action="store_true", help="table only")
+    p.add_argument(
+        "--ci",
+        choices=("t", "bootstrap"),
+        default="t",
+        help="intervals of final accuracy, its differences and the effects: t over seeds (default), or the "
+        "hierarchical bootstrap over seeds, problems and samples (needs eval_samples.jsonl)",
+    )
+    p.add_argument("--bootstrap-reps", type=int, default=2000, help="bootstrap replicates (default 2000)")
+    p.add_argument("--bootstrap-seed", type=int, default=0, help="bootstrap random seed (default 0)")
+    p.add_argument(
+        "--bootstrap-levels",
+        default="seed,problem,sample",
+        help="levels resampled, comma-separated, from seed,problem,sample (default: all three)",
+    )
+    p.add_argument(
+        "--effects-model",
+        choices=("two-way", "main"),
+        default="two-way",
+        help="effects: main effects and two-way interactions (default) or main effects only",
+    )
+    p.add_argument(
+        "--wandb-log",
+        action="store_true",
+        help="log the table, effects and figures as a W&B run (job_type analysis) in the sweep's group",
+    )
+    p.add_argument("--wandb-project", default="dapo-exp", help="W&B project of the summary run")
+    p.add_argument("--wandb-mode", choices=("offline", "online"), default="offline", help="W&B mode (default offline)")
+    p.add_argument("--wandb-group", help="W&B group of the summary run (default: the sweep's)")
     return p
 
 
+def design_main(argv: list[str]) -> int:
+    from dapo_exp.analysis.design import DESIGNS, describe_design, job_overrides, make_design
+
+    p = argparse.ArgumentParser(
+        prog="python -m dapo_exp.analysis design",
+        description="Print the configurations of a two-level design over the five switches as Hydra overrides.",
+    )
+    p.add_argument("name", choices=DESIGNS, help="fractional: 2^(5-1), e = abcd (16); full: 2^5 (32)")
+    p.add_argument("--describe", action="store_true", help="print the design's aliasing instead of the overrides")
+    args = p.parse_args(argv)
+    d = make_design(args.name)
+    print(describe_design(d).text() if args.describe else "\n".join(job_overrides(d)))
+    return 0
+
+
+def plan_main(argv: list[str]) -> int:
+    from dapo_exp.analysis.planning import DEFAULT_METRICS, DEFAULT_N, format_plan, plan
+
+    p = argparse.ArgumentParser(
+        prog="python -m dapo_exp.analysis plan",
+        description="Seeds needed to detect a difference of --delta with power 0.8, from a pilot sweep's variances.",
+    )
+    p.add_argument("pilot", nargs="+", help="pilot sweep directory (or run dirs), or a table.csv of the analysis")
+    p.add_argument("--delta", type=float, required=True, help="difference to detect, in the table's unit (pp for accuracy)")
+    p.add_argument("--power", type=float, default=0.8)
+    p.add_argument("--alpha", type=float, default=0.05)
+    p.add_argument("--metrics", default=",".join(DEFAULT_METRICS), help="table metric keys, comma-separated")
+    p.add_argument("--n", default=",".join(map(str, DEFAULT_N)), help="seed counts for the half-widths")
+    args = p.parse_args(argv)
+    src = args.pilot[0] if len(args.pilot) == 1 else args.pilot
+    try:
+        out = plan(src, args.delta, metrics=args.metrics.split(","), ns=[int(x) for x in args.n.split(",")],
+                   power=args.power, alpha=args.alpha)
+    except (FileNotFoundError, ValueError) as exc:
+        print(f"error: {exc}", file=sys.stderr)
+        return 2
+    print(format_plan(out), end="")
+    return 0
+
+
+SUBCOMMANDS = {"design": design_main, "plan": plan_main}
+
+
 def main(argv: list[str] | None = None) -> int:
+    argv = list(sys.argv[1:] if argv is None else argv)
+    if argv and argv[0] in SUBCOMMANDS:
+        return SUBCOMMANDS[argv[0]](argv[1:])
     args = build_parser().parse_args(argv)
     if bool(args.paths) == bool(args.wandb):
         build_parser().error("give run/sweep directories or --wandb SPEC (exactly one of them)")
@@ -59,6 +141,13 @@ def main(argv: list[str] | None = None) -> int:
             band=args.band,
             end_window=args.end_window,
             figures=not args.no_figures,
+            ci=args.ci,
+            bootstrap={"B": args.bootstrap_reps, "seed": args.bootstrap_seed,
+                       "levels": tuple(x for x in args.bootstrap_levels.split(",") if x)},
+            effects_model=args.effects_model,
+            wandb_log={"project": args.wandb_project, "mode": args.wandb_mode, "group": args.wandb_group}
+            if args.wandb_log
+            else None,
         )
     except (FileNotFoundError, ValueError) as exc:
         print(f"error: {exc}", file=sys.stderr)

@@ -1,4 +1,9 @@
-"""Training curves per configuration: mean over seeds with a seed band, against step or compute.
+"""Training curves per configuration: mean over seeds with a band, against step or compute.
+
+The band is by default the 95% Student-t interval of the mean over seeds at each point, the
+same interval the table gives (``band="ci"``; clipped to the metric's range, none with one seed);
+``minmax`` (min-max across seeds) and ``sd`` (± 1 sd) are there on request. Accuracy is drawn
+in percent, as in the table; every y axis names its unit (:data:`CURVE_UNITS`).
 
 Figures are plain :class:`matplotlib.figure.Figure` objects drawn with the Agg
 canvas (no pyplot, no GUI backend), so they work the same in a notebook, a
@@ -21,6 +26,7 @@ range that every seed covers, before the mean and the band are taken.
 from __future__ import annotations
 
 import colorsys
+import math
 import hashlib
 import os
 from pathlib import Path
@@ -29,6 +35,7 @@ from typing import Sequence
 import numpy as np
 import pandas as pd
 from matplotlib.figure import Figure
+from scipy import stats
 
 from dapo_exp import rundir
 from dapo_exp.analysis.runs import RunSet
@@ -50,7 +57,30 @@ CURVE_METRICS: tuple[str, ...] = (
     rundir.ZERO_VAR,
     rundir.GEN_ROUNDS,
 )
-BANDS = {"minmax": "band: min–max across seeds", "sd": "band: mean ± 1 sd across seeds"}
+BANDS = {
+    "ci": "band: 95% t-interval of the mean over seeds (as the table)",
+    "minmax": "band: min–max across seeds",
+    "sd": "band: mean ± 1 sd across seeds",
+}
+DEFAULT_BAND = "ci"
+# y axis of each metric: (scale from the logged value, label with unit, range in logged units or None)
+CURVE_UNITS: dict[str, tuple[float, str, tuple[float, float] | None]] = {
+    rundir.EVAL_ACC: (100.0, "avg@k accuracy (%)", (0.0, 1.0)),
+    rundir.EVAL_PASS: (100.0, "pass@k (%)", (0.0, 1.0)),
+    rundir.EVAL_MAJ: (100.0, "maj@k (%)", (0.0, 1.0)),
+    rundir.ENTROPY: (1.0, "entropy (nats / token)", (0.0, math.inf)),
+    rundir.RESP_LEN: (1.0, "response length (tokens)", (0.0, math.inf)),
+    rundir.TRUNC: (1.0, "truncated (fraction of responses)", (0.0, 1.0)),
+    rundir.CLIP_HIGH: (1.0, "clipped high (fraction of tokens)", (0.0, 1.0)),
+    rundir.CLIP_LOW: (1.0, "clipped low (fraction of tokens)", (0.0, 1.0)),
+    rundir.ZERO_VAR: (1.0, "zero-variance groups (fraction)", (0.0, 1.0)),
+    rundir.GEN_ROUNDS: (1.0, "generation rounds per step", (1.0, math.inf)),
+}
+
+
+def y_unit(metric: str) -> tuple[float, str, tuple[float, float] | None]:
+    """(scale, y label, range) of a metric; unknown metrics: unscaled, labelled with their name."""
+    return CURVE_UNITS.get(metric, (1.0, metric, None))
 
 # Fixed colours for the named presets; the ladder runs along a sequential map
 # (dark = naive GRPO, bright = DAPO). Any other label gets a colour from a hash
@@ -120,11 +150,18 @@ def xy_frame(history: RunSet | pd.DataFrame, metric: str, x: str = "step") -> pd
 
 
 def curve_frame(
-    history: RunSet | pd.DataFrame, metric: str, x: str = "step", band: str = "minmax"
+    history: RunSet | pd.DataFrame,
+    metric: str,
+    x: str = "step",
+    band: str = DEFAULT_BAND,
+    confidence: float = 0.95,
+    bounds: tuple[float, float] | None = None,
 ) -> pd.DataFrame:
-    """Per configuration and x: ``mean`` over seeds, band ``lo``/``hi`` and ``n`` seeds.
+    """Per configuration and x: ``mean`` over seeds, band ``lo``/``hi`` and ``n`` seeds (logged units).
 
-    ``band="minmax"``: min and max across seeds; ``"sd"``: mean ± 1 sample sd (0 for one seed).
+    ``band="ci"``: the Student-t ``confidence`` interval of the mean (NaN for one seed), clipped
+    to ``bounds`` (default: the metric's range, :data:`CURVE_UNITS`); ``"minmax"``: min and max
+    across seeds; ``"sd"``: mean ± 1 sample sd (0 for one seed).
     On the step axis the seeds are aligned by step; on a compute axis they are
     linearly interpolated onto the union of their x values within the range all
     seeds cover.
@@ -148,7 +185,14 @@ def curve_frame(
             )
         n = wide.notna().sum(axis=1)
         mean = wide.mean(axis=1)
-        if band == "minmax":
+        if band == "ci":
+            sem = wide.std(axis=1, ddof=1) / np.sqrt(n)
+            q = pd.Series(stats.t.ppf((1 + confidence) / 2, np.maximum(n - 1, 1)), index=n.index).where(n > 1)
+            lo, hi = mean - q * sem, mean + q * sem
+            rng = bounds if bounds is not None else y_unit(metric)[2]
+            if rng is not None:
+                lo, hi = lo.clip(lower=rng[0]), hi.clip(upper=rng[1])
+        elif band == "minmax":
             lo, hi = wide.min(axis=1), wide.max(axis=1)
         else:
             sd = wide.std(axis=1, ddof=1).fillna(0.0)
@@ -165,11 +209,13 @@ def plot_curves(
     *,
     metrics: Sequence[str] = CURVE_METRICS,
     x: str = "step",
-    band: str = "minmax",
+    band: str = DEFAULT_BAND,
     labels: Sequence[str] | None = None,
     ncols: int = 4,
 ) -> Figure:
-    """A grid of panels, one per metric: mean over seeds (line) and the seed band, per configuration.
+    """A grid of panels, one per metric: mean over seeds (line) and the band, per configuration.
+
+    y values are scaled to the table's unit (accuracy in %) and the axis names the unit.
 
     ``data``: a :class:`RunSet` (its included runs) or a history frame. A metric
     that no run logged gets an empty panel saying so.
@@ -183,8 +229,10 @@ def plot_curves(
     n_seeds = hist.groupby("label")["run"].nunique().to_dict() if len(hist) else {}
     for ax, metric in zip(axes, metrics):
         cf = curve_frame(hist, metric, x, band) if len(hist) else pd.DataFrame()
+        scale, ylabel, _ = y_unit(metric)
         ax.set_title(metric, fontsize=10)
         ax.set_xlabel(X_LABELS[x], fontsize=8)
+        ax.set_ylabel(ylabel, fontsize=8)
         ax.grid(alpha=0.3)
         if not len(cf):
             ax.text(0.5, 0.5, "not logged", ha="center", va="center", transform=ax.transAxes, color="0.5")
@@ -195,9 +243,9 @@ def plot_curves(
                 continue
             color = label_color(label)
             marker = "o" if metric.startswith("eval/") else None
-            ax.plot(c["x"], c["mean"], color=color, lw=1.6, marker=marker, ms=3, label=label)
+            ax.plot(c["x"], c["mean"] * scale, color=color, lw=1.6, marker=marker, ms=3, label=label)
             if (c["n"] > 1).any():
-                ax.fill_between(c["x"], c["lo"], c["hi"], color=color, alpha=0.18, lw=0)
+                ax.fill_between(c["x"], c["lo"] * scale, c["hi"] * scale, color=color, alpha=0.18, lw=0)
     for ax in axes[len(metrics) :]:
         ax.set_visible(False)
     handles = [
@@ -220,7 +268,7 @@ def write_figures(
     out_dir: str | os.PathLike,
     *,
     axes: Sequence[str] = tuple(X_AXES),
-    band: str = "minmax",
+    band: str = DEFAULT_BAND,
     metrics: Sequence[str] = CURVE_METRICS,
     formats: Sequence[str] = ("png", "svg"),
 ) -> list[Path]:

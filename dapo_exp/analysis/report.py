@@ -1,11 +1,11 @@
-"""The whole analysis in one call: runs -> table files and figures (used by the CLI and the Hydra callback)."""
+"""The whole analysis in one call: runs -> table, effects, figures (used by the CLI and the Hydra callback)."""
 
 from __future__ import annotations
 
 import os
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Sequence
+from typing import Any, Sequence
 
 import pandas as pd
 
@@ -24,18 +24,26 @@ class AnalysisResult:
     figure_dir: Path
     files: list[Path] = field(default_factory=list)
     figures: bool = True
+    # main effects and two-way interactions (dapo_exp.analysis.effects.Effects), None when no switch varies
+    effects: Any = None
+    wandb: dict[str, str] | None = None
 
     @property
     def n_excluded(self) -> int:
         return self.data.n_excluded
 
     def text(self) -> str:
-        """What the command line and the callback print: table, runs, excluded count, paths."""
+        """What the command line and the callback print: table, effects, runs, excluded count, paths."""
+        from dapo_exp.analysis.effects import effects_markdown
+
+        eff = f"{effects_markdown(self.effects)}\n" if self.effects is not None else ""
+        files = f"effects: {self.out_dir / 'effects.md'} (.csv, .tex)\n" if self.effects is not None else ""
+        wb = f"W&B summary run: {self.wandb['id']} (group {self.wandb['group']}, {self.wandb['dir']})\n" if self.wandb else ""
         return (
-            f"{self.markdown}\n"
+            f"{self.markdown}\n{eff}"
             f"runs: {self.data.describe()} (excluded from the statistics: {self.n_excluded})\n"
-            f"table: {self.out_dir / 'table.md'} (.csv, .tex)\n"
-            f"figures: {self.figure_dir if self.figures else '(not drawn)'}\n"
+            f"table: {self.out_dir / 'table.md'} (.csv, .tex)\n{files}"
+            f"figures: {self.figure_dir if self.figures else '(not drawn)'}\n{wb}"
         )
 
 
@@ -48,14 +56,22 @@ def run_analysis(
     tags: list[str] | None = None,
     cache_dir: str | os.PathLike | None = None,
     refresh: bool = False,
-    band: str = "minmax",
+    band: str = "ci",
     end_window: int = 1,
     figures: bool = True,
+    ci: str = "t",
+    bootstrap: dict | None = None,
+    effects_model: str = "two-way",
+    wandb_log: dict | None = None,
 ) -> AnalysisResult:
-    """Load runs (local ``paths`` or a ``wandb`` spec), write ``table.{md,csv,tex}``, ``runs.csv`` and figures.
+    """Load runs (local ``paths`` or a ``wandb`` spec), write ``table.{md,csv,tex}``, ``runs.csv``,
+    ``effects.{md,csv,tex}`` (when a switch varies) and figures.
 
-    ``out/figures/curves_vs_{step,rollouts,tokens}.{png,svg}``. Returns an
-    :class:`AnalysisResult`; raises when no run is found.
+    ``out/figures/curves_vs_{step,rollouts,tokens}.{png,svg}`` and ``effects_forest.{png,svg}``.
+    ``ci``: ``t`` or ``bootstrap`` (table and effects; ``bootstrap``: its keyword arguments).
+    ``wandb_log``: keyword arguments of :func:`dapo_exp.analysis.wandb_writer.log_summary_run`
+    (project, mode, group ...) to log the result as a W&B summary run; None: not logged.
+    Returns an :class:`AnalysisResult`; raises when no run is found.
     """
     if (paths is None or paths == []) == (wandb is None):
         raise ValueError("give run/sweep directories or a W&B spec (exactly one of them)")
@@ -70,14 +86,80 @@ def run_analysis(
     if not len(data.runs):
         raise FileNotFoundError(f"no runs found in {paths if wandb is None else wandb}")
     out_dir = Path(out)
-    table = comparison_table(data)
+    table = comparison_table(data, ci=ci, bootstrap=bootstrap)
     files = list(write_table(table, out_dir).values())
     runs_csv = out_dir / "runs.csv"
     data.runs.to_csv(runs_csv, index=False)
     files.append(runs_csv)
     fig_dir = out_dir / "figures"
+    eff = _effects(data, effects_model, ci, bootstrap)
+    if eff is not None:
+        from dapo_exp.analysis.effects import write_effects
+
+        files += list(write_effects(eff, out_dir).values())
     if figures:
         from dapo_exp.analysis.curves import write_figures
 
         files += write_figures(data, fig_dir, band=band)
-    return AnalysisResult(data, table, table_markdown(table), out_dir, fig_dir, files, figures)
+        if eff is not None:
+            from dapo_exp.analysis.effects import write_forest
+
+            files += write_forest(eff, fig_dir)
+    if ci == "bootstrap":
+        files.append(_write_problem_share(data, table, eff, effects_model, bootstrap or {}, out_dir))
+    result = AnalysisResult(data, table, table_markdown(table), out_dir, fig_dir, files, figures, eff)
+    if wandb_log is not None:
+        from dapo_exp.analysis.wandb_writer import log_summary_run
+
+        result.wandb = log_summary_run(result, **wandb_log)
+    return result
+
+
+def _effects(data: RunSet, model: str, ci: str, bootstrap: dict | None):
+    """The effects on final accuracy when at least one switch varies among the included runs, else None."""
+    from dapo_exp.analysis.effects import fit_effects
+    from dapo_exp.analysis.design import SWITCHES
+    from dapo_exp.analysis.table import DIFF_KEY, TABLE_METRICS
+
+    inc = data.included
+    src = next(m.source for m in TABLE_METRICS if m.key == DIFF_KEY)
+    if not len(inc) or src not in inc or inc[list(SWITCHES)].isna().any().any():
+        return None
+    usable = inc.dropna(subset=[src])
+    if not len(usable) or all(usable[s].nunique() < 2 for s in SWITCHES):
+        return None
+    return fit_effects(data, DIFF_KEY, model=model, ci=ci, **(bootstrap or {}))
+
+
+def _write_problem_share(data, table, eff, effects_model: str, bootstrap: dict, out_dir: Path) -> Path:
+    """``problem_share.md``: bootstrap se with and without resampling problems, per configuration,
+    per difference to the baseline and per effect (how much of each interval the problem sample makes)."""
+    from dapo_exp.analysis import bootstrap as boot
+    from dapo_exp.analysis.effects import fit_effects
+    from dapo_exp.analysis.table import DIFF_KEY
+
+    kw = {k: v for k, v in bootstrap.items() if k in ("B", "seed")}
+    cube = boot.eval_cube(data.included)
+    contrasts = {}
+    if eff is not None:
+        from dapo_exp.analysis.effects import contrast_weights
+
+        contrasts = {f"effect: {k}": w for k, w in contrast_weights(eff, data, cube).items()}
+    share = boot.problem_share(cube, baseline=table.attrs.get("baseline"), contrasts=contrasts, **kw)
+    b = table.attrs.get("bootstrap", {})
+    lines = [
+        "**How much of the uncertainty comes from the problem sample.** Standard errors (pp) of final avg@k, of "
+        "the differences to the baseline and of the effects. se_all: hierarchical bootstrap resampling seeds, "
+        "problems and samples; se_no_problems: the same without resampling problems; boot_problem_share = "
+        "1 - se_no_problems² / se_all² (an upper bound: resampling problems re-weights each problem's seed and "
+        "sample noise too). anova_se, anova_problem_share: the unbiased two-way (seed x problem) method-of-moments "
+        "split of the variance of the mean, and the part of it due to which "
+        f"{b.get('problems', '?')} problems were evaluated (dapo_exp.analysis.bootstrap.crossed_components). "
+        f"Bootstrap: {kw.get('B', boot.DEFAULT_B)} replicates, seed {kw.get('seed', boot.DEFAULT_SEED)}.",
+        "",
+        share.to_markdown(index=False, floatfmt=".2f") if len(share) else "(nothing to show)",
+    ]
+    path = out_dir / "problem_share.md"
+    path.write_text("\n".join(lines) + "\n", encoding="utf-8")
+    share.to_csv(out_dir / "problem_share.csv", index=False)
+    return path

@@ -11,7 +11,7 @@ The runs frame (:attr:`RunSet.runs`), one row per run:
 
 =====================  =========================================================
 ``run``                id: the run dir relative to the sweep dir, or the W&B id
-``label``              configuration label (:func:`dapo_exp.config.config_label`,
+``label``              configuration label (:func:`dapo_exp.hydra_setup.run_label`,
                        read from the switches, not the preset name); for a run
                        killed before summary.json, from its ``config.json`` or
                        ``.hydra/config.yaml``
@@ -141,6 +141,16 @@ def latest_sweep(root: str | os.PathLike = "multirun") -> Path:
         raise FileNotFoundError(f"no sweep under {root.resolve()}: run one first, e.g. "
                                 "python run.py -m fixes=grpo,clip,clip_ds,full")
     return max(newest, key=newest.__getitem__)
+
+
+def order_labels(labels) -> list[str]:
+    """The paper's ladder first (when present), then the other presets in registry order
+    (:data:`dapo_exp.fixes.PRESETS`), then the rest by their number of fixes, then by name."""
+    labels = list(dict.fromkeys(labels))
+    first = [lbl for lbl in fixes.LADDER if lbl in labels]
+    first += [lbl for lbl in fixes.PRESETS if lbl in labels and lbl not in fixes.LADDER]
+    rest = sorted((lbl for lbl in labels if lbl not in first), key=lambda lbl: (lbl == "unknown", lbl.count("+"), lbl))
+    return first + rest
 
 
 def find_run_dirs(root: str | os.PathLike) -> list[Path]:
@@ -276,18 +286,25 @@ def _flatten(d: dict[str, Any], prefix: str) -> dict[str, Any]:
 
 
 def _switches_and_label(config: dict[str, Any]) -> tuple[dict[str, bool], str | None]:
-    """Switch states and a label from a resolved config (a run without summary, from an older
-    version that did not record them in config.json): the registry's reading of ``algo``."""
+    """Switch states and label from a resolved config (a run killed before its summary, written by
+    a version that did not record them in config.json): the registry's reading of ``algo`` and the
+    run label the trainer would have given it (its preset's name when the switches match)."""
     algo = config.get("algo")
     if not isinstance(algo, dict):
         return {}, None
     try:
         from omegaconf import OmegaConf
 
-        state = fixes.switches(OmegaConf.create(algo))
+        cfg = OmegaConf.create({"preset": config.get("preset", "custom"), "algo": algo})
+        state = fixes.switches(cfg.algo)
     except Exception:  # noqa: BLE001 - a config from another version of the schema
         return {}, None
-    return state, fixes.label(state)
+    try:
+        from dapo_exp.hydra_setup import run_label
+
+        return state, run_label(cfg)
+    except Exception:  # noqa: BLE001 - no config tree to compose the presets from
+        return state, fixes.label(state)
 
 
 def _status(rec: RunRecord) -> tuple[str, bool, str]:

@@ -13,9 +13,8 @@ from pathlib import Path
 import pandas as pd
 
 from dapo_exp import rundir
-from dapo_exp.analysis.runs import RunSet
+from dapo_exp.analysis.runs import RunSet, order_labels
 from dapo_exp.rundir import read_jsonl
-from dapo_exp.analysis.table import order_labels
 
 KINDS = {"eval": rundir.EVAL_SAMPLES, "train": rundir.TRAIN_SAMPLES}
 CATEGORIES = ("correct", "wrong", "truncated", "longest")

@@ -8,7 +8,9 @@ All intervals are Student-t intervals (``scipy.stats.t``):
   Welch–Satterthwaite degrees of freedom.
 
 With n = 1 (or n_a or n_b = 1 for Welch) the interval is undefined: the bounds are
-NaN (shown as "n/a"), never a zero-width interval.
+NaN (shown as "n/a"), never a zero-width interval. The same holds for a difference whose
+per-seed values are identical (zero variance): two or three seeds that happen to agree say
+nothing about the spread, so the bounds are NaN and ``note`` says "identical per seed".
 """
 
 from __future__ import annotations
@@ -22,6 +24,8 @@ from scipy import stats
 
 PAIRED = "paired t"
 WELCH = "Welch t"
+IDENTICAL_PAIRED = "identical per seed"
+IDENTICAL = "identical values"
 
 
 @dataclass(frozen=True)
@@ -34,6 +38,8 @@ class Interval:
     n: int
     test: str = ""
     p: float = float("nan")
+    # why the bounds are undefined although n >= 2 ("identical per seed", "identical values")
+    note: str = ""
 
     @property
     def half_width(self) -> float:
@@ -72,6 +78,8 @@ def paired_difference(a: pd.Series, b: pd.Series, confidence: float = 0.95) -> I
     if n == 1:
         return Interval(m, _NAN, _NAN, 1, PAIRED)
     se = d.std(ddof=1) / math.sqrt(n)
+    if se == 0:
+        return Interval(m, _NAN, _NAN, n, PAIRED, _NAN, IDENTICAL_PAIRED)
     h = float(stats.t.ppf((1 + confidence) / 2, n - 1) * se)
     p = _p_value(m / se, n - 1) if se > 0 else _NAN
     return Interval(m, m - h, m + h, n, PAIRED, p)
@@ -90,7 +98,7 @@ def welch_difference(a, b, confidence: float = 0.95) -> Interval:
     va, vb = x.var(ddof=1) / na, y.var(ddof=1) / nb
     se = math.sqrt(va + vb)
     if se == 0:
-        return Interval(m, m, m, na + nb, WELCH)
+        return Interval(m, _NAN, _NAN, na + nb, WELCH, _NAN, IDENTICAL)
     df = (va + vb) ** 2 / (va**2 / (na - 1) + vb**2 / (nb - 1))
     h = float(stats.t.ppf((1 + confidence) / 2, df) * se)
     return Interval(m, m - h, m + h, na + nb, WELCH, _p_value(m / se, df))

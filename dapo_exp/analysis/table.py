@@ -11,6 +11,15 @@ per-seed differences when both rows have the same seeds, Welch's t otherwise
 (or one of its verl re-runs of the released recipe), the paper's AIME 2024
 avg@32 of Qwen2.5-32B sits in its own column, for orientation only: another
 model and another task, never comparable number for number.
+
+Small samples are shown as what they are: an interval is clipped to the metric's range where it
+has one (accuracy in [0, 100], fractions in [0, 1]) and then printed as ``mean [lo, hi]``; a
+difference whose per-seed values are identical has no interval ("n/a (identical per seed)", not
+± 0.0); a warning line stands above a table with a row of fewer than 3 seeds.
+
+``ci="bootstrap"``: the final accuracy and its difference to the baseline get the hierarchical
+bootstrap interval over seeds, problems and samples (:mod:`dapo_exp.analysis.bootstrap`) instead
+of the seed-only t interval; the other columns have no per-problem samples and keep theirs.
 """
 
 from __future__ import annotations
@@ -24,37 +33,46 @@ import numpy as np
 import pandas as pd
 
 from dapo_exp import rundir
-from dapo_exp.fixes import BASELINE, LADDER, PRESETS
-from dapo_exp.analysis.runs import RunSet
-from dapo_exp.analysis.stats import difference, t_interval
+from dapo_exp.fixes import BASELINE, LADDER
+from dapo_exp.analysis.runs import RunSet, order_labels  # noqa: F401  (order_labels: part of this module's API)
+from dapo_exp.analysis.stats import IDENTICAL_PAIRED, difference, t_interval
 
 
 @dataclass(frozen=True)
 class TableMetric:
-    """A column of the table: ``source`` (a runs-frame column) times ``scale``, shown with ``digits``."""
+    """A column of the table: ``source`` (a runs-frame column) times ``scale``, shown with ``digits``.
+
+    ``bounds``: the range of the metric in the table's unit (intervals are clipped to it), or None.
+    """
 
     key: str
     header: str
     source: str
     scale: float = 1.0
     digits: int = 3
+    bounds: tuple[float, float] | None = None
 
 
 # The columns. "end": the training metric's last logged value (mean of the last
 # `end_window` values, see load_runs); "avg": its mean over all logged steps.
 TABLE_METRICS: tuple[TableMetric, ...] = (
-    TableMetric("final_acc", "final acc (%)", f"final/{rundir.EVAL_ACC}", 100.0, 1),
-    TableMetric("best_acc", "best acc (%)", f"best/{rundir.EVAL_ACC}", 100.0, 1),
-    TableMetric("entropy", "entropy (end)", f"end/{rundir.ENTROPY}", 1.0, 3),
-    TableMetric("resp_len", "response length (end)", f"end/{rundir.RESP_LEN}", 1.0, 1),
-    TableMetric("truncated", "truncated frac (end)", f"end/{rundir.TRUNC}", 1.0, 3),
-    TableMetric("clip_high", "clipfrac higher (avg)", f"avg/{rundir.CLIP_HIGH}", 1.0, 4),
-    TableMetric("clip_low", "clipfrac lower (avg)", f"avg/{rundir.CLIP_LOW}", 1.0, 4),
-    TableMetric("zero_var", "zero-var groups (avg)", f"avg/{rundir.ZERO_VAR}", 1.0, 3),
-    TableMetric("rollouts_per_trained", "rollouts / trained (avg)", f"avg/{rundir.ROLLOUTS_PER_TRAINED}", 1.0, 2),
-    TableMetric("wall_time", "wall time (s)", "wall_time_s", 1.0, 0),
+    TableMetric("final_acc", "final acc (%)", f"final/{rundir.EVAL_ACC}", 100.0, 1, (0.0, 100.0)),
+    TableMetric("best_acc", "best acc (%)", f"best/{rundir.EVAL_ACC}", 100.0, 1, (0.0, 100.0)),
+    TableMetric("entropy", "entropy (end)", f"end/{rundir.ENTROPY}", 1.0, 3, (0.0, math.inf)),
+    TableMetric("resp_len", "response length (end)", f"end/{rundir.RESP_LEN}", 1.0, 1, (0.0, math.inf)),
+    TableMetric("truncated", "truncated frac (end)", f"end/{rundir.TRUNC}", 1.0, 3, (0.0, 1.0)),
+    TableMetric("clip_high", "clipfrac higher (avg)", f"avg/{rundir.CLIP_HIGH}", 1.0, 4, (0.0, 1.0)),
+    TableMetric("clip_low", "clipfrac lower (avg)", f"avg/{rundir.CLIP_LOW}", 1.0, 4, (0.0, 1.0)),
+    TableMetric("zero_var", "zero-var groups (avg)", f"avg/{rundir.ZERO_VAR}", 1.0, 3, (0.0, 1.0)),
+    TableMetric(
+        "rollouts_per_trained", "rollouts / trained (avg)", f"avg/{rundir.ROLLOUTS_PER_TRAINED}", 1.0, 2,
+        (1.0, math.inf),
+    ),
+    TableMetric("wall_time", "wall time (s)", "wall_time_s", 1.0, 0, (0.0, math.inf)),
 )
 DIFF_KEY = "final_acc"
+CIS = ("t", "bootstrap")
+MIN_SEEDS = 3  # a row with fewer seeds gets the warning line
 
 PAPER_HEADER = "paper AIME24 avg@32 (Qwen2.5-32B)"
 # Table 1 of arXiv 2503.14476 (AIME 2024 avg@32, Qwen2.5-32B base) and the verl
@@ -74,15 +92,6 @@ PAPER_AIME24: dict[str, tuple[float, str]] = {
 }
 
 
-def order_labels(labels) -> list[str]:
-    """The paper's ladder first (when present), then the other presets in registry order
-    (:data:`dapo_exp.fixes.PRESETS`), then the rest by their number of fixes, then by name."""
-    labels = list(dict.fromkeys(labels))
-    first = [lbl for lbl in LADDER if lbl in labels] + [lbl for lbl in PRESETS if lbl in labels and lbl not in LADDER]
-    rest = sorted((lbl for lbl in labels if lbl not in first), key=lambda lbl: (lbl == "unknown", lbl.count("+"), lbl))
-    return first + rest
-
-
 def baseline_label(labels) -> str | None:
     """``paper_1_grpo`` when the ladder is present, else ``grpo``; None when neither is."""
     labels = set(labels)
@@ -95,30 +104,88 @@ def _runs_frame(data: RunSet | pd.DataFrame) -> pd.DataFrame:
     return data.runs if isinstance(data, RunSet) else data
 
 
+def _per_seed(inc: pd.DataFrame, label: str, m: TableMetric) -> pd.Series:
+    """The metric's value of each included run of ``label``, indexed by seed."""
+    g = inc[inc["label"] == label]
+    if m.source not in g:
+        return pd.Series(dtype=float)
+    return pd.Series(g[m.source].to_numpy(dtype=float) * m.scale, index=g["seed"].to_numpy()).dropna()
+
+
+def _row(label: str, runs: pd.DataFrame, inc: pd.DataFrame, metrics: tuple[TableMetric, ...], confidence: float,
+         diff: TableMetric | None, baseline: str | None) -> tuple[dict[str, object], list[str]]:
+    """One row of :func:`comparison_table` and its notes."""
+    notes = []
+    g = inc[inc["label"] == label]
+    dup = sorted({str(s) for s in g["seed"][g["seed"].duplicated()]})
+    if dup:
+        notes.append(
+            f"{label}: seed(s) {', '.join(dup)} appear in more than one run (another sweep, or another "
+            "setting of a knob that is not a switch); each run counts as a sample and the difference is Welch's"
+        )
+    row: dict[str, object] = {
+        "config": label,
+        "n": int(len(g)),
+        "seeds": ",".join(str(s) for s in sorted(g["seed"].tolist(), key=str)),
+        "excluded": int(((runs["label"] == label) & ~runs["included"]).sum()),
+    }
+    for m in metrics:
+        vals = _per_seed(inc, label, m)
+        iv = t_interval(vals, confidence)
+        lo, hi = _clip(iv.lo, iv.hi, m.bounds)
+        sd = float(vals.std(ddof=1)) if len(vals) > 1 else np.nan
+        row.update({m.key: iv.mean, f"{m.key}_lo": lo, f"{m.key}_hi": hi, f"{m.key}_n": iv.n, f"{m.key}_sd": sd})
+    d = f"d_{DIFF_KEY}"
+    row.update({d: np.nan, f"{d}_lo": np.nan, f"{d}_hi": np.nan, f"{d}_n": 0, f"{d}_p": np.nan, f"{d}_sd": np.nan,
+                "d_test": "", "d_note": ""})
+    if diff is not None and baseline is not None and label != baseline and baseline in set(inc["label"]):
+        a, b = _per_seed(inc, label, diff), _per_seed(inc, baseline, diff)
+        iv = difference(a, b, confidence)
+        row.update({d: iv.mean, f"{d}_lo": iv.lo, f"{d}_hi": iv.hi, f"{d}_n": iv.n, f"{d}_p": iv.p})
+        row["d_test"], row["d_note"] = iv.test, iv.note
+        if iv.test == "paired t" and iv.n > 1:
+            row[f"{d}_sd"] = float((a - b.reindex(a.index)).dropna().std(ddof=1))
+    elif label == baseline:
+        row["d_test"] = "baseline"
+    paper = PAPER_AIME24.get(label)
+    row["paper_aime24"] = paper[0] if paper else np.nan
+    row["paper_row"] = paper[1] if paper else ""
+    return row, notes
+
+
 def comparison_table(
     data: RunSet | pd.DataFrame,
     *,
     baseline: str | None = None,
     metrics: tuple[TableMetric, ...] = TABLE_METRICS,
     confidence: float = 0.95,
+    ci: str = "t",
+    bootstrap: dict | None = None,
 ) -> pd.DataFrame:
     """The comparison table, numeric: one row per configuration label (index ``config``).
 
     For each metric ``m`` of ``metrics``: ``m`` (mean over seeds), ``m_lo``/``m_hi``
-    (Student-t ``confidence`` interval; NaN when n = 1) and ``m_n``. Then
+    (Student-t ``confidence`` interval, clipped to the metric's ``bounds``; NaN when n = 1),
+    ``m_n`` and ``m_sd`` (sd across seeds). ``ci="bootstrap"``: final accuracy and its difference
+    from the hierarchical bootstrap (``bootstrap``: keyword arguments of
+    :func:`dapo_exp.analysis.bootstrap.config_intervals`: B, seed, levels, kind). Then
     ``d_final_acc`` (+ ``_lo``, ``_hi``, ``_n``, ``_p``) and ``d_test``: final accuracy
     minus the baseline's, in percentage points, paired t by seed when the seeds match,
     Welch's t otherwise; ``paper_aime24`` and ``paper_row`` (NaN / "" where the
     configuration is not a row of the paper). ``n``: included runs; ``seeds``;
     ``excluded``: runs of that configuration left out (failed, killed, running).
 
-    ``attrs``: ``baseline``, ``confidence``, ``n_excluded``, ``excluded`` (the excluded
+    ``d_note``: why a difference has no interval although n >= 2 ("identical per seed").
+
+    ``attrs``: ``baseline``, ``confidence``, ``ci``, ``n_excluded``, ``excluded`` (the excluded
     runs as records: run, label, seed, status, exclude_reason), ``notes`` (warnings, e.g. a seed
     that occurs twice in one configuration) and ``caption``.
 
     Runs are grouped by ``label`` alone (the switch states): runs that differ in
     another knob (model, lr, task) land in one row; analyse such sweeps separately.
     """
+    if ci not in CIS:
+        raise ValueError(f"ci={ci!r}: choose one of {', '.join(CIS)}")
     runs = _runs_frame(data)
     labels = order_labels(runs["label"]) if len(runs) else []
     inc = runs[runs["included"]] if len(runs) else runs
@@ -126,55 +193,74 @@ def comparison_table(
         baseline = baseline_label(inc["label"]) if len(inc) else None
     diff = next((m for m in metrics if m.key == DIFF_KEY), None)
 
-    def per_seed(label: str, m: TableMetric) -> pd.Series:
-        g = inc[inc["label"] == label]
-        if m.source not in g:
-            return pd.Series(dtype=float)
-        return pd.Series(g[m.source].to_numpy(dtype=float) * m.scale, index=g["seed"].to_numpy()).dropna()
-
     rows, notes = [], []
     for label in labels:
-        g = inc[inc["label"] == label]
-        dup = sorted({str(s) for s in g["seed"][g["seed"].duplicated()]})
-        if dup:
-            notes.append(
-                f"{label}: seed(s) {', '.join(dup)} appear in more than one run (another sweep, or another "
-                "setting of a knob that is not a switch); each run counts as a sample and the difference is Welch's"
-            )
-        row: dict[str, object] = {
-            "config": label,
-            "n": int(len(g)),
-            "seeds": ",".join(str(s) for s in sorted(g["seed"].tolist(), key=str)),
-            "excluded": int(((runs["label"] == label) & ~runs["included"]).sum()),
-        }
-        for m in metrics:
-            iv = t_interval(per_seed(label, m), confidence)
-            row.update({m.key: iv.mean, f"{m.key}_lo": iv.lo, f"{m.key}_hi": iv.hi, f"{m.key}_n": iv.n})
-        d = f"d_{DIFF_KEY}"
-        row.update({d: np.nan, f"{d}_lo": np.nan, f"{d}_hi": np.nan, f"{d}_n": 0, f"{d}_p": np.nan, "d_test": ""})
-        if diff is not None and baseline is not None and label != baseline and baseline in set(inc["label"]):
-            iv = difference(per_seed(label, diff), per_seed(baseline, diff), confidence)
-            row.update({d: iv.mean, f"{d}_lo": iv.lo, f"{d}_hi": iv.hi, f"{d}_n": iv.n, f"{d}_p": iv.p})
-            row["d_test"] = iv.test
-        elif label == baseline:
-            row["d_test"] = "baseline"
-        paper = PAPER_AIME24.get(label)
-        row["paper_aime24"] = paper[0] if paper else np.nan
-        row["paper_row"] = paper[1] if paper else ""
+        row, note = _row(label, runs, inc, metrics, confidence, diff, baseline)
         rows.append(row)
+        notes += note
     table = pd.DataFrame(rows).set_index("config") if rows else pd.DataFrame(index=pd.Index([], name="config"))
+    if ci == "bootstrap" and diff is not None and len(table):
+        _bootstrap_columns(table, inc, diff, baseline, confidence, bootstrap or {})
     excluded = runs[~runs["included"]] if len(runs) else runs
     table.attrs["baseline"] = baseline
     table.attrs["confidence"] = confidence
+    table.attrs["ci"] = ci
     table.attrs["n_excluded"] = int(len(excluded))
     # plain records, not a DataFrame: pandas compares attrs when it concatenates frames
     table.attrs["excluded"] = (
         excluded[["run", "label", "seed", "status", "exclude_reason"]].to_dict("records") if len(excluded) else []
     )
     table.attrs["metrics"] = [m.key for m in metrics]
-    table.attrs["notes"] = notes
+    table.attrs["notes"] = notes + table.attrs.get("notes", [])
     table.attrs["caption"] = caption(table)
     return table
+
+
+def _clip(lo: float, hi: float, bounds: tuple[float, float] | None) -> tuple[float, float]:
+    if bounds is None or math.isnan(lo) or math.isnan(hi):
+        return lo, hi
+    return max(lo, bounds[0]), min(hi, bounds[1])
+
+
+def _bootstrap_columns(table, inc, diff: TableMetric, baseline, confidence, kw) -> None:
+    """Replace the final-accuracy interval and its difference by the hierarchical bootstrap's (in place)."""
+    from dapo_exp.analysis import bootstrap as boot
+
+    cube = boot.eval_cube(inc)
+    kw = {"confidence": confidence, **kw}
+    b = boot.config_intervals(cube, baseline=baseline, **kw)
+    d = f"d_{DIFF_KEY}"
+    for label in b.index:
+        r = b.loc[label]
+        lo, hi = _clip(r["acc_lo"], r["acc_hi"], diff.bounds)
+        table.loc[label, [f"{DIFF_KEY}_lo", f"{DIFF_KEY}_hi"]] = [lo, hi]
+        if "d_acc" in b and np.isfinite(r.get("d_acc", np.nan)):
+            table.loc[label, [d, f"{d}_lo", f"{d}_hi", f"{d}_p"]] = [r["d_acc"], r["d_acc_lo"], r["d_acc_hi"],
+                                                                   r["d_acc_p"]]
+            table.loc[label, "d_test"] = r["d_test"]
+            table.loc[label, "d_note"] = "" if np.isfinite(r["d_acc_lo"]) or r["d_acc_se"] != 0 else IDENTICAL_PAIRED
+    # the bootstrap's avg@k comes from the samples: it must be the summary's final accuracy
+    gap = float((b["acc"] - table.loc[b.index, DIFF_KEY]).abs().max())
+    table.attrs["bootstrap"] = {**b.attrs, "max_gap_to_summary_pp": gap}
+    if gap > 0.05:
+        table.attrs.setdefault("notes", []).append(
+            f"the avg@k recomputed from eval_samples.jsonl differs from summary.json's final accuracy by up to "
+            f"{gap:.2f} pp; the bootstrap intervals are centred on the samples' value"
+        )
+
+
+def warning_line(table: pd.DataFrame) -> str:
+    """"**Warning: ...**" when a row has fewer than 3 seeds, else ""."""
+    if not len(table) or "n" not in table:
+        return ""
+    few = [f"{l} (n={int(n)})" for l, n in table["n"].items() if n < MIN_SEEDS]
+    if not few:
+        return ""
+    return (
+        f"**Warning: fewer than {MIN_SEEDS} seeds in {', '.join(few)}.** With n = 2 the 95% t interval is "
+        "12.7 standard errors wide on each side (t_{0.975,1}); with n = 1 it is undefined. Read such rows as "
+        "'not yet measured'."
+    )
 
 
 def caption(table: pd.DataFrame) -> str:
@@ -185,13 +271,22 @@ def caption(table: pd.DataFrame) -> str:
     parts = [
         f"Mean over seeds ± half-width of the {conf}% Student-t confidence interval "
         f"(t_{{{(1 + conf / 100) / 2:.3f}, n-1}} · s / √n); n/a where n = 1 (undefined); "
-        "(n=k) marks a cell with fewer values than the row's n.",
+        "(n=k) marks a cell with fewer values than the row's n; mean [lo, hi]: the interval clipped to the "
+        "metric's range (accuracy 0-100, fractions 0-1, lengths, entropy and times >= 0).",
         "end: last logged value of the training metric; avg: mean over the logged training steps.",
     ]
     if base:
         parts.append(
             f"Δ final acc: difference to {base} in percentage points with its {conf}% CI — "
-            "paired t on per-seed differences when the seeds match, Welch's t otherwise (column Δ test)."
+            "paired t on per-seed differences when the seeds match, Welch's t otherwise (column Δ test); "
+            "n/a (identical per seed): the per-seed differences are all equal, so their spread is unknown."
+        )
+    bs = table.attrs.get("bootstrap")
+    if table.attrs.get("ci") == "bootstrap" and bs:
+        parts.append(
+            f"final acc and Δ: hierarchical bootstrap instead ({bs.get('B')} replicates, seed {bs.get('seed')}, "
+            f"resampling {' > '.join(bs.get('levels', ()))} over {bs.get('problems')} problems; "
+            "estimate ± t_{0.975, S-1} · se* · √(S/(S-1)), S seeds; dapo_exp.analysis.bootstrap)."
         )
     parts.append(
         f"{PAPER_HEADER}: from Table 1 of arXiv 2503.14476 and its verl re-runs of the released recipe; "
@@ -208,13 +303,27 @@ def _fmt(x: float, digits: int) -> str:
     return "" if x is None or (isinstance(x, float) and math.isnan(x)) else f"{x:.{digits}f}"
 
 
-def _cell(mean: float, lo: float, hi: float, n: int, row_n: int | None, digits: int, signed: bool = False) -> str:
-    """``mean ± half-width``; "n/a" for an undefined interval; ``(n=k)`` when k differs from ``row_n``."""
+def _cell(
+    mean: float,
+    lo: float,
+    hi: float,
+    n: int,
+    row_n: int | None,
+    digits: int,
+    signed: bool = False,
+    note: str = "",
+) -> str:
+    """``mean ± half-width``, or ``mean [lo, hi]`` when the interval is not symmetric (clipped to
+    the metric's range); "n/a" (with ``note``) for an undefined interval; ``(n=k)`` when k differs from ``row_n``."""
     if n == 0 or math.isnan(mean):
         return ""
     m = f"{mean:+.{digits}f}" if signed else f"{mean:.{digits}f}"
-    h = "n/a" if math.isnan(lo) or math.isnan(hi) else f"{(hi - lo) / 2:.{digits}f}"
-    s = f"{m} ± {h}"
+    if math.isnan(lo) or math.isnan(hi):
+        s = f"{m} ± n/a" + (f" ({note})" if note else "")
+    elif abs((hi - mean) - (mean - lo)) > 0.5 * 10**-digits:
+        s = f"{m} [{lo:.{digits}f}, {hi:.{digits}f}]"
+    else:
+        s = f"{m} ± {(hi - lo) / 2:.{digits}f}"
     if row_n is not None and n != row_n:
         s += f" (n={n})"
     return s
@@ -237,7 +346,8 @@ def format_table(table: pd.DataFrame, metrics: tuple[TableMetric, ...] = TABLE_M
             row[f"Δ final acc vs {base} (pp)"] = (
                 "—"
                 if r["d_test"] == "baseline"
-                else _cell(r[d], r[f"{d}_lo"], r[f"{d}_hi"], int(r[f"{d}_n"]), None, digits.get(DIFF_KEY, 1), True)
+                else _cell(r[d], r[f"{d}_lo"], r[f"{d}_hi"], int(r[f"{d}_n"]), None, digits.get(DIFF_KEY, 1), True,
+                           r.get("d_note", "") if isinstance(r.get("d_note", ""), str) else "")
             )
             row["Δ test"] = r["d_test"]
         row[PAPER_HEADER] = _fmt(r["paper_aime24"], 0)
@@ -248,7 +358,9 @@ def format_table(table: pd.DataFrame, metrics: tuple[TableMetric, ...] = TABLE_M
 
 def table_markdown(table: pd.DataFrame) -> str:
     """Caption, the table in Markdown, and the list of excluded runs."""
-    lines = [f"**Comparison table.** {table.attrs.get('caption', caption(table))}", ""]
+    warn = warning_line(table)
+    lines = [warn, ""] if warn else []
+    lines += [f"**Comparison table.** {table.attrs.get('caption', caption(table))}", ""]
     if len(table):
         lines.append(format_table(table).to_markdown(index=False))
     else:
@@ -266,6 +378,8 @@ def table_latex(table: pd.DataFrame) -> str:
     """The table as a LaTeX ``table`` environment (booktabs) with its caption."""
     f = format_table(table)
     cap = table.attrs.get("caption", caption(table))
+    warn = warning_line(table).replace("**", "")
+    cap = f"{warn} {cap}" if warn else cap
     tex = f.to_latex(index=False, escape=True, caption=_latex_escape(cap), label="tab:dapo-ablation")
     return tex.replace("±", r"$\pm$").replace("Δ", r"$\Delta$").replace("—", "--")
 

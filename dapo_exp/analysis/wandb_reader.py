@@ -77,6 +77,7 @@ class WandbRun:
     project: str | None = None
     entity: str | None = None
     path: str | None = None  # local directory holding the run's files (offline), else None
+    job_type: str | None = None  # "analysis" for the summary runs of dapo_exp.analysis.wandb_writer
 
 
 # --------------------------------------------------------------------------- #
@@ -216,6 +217,7 @@ def parse_wandb_file(path: str | os.PathLike) -> WandbRun:
             run.project, run.entity = r.project or None, r.entity or None
             run.group, run.name = r.run_group or None, r.display_name or None
             run.tags = list(r.tags)
+            run.job_type = r.job_type or None
             _apply_updates(run.config, r.config)
             _apply_updates(run.summary, r.summary)
         elif kind == "config":
@@ -270,7 +272,13 @@ def read_offline(
     return [r for r in runs if _keep(r, group, tags)]
 
 
+# job_type of the analysis's own summary runs (dapo_exp.analysis.wandb_writer.JOB_TYPE): not training runs
+ANALYSIS_JOB_TYPE = "analysis"
+
+
 def _keep(run: WandbRun, group: str | None, tags: list[str] | None) -> bool:
+    if run.job_type == ANALYSIS_JOB_TYPE:
+        return False
     if group is not None and run.group != group:
         return False
     return all(t in run.tags for t in (tags or []))
@@ -316,6 +324,7 @@ def _api_run(run: Any, entity: str, project: str) -> WandbRun:
         tags=list(getattr(run, "tags", []) or []),
         project=project,
         entity=entity,
+        job_type=getattr(run, "job_type", None),
     )
 
 
@@ -353,6 +362,8 @@ def fetch_online(
         return [r for r in cached if r is not None]
     out = []
     for ar in api_runs:
+        if getattr(ar, "job_type", None) == ANALYSIS_JOB_TYPE:
+            continue  # the summary run of an earlier analysis, in the same group
         d = _run_cache_dir(cache, entity, project, ar.id)
         cached = None if refresh else _load_cached(d)
         if cached is not None and cached.state == ar.state and ar.state in TERMINAL_STATES:

@@ -1,0 +1,231 @@
+"""Seed planning: how many seeds a comparison needs, from the variances of a pilot sweep.
+
+For each metric, from the pilot:
+
+- ``sd``: the seed-to-seed standard deviation within a configuration, pooled over configurations
+  (``sqrt(sum (n_c - 1) s_c^2 / sum (n_c - 1))``, df = sum (n_c - 1));
+- ``sd_paired``: the standard deviation of per-seed differences to the baseline configuration
+  (runs with the same seed share data order and sampling stream, so pairing removes the shared
+  part), pooled over the configurations whose seeds match the baseline's.
+
+Then, for a difference of ``delta`` (in the table's unit: percentage points for accuracy), at
+two-sided alpha 0.05 and power 0.8 (``statsmodels.stats.power``):
+
+- unpaired: seeds per configuration from ``TTestIndPower`` (two-sample t, equal variances),
+  effect size ``delta / sd``;
+- paired: seeds (pairs) from ``TTestPower`` (one-sample t on the differences), effect size
+  ``delta / sd_paired``;
+- the same two at the 80% upper confidence limit of the pilot's sd (``sd * sqrt(df / chi2_{0.2,
+  df})``): a pilot of a few seeds estimates the sd loosely, and too few seeds is the costly error;
+- the half-width of the 95% t interval that N seeds give for a configuration's mean
+  (``t_{N-1} sd / sqrt(N)``), a paired difference (``t_{N-1} sd_paired / sqrt(N)``), an unpaired
+  one (``t_{2N-2} sd sqrt(2 / N)``), and a main effect or two-way interaction of the 2^(5-1)
+  fractional design with N seeds (``t_{15(N-1)} 2 sd_e / sqrt(16 N)``, sd_e = sd_paired / sqrt(2)
+  the residual sd once the seed block is removed; sd where there is no paired estimate).
+
+The pilot is a sweep directory (per-seed values from its runs) or a ``table.csv`` written by the
+analysis (its ``<metric>_sd`` columns, or, for tables written before those existed, the sd backed
+out of the t interval: ``s = half-width sqrt(n) / t_{n-1}``).
+"""
+
+from __future__ import annotations
+
+import math
+import os
+from pathlib import Path
+from typing import Sequence
+
+import numpy as np
+import pandas as pd
+from scipy import stats
+
+from dapo_exp.analysis.table import DIFF_KEY, TABLE_METRICS, TableMetric, baseline_label, order_labels
+
+ALPHA = 0.05
+POWER = 0.8
+DEFAULT_METRICS = ("final_acc", "best_acc")
+DEFAULT_N = (2, 3, 5, 10, 20)
+FRACTIONAL_RUNS = 16  # configurations of the 2^(5-1) design
+
+
+def _metrics(keys: Sequence[str]) -> list[TableMetric]:
+    by = {m.key: m for m in TABLE_METRICS}
+    bad = [k for k in keys if k not in by]
+    if bad:
+        raise ValueError(f"metrics {bad}: choose from {', '.join(by)}")
+    return [by[k] for k in keys]
+
+
+def _pool(sds: Sequence[float], ns: Sequence[int]) -> tuple[float, int]:
+    num = sum((n - 1) * s**2 for s, n in zip(sds, ns) if n >= 2 and np.isfinite(s))
+    df = sum(n - 1 for s, n in zip(sds, ns) if n >= 2 and np.isfinite(s))
+    return (math.sqrt(num / df), int(df)) if df > 0 else (float("nan"), 0)
+
+
+def variances_from_runs(path: str | os.PathLike | Sequence, metrics: Sequence[str] = DEFAULT_METRICS) -> pd.DataFrame:
+    """Per metric: ``sd, df, sd_paired, df_paired, configs, baseline`` from a pilot's runs."""
+    from dapo_exp.analysis.runs import RunSet, load_runs
+
+    data = path if isinstance(path, RunSet) else load_runs(path)
+    inc = data.included
+    labels = order_labels(inc["label"])
+    base = baseline_label(labels) or (labels[0] if labels else None)
+    rows = []
+    for m in _metrics(metrics):
+        per = {
+            l: pd.Series(g[m.source].to_numpy(float) * m.scale, index=g["seed"].to_numpy()).dropna()
+            for l, g in inc.groupby("label")
+            if m.source in g
+        }
+        sd, df = _pool([s.std(ddof=1) if len(s) > 1 else np.nan for s in per.values()], [len(s) for s in per.values()])
+        dsd, dn = [], []
+        if base in per:
+            b = per[base]
+            for l, s in per.items():
+                if l == base or not (s.index.is_unique and set(s.index) == set(b.index)):
+                    continue
+                d = (s - b.reindex(s.index)).dropna()
+                if len(d) > 1:
+                    dsd.append(float(d.std(ddof=1)))
+                    dn.append(len(d))
+        psd, pdf = _pool(dsd, dn)
+        rows.append({"metric": m.key, "header": m.header, "configs": len(per), "sd": sd, "df": df,
+                     "sd_paired": psd, "df_paired": pdf, "baseline": base})
+    return pd.DataFrame(rows).set_index("metric")
+
+
+def variances_from_table(csv: str | os.PathLike, metrics: Sequence[str] = DEFAULT_METRICS) -> pd.DataFrame:
+    """The same from a ``table.csv`` (sd columns, else backed out of the t intervals)."""
+    t = pd.read_csv(csv, index_col="config")
+    base = next((c for c in t.index if t.loc[c, "d_test"] == "baseline"), None) if "d_test" in t else None
+
+    def sd_of(prefix: str, row) -> float:
+        if f"{prefix}_sd" in t and np.isfinite(row.get(f"{prefix}_sd", np.nan)):
+            return float(row[f"{prefix}_sd"])
+        n = int(row.get(f"{prefix}_n", 0) or 0)
+        lo, hi = row.get(f"{prefix}_lo", np.nan), row.get(f"{prefix}_hi", np.nan)
+        if n < 2 or not np.isfinite(lo) or not np.isfinite(hi):
+            return float("nan")
+        return float((hi - lo) / 2 * math.sqrt(n) / stats.t.ppf(0.975, n - 1))
+
+    rows = []
+    for m in _metrics(metrics):
+        if m.key not in t:
+            continue
+        sds = [sd_of(m.key, r) for _, r in t.iterrows()]
+        ns = [int(r.get(f"{m.key}_n", 0) or 0) for _, r in t.iterrows()]
+        sd, df = _pool(sds, ns)
+        psd, pdf = float("nan"), 0
+        if m.key == DIFF_KEY and "d_test" in t:
+            paired = t[t["d_test"].fillna("").str.startswith("paired")]
+            psd, pdf = _pool([sd_of(f"d_{DIFF_KEY}", r) for _, r in paired.iterrows()],
+                             [int(r[f"d_{DIFF_KEY}_n"]) for _, r in paired.iterrows()])
+        rows.append({"metric": m.key, "header": m.header, "configs": len(t), "sd": sd, "df": df,
+                     "sd_paired": psd, "df_paired": pdf, "baseline": base})
+    return pd.DataFrame(rows).set_index("metric")
+
+
+def pilot_variances(source, metrics: Sequence[str] = DEFAULT_METRICS) -> pd.DataFrame:
+    """From a sweep directory / RunSet, or a ``table.csv`` (a file ending in .csv)."""
+    if isinstance(source, (str, os.PathLike)) and str(source).endswith(".csv"):
+        return variances_from_table(source, metrics)
+    return variances_from_runs(source, metrics)
+
+
+def seeds_unpaired(delta: float, sd: float, power: float = POWER, alpha: float = ALPHA) -> int:
+    """Seeds per configuration for a two-sample t test to detect ``delta`` with ``power``."""
+    from statsmodels.stats.power import TTestIndPower
+
+    return _solve(TTestIndPower(), delta, sd, power, alpha, ratio=1.0)
+
+
+def seeds_paired(delta: float, sd_diff: float, power: float = POWER, alpha: float = ALPHA) -> int:
+    """Seeds (pairs) for a paired t test (one-sample t on per-seed differences)."""
+    from statsmodels.stats.power import TTestPower
+
+    return _solve(TTestPower(), delta, sd_diff, power, alpha)
+
+
+def _solve(analysis, delta, sd, power, alpha, **kw) -> int:
+    if not (np.isfinite(sd) and sd > 0 and delta > 0):
+        return -1
+    es = delta / sd
+    # power at n = 2 (the least that gives an interval) already enough
+    nobs = "nobs1" if kw else "nobs"  # TTestIndPower names the group size nobs1
+    if analysis.power(effect_size=es, alpha=alpha, **{nobs: 2}, **kw) >= power:
+        return 2
+    n = analysis.solve_power(effect_size=es, alpha=alpha, power=power, alternative="two-sided", **{nobs: None}, **kw)
+    return int(math.ceil(float(np.squeeze(n)) - 1e-9))
+
+
+def upper_sd(sd: float, df: int, level: float = 0.8) -> float:
+    """The one-sided ``level`` upper confidence limit of a standard deviation with ``df`` degrees of freedom."""
+    if df < 1 or not np.isfinite(sd):
+        return float("nan")
+    return float(sd * math.sqrt(df / stats.chi2.ppf(1 - level, df)))
+
+
+def half_widths(sd: float, sd_paired: float, n: int, confidence: float = 0.95) -> dict[str, float]:
+    """Half-widths (same unit as sd) of the 95% intervals that ``n`` seeds give (see module doc)."""
+    q = lambda df: float(stats.t.ppf((1 + confidence) / 2, df)) if df > 0 else float("nan")  # noqa: E731
+    # residual sd once the seed block is removed; without a paired estimate, the within-configuration
+    # sd (which also holds the seed-to-seed part, so it over-states sd_e when seeds are correlated)
+    sd_e = sd_paired / math.sqrt(2) if np.isfinite(sd_paired) else sd
+    return {
+        "mean": q(n - 1) * sd / math.sqrt(n),
+        "paired diff": q(n - 1) * sd_paired / math.sqrt(n),
+        "unpaired diff": q(2 * n - 2) * sd * math.sqrt(2 / n),
+        "2^(5-1) effect": q(15 * (n - 1)) * 2 * sd_e / math.sqrt(FRACTIONAL_RUNS * n),
+    }
+
+
+def plan(source, delta: float, *, metrics: Sequence[str] = DEFAULT_METRICS, ns: Sequence[int] = DEFAULT_N,
+         power: float = POWER, alpha: float = ALPHA) -> pd.DataFrame:
+    """One row per metric: the pilot's variances, seeds needed, and half-widths at each N in ``ns``."""
+    v = pilot_variances(source, metrics)
+    rows = []
+    for key, r in v.iterrows():
+        row = r.to_dict()
+        row["delta"] = delta
+        row["n_unpaired"] = seeds_unpaired(delta, r["sd"], power, alpha)
+        row["n_paired"] = seeds_paired(delta, r["sd_paired"], power, alpha)
+        row["n_unpaired_sd80"] = seeds_unpaired(delta, upper_sd(r["sd"], int(r["df"])), power, alpha)
+        row["n_paired_sd80"] = seeds_paired(delta, upper_sd(r["sd_paired"], int(r["df_paired"])), power, alpha)
+        for n in ns:
+            for what, h in half_widths(r["sd"], r["sd_paired"], n).items():
+                row[f"hw {what} @{n}"] = h
+        rows.append({"metric": key, **row})
+    out = pd.DataFrame(rows).set_index("metric")
+    out.attrs.update({"delta": delta, "power": power, "alpha": alpha, "ns": tuple(ns), "source": str(source)})
+    return out
+
+
+def format_plan(p: pd.DataFrame) -> str:
+    """The plan as text: one block per metric."""
+    ns = p.attrs.get("ns", DEFAULT_N)
+    d, pw, a = p.attrs["delta"], p.attrs["power"], p.attrs["alpha"]
+    lines = [
+        f"Seed plan from {p.attrs.get('source')}: detect a difference of {d:g} (table units; pp for accuracy) "
+        f"with power {pw:g} at two-sided alpha {a:g}.",
+    ]
+    n_txt = lambda n: "n/a (no pilot variance)" if n < 0 else str(n)  # noqa: E731
+    for key, r in p.iterrows():
+        lines += [
+            "",
+            f"{r['header']}: pilot sd across seeds {r['sd']:.2f} (pooled over {r['configs']} configurations, "
+            f"{int(r['df'])} df); sd of per-seed differences to {r['baseline']} "
+            + (f"{r['sd_paired']:.2f} ({int(r['df_paired'])} df)" if np.isfinite(r["sd_paired"]) else "n/a"),
+            f"  seeds per configuration for power {pw:g}: unpaired {n_txt(r['n_unpaired'])}, "
+            f"paired {n_txt(r['n_paired'])}; with the sd at its 80% upper bound: "
+            f"unpaired {n_txt(r['n_unpaired_sd80'])}, paired {n_txt(r['n_paired_sd80'])}",
+        ]
+        hw = pd.DataFrame(
+            {
+                f"N={n}": [r[f"hw {w} @{n}"] for w in ("mean", "paired diff", "unpaired diff", "2^(5-1) effect")]
+                for n in ns
+            },
+            index=["mean ±", "paired diff ±", "unpaired diff ±", "2^(5-1) effect ±"],
+        )
+        lines.append("  95% half-width with N seeds:")
+        lines += ["    " + l for l in hw.to_string(float_format=lambda x: f"{x:.1f}", na_rep="n/a").splitlines()]
+    return "\n".join(lines) + "\n"
