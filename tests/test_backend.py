@@ -189,6 +189,9 @@ def launched(tmp_path):
     fake.write_text(FAKE_VERL.format(python=sys.executable))
     fake.chmod(0o755)
     (tmp_path / "model").mkdir()
+    # what check_model_source asks of a model directory; the stand-in verl never loads it
+    for name in ("config.json", "model.safetensors", "tokenizer.json"):
+        (tmp_path / "model" / name).write_text("{}")
     data = _data(tmp_path)
 
     def make(*overrides: str):
