@@ -39,6 +39,23 @@ def _at_step(monkeypatch, step, action):
     monkeypatch.setattr(T, "collect_groups", hooked)
 
 
+def _long_run(tmp_path, warm_cache, rows: int):
+    """``python run.py`` of 500 small steps in a subprocess, returned once ``rows`` metric rows are logged."""
+    import time
+
+    from conftest import SMALL
+
+    run_dir = tmp_path / "run"
+    cmd = [sys.executable, "run.py", *SMALL, "train.steps=500", "checkpoint.every=100",
+           f"model.cache_dir={warm_cache}", f"hydra.run.dir={run_dir}"]
+    proc = subprocess.Popen(cmd, cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+    deadline = time.monotonic() + 300
+    while len(rundir.read_jsonl(run_dir / rundir.METRICS)) < rows and time.monotonic() < deadline:
+        assert proc.poll() is None, proc.communicate()[0][-2000:]
+        time.sleep(0.05)
+    return proc, run_dir, cmd
+
+
 # --------------------------------------------------------------------------- #
 # one writer per run                                                            #
 # --------------------------------------------------------------------------- #
@@ -60,18 +77,7 @@ def test_a_lock_left_by_a_dead_process_is_taken_over(tmp_path, capsys):
 def test_two_identical_commands_one_writes_the_other_is_refused(tmp_path, warm_cache):
     """The resubmitted-job case, with two real processes: the second exits naming the holder's pid
     and writes nothing; the first's files have each row once (it is then stopped with SIGTERM)."""
-    import time
-
-    from conftest import SMALL
-
-    run_dir = tmp_path / "run"
-    cmd = [sys.executable, "run.py", *SMALL, "train.steps=500", "checkpoint.every=100",
-           f"model.cache_dir={warm_cache}", f"hydra.run.dir={run_dir}"]
-    first = subprocess.Popen(cmd, cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
-    deadline = time.monotonic() + 300
-    while len(rundir.read_jsonl(run_dir / rundir.METRICS)) < 2 and time.monotonic() < deadline:
-        assert first.poll() is None, first.communicate()[0][-2000:]
-        time.sleep(0.05)
+    first, run_dir, cmd = _long_run(tmp_path, warm_cache, rows=2)
     second = subprocess.run(cmd, cwd=ROOT, capture_output=True, text=True, timeout=300)
     assert second.returncode != 0 and f"in use by pid {first.pid}" in second.stdout + second.stderr
     first.send_signal(signal.SIGTERM)
@@ -109,18 +115,7 @@ def test_a_signal_stops_cleanly_and_the_rerun_resumes_to_the_same_metrics(sig, t
 
 @pytest.mark.slow
 def test_sigterm_to_the_process_exits_143_with_a_stopped_summary(tmp_path, warm_cache):
-    from conftest import SMALL
-
-    run_dir = tmp_path / "run"
-    cmd = [sys.executable, "run.py", *SMALL, "train.steps=500", "checkpoint.every=100",
-           f"model.cache_dir={warm_cache}", f"hydra.run.dir={run_dir}"]
-    proc = subprocess.Popen(cmd, cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
-    import time
-
-    deadline = time.monotonic() + 300
-    while len(rundir.read_jsonl(run_dir / rundir.METRICS)) < 3 and time.monotonic() < deadline:
-        assert proc.poll() is None, proc.communicate()[0][-2000:]
-        time.sleep(0.05)
+    proc, run_dir, _ = _long_run(tmp_path, warm_cache, rows=3)
     proc.send_signal(signal.SIGTERM)
     out = proc.communicate(timeout=300)[0]
     assert proc.returncode == 128 + signal.SIGTERM, out[-2000:]
