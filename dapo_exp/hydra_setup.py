@@ -20,7 +20,7 @@ from dapo_exp import fixes
 CONFIG_DIR = str(Path(__file__).resolve().parent.parent / "conf")
 
 
-MAX_DIRNAME = 64  # longer job directory names keep a readable prefix and a hash of the whole
+MAX_DIRNAME = 120  # longer job directory names keep a readable prefix and a hash of the whole
 
 
 def _short(name: str) -> str:

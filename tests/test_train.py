@@ -136,8 +136,10 @@ def test_a_failed_job_does_not_take_down_the_sweep(tmp_path, warm_cache):
             f"model.cache_dir={warm_cache}"]
     out = subprocess.run(args, cwd=ROOT, capture_output=True, text=True, timeout=900)
     assert out.returncode == 0, out.stderr[-3000:]
-    (bad_dir,) = [p for p in tmp_path.iterdir() if "rollout.n=1" in p.name]
-    (good_dir,) = [p for p in tmp_path.iterdir() if "rollout.n=4" in p.name]
+    # a job directory's full overrides are in .hydra/overrides.yaml (its name may be shortened)
+    jobs = {p: (p / ".hydra" / "overrides.yaml").read_text() for p in tmp_path.iterdir() if (p / ".hydra").is_dir()}
+    (bad_dir,) = [p for p, o in jobs.items() if "rollout.n=1\n" in o]
+    (good_dir,) = [p for p, o in jobs.items() if "rollout.n=4\n" in o]
     bad = json.loads((bad_dir / rundir.SUMMARY).read_text())
     good = json.loads((good_dir / rundir.SUMMARY).read_text())
     assert bad["status"] == "failed" and "rollout.n" in bad["error"]
