@@ -9,14 +9,15 @@ nothing of the project.
 Run directory layout::
 
     <run>/config.json          written at the start: {"config": <resolved config>, "git_commit",
-                               "label", "switches"} (what the analysis reads of a run killed
-                               before it wrote a summary)
+                               "label", "switches", "environment"} (what the analysis reads of a
+                               run killed before it wrote a summary; environment: package
+                               versions and thread count, see environment())
     <run>/metrics.jsonl        one JSON object per line: {"step": int, "<ns>/<name>": float, ...}
                                training lines every rollout step; eval lines (keys "eval/...")
                                at the steps where evaluation ran (step 0 = before training)
     <run>/summary.json         written at the end (status "finished") or on a crash ("failed"):
                                {"status", "label", "preset", "switches": {fix: bool}, "seed",
-                                "config": <resolved config>, "git_commit", "wall_time_s",
+                                "config": <resolved config>, "git_commit", "environment", "wall_time_s",
                                 "steps_done", "final": {"eval/...": float}, "best": {...},
                                 "base": {...eval at step 0}, "error": str | None}
     <run>/eval_samples.jsonl   every evaluation sample: {"step", "problem_id", "sample",
@@ -144,6 +145,29 @@ def git_commit() -> str:
         return sha + ("+dirty" if dirty else "")
     except Exception:  # noqa: BLE001 - not a git checkout (installed package)
         return "unknown"
+
+
+# the packages whose versions can change what a run computes
+ENV_PACKAGES = ("torch", "transformers", "tokenizers", "safetensors", "numpy", "vllm", "hydra-core")
+
+
+def environment() -> dict[str, Any]:
+    """What besides the commit decides a run's numbers: Python, package versions, torch's thread
+    count (float reductions depend on it) and the platform. Recorded in config.json and summary.json."""
+    import platform
+    import sys
+    from importlib import metadata
+
+    versions = {}
+    for name in ENV_PACKAGES:
+        try:
+            versions[name] = metadata.version(name)
+        except metadata.PackageNotFoundError:
+            versions[name] = None
+    torch = sys.modules.get("torch")
+    return {"python": platform.python_version(), "platform": platform.platform(), "packages": versions,
+            "torch_threads": torch.get_num_threads() if torch is not None else None,
+            "omp_num_threads": os.environ.get("OMP_NUM_THREADS")}
 
 
 # --------------------------------------------------------------------------- #

@@ -434,12 +434,12 @@ def _train_locked(cfg: DictConfig, out: Path, t_start: float) -> dict[str, Any]:
 
     label, switches = run_label(cfg), fixes.switches(cfg.algo)
     resolved = OmegaConf.to_container(cfg, resolve=True)
-    commit = rundir.git_commit()
+    commit, env = rundir.git_commit(), rundir.environment()
     rundir.write_json(out / rundir.CONFIG, {"config": resolved, "git_commit": commit, "label": label,
-                                            "switches": switches})
+                                            "switches": switches, "environment": env})
     summary: dict[str, Any] = {
         "status": rundir.STATUS_RUNNING, "label": label, "preset": cfg.preset, "switches": switches,
-        "seed": cfg.seed, "config": resolved, "git_commit": commit, "error": None,
+        "seed": cfg.seed, "config": resolved, "git_commit": commit, "environment": env, "error": None,
     }
     cleanup: list = []  # what was opened: closed here if the run fails
     try:

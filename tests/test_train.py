@@ -171,3 +171,17 @@ def test_resume_survives_a_half_written_jsonl_line(tmp_path, small_cfg, monkeypa
             f.write('{"step": 3, "eval/acc_av')  # half-written
     assert train(cfg)["status"] == "finished"
     assert metrics(tmp_path / "cut") == metrics(tmp_path / "whole")
+
+
+@pytest.mark.slow
+def test_the_run_records_the_environment_that_decides_its_numbers(tmp_path, small_cfg):
+    """Package versions and torch's thread count go into config.json and summary.json."""
+    import torch
+    import transformers
+
+    s = train(small_cfg(tmp_path, "train.steps=1"))
+    for record in (s, json.loads((tmp_path / rundir.CONFIG).read_text())):
+        env = record["environment"]
+        assert env["packages"]["torch"] == torch.__version__
+        assert env["packages"]["transformers"] == transformers.__version__
+        assert env["torch_threads"] == torch.get_num_threads() and env["python"]
