@@ -89,8 +89,8 @@ def _fsync_dir(path: Path) -> None:
         os.close(fd)
 
 
-def write_json(path: str | os.PathLike, obj: Any) -> None:
-    """Write ``obj`` as JSON atomically: a sibling temporary file, fsync, rename.
+def write_text_atomic(path: str | os.PathLike, text: str) -> None:
+    """Replace ``path``'s content with ``text`` atomically: a sibling temporary file, fsync, rename.
 
     On failure (a full disk) the temporary file is removed and the old file, if any,
     is left as it was.
@@ -99,7 +99,7 @@ def write_json(path: str | os.PathLike, obj: Any) -> None:
     tmp = path.with_name(f".{path.name}.tmp-{os.getpid()}")
     try:
         with open(tmp, "w", encoding="utf-8") as f:
-            f.write(json.dumps(obj, indent=1, default=str))
+            f.write(text)
             f.flush()
             os.fsync(f.fileno())
         os.replace(tmp, path)
@@ -107,6 +107,11 @@ def write_json(path: str | os.PathLike, obj: Any) -> None:
         tmp.unlink(missing_ok=True)
         raise
     _fsync_dir(path.parent)
+
+
+def write_json(path: str | os.PathLike, obj: Any) -> None:
+    """Write ``obj`` as JSON atomically (:func:`write_text_atomic`)."""
+    write_text_atomic(path, json.dumps(obj, indent=1, default=str))
 
 
 def read_json(path: str | os.PathLike) -> dict[str, Any] | None:
@@ -201,14 +206,7 @@ def truncate_jsonl(path: str | os.PathLike, max_step: int) -> None:
     if not path.exists():
         return
     keep = [row for row in iter_jsonl(path) if _step_of(row) <= max_step]
-    tmp = path.with_name(f".{path.name}.tmp-{os.getpid()}")
-    try:
-        with open(tmp, "w", encoding="utf-8") as f:
-            f.write("".join(json.dumps(r, default=float) + "\n" for r in keep))
-        os.replace(tmp, path)
-    except BaseException:
-        tmp.unlink(missing_ok=True)
-        raise
+    write_text_atomic(path, "".join(json.dumps(r, default=float) + "\n" for r in keep))
 
 
 def _step_of(row: dict[str, Any]) -> float:

@@ -208,6 +208,7 @@ class Run:
     engine: Any
     train_prompts: list[list[int]]
     eval_prompts: list[list[int]]
+    answers: list[str]  # of the training problems, in train_prompts' order
     optimizer: torch.optim.Optimizer
     scheduler: Any
     fwd: ResponseForward
@@ -267,7 +268,8 @@ def build_run(cfg: DictConfig, out: Path, label: str, cleanup: list) -> Run:
                           autocast_dtype(cfg, device))
     return Run(cfg=cfg, out=out, label=label, device=device, task=task, tokenizer=tokenizer, model=model,
                model_path=model_path, ref_model=ref_model, verifier=verifier, engine=engine,
-               train_prompts=train_prompts, eval_prompts=eval_prompts, optimizer=optimizer, scheduler=scheduler,
+               train_prompts=train_prompts, eval_prompts=eval_prompts, answers=[p.answer for p in task.train],
+               optimizer=optimizer, scheduler=scheduler,
                fwd=fwd)
 
 
@@ -324,7 +326,6 @@ def start_tracking(run: Run, resolved: dict, commit: str, switches: dict[str, bo
 def rollout_groups(run: Run, step: int) -> tuple[list[Group], Any, dict[str, float]]:
     """Generate, score and (Dynamic Sampling) filter groups until the batch is full."""
     cfg, a, r = run.cfg, run.cfg.algo, run.cfg.rollout
-    answers = [p.answer for p in run.task.train]
     shaping = algorithms.active_shaping(a)
     counters = {"verify_timeouts": 0.0, "gen_seconds": 0.0}
 
@@ -336,7 +337,7 @@ def rollout_groups(run: Run, step: int) -> tuple[list[Group], Any, dict[str, flo
             seed=cfg.seed * 1_000_003 + step * 101 + round_idx))
         counters["gen_seconds"] += gens.stats.get("gen_seconds", 0.0)
         groups, timeouts = score_groups(
-            prompt_indices=idx, prompt_ids=prompts, gens=gens, group_size=r.n, answers=[answers[i] for i in idx],
+            prompt_indices=idx, prompt_ids=prompts, gens=gens, group_size=r.n, answers=[run.answers[i] for i in idx],
             tokenizer=run.tokenizer, verifier=run.verifier, shaping=shaping, algo=a, max_len=r.max_response_len)
         counters["verify_timeouts"] += timeouts
         return groups
