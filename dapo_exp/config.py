@@ -117,7 +117,7 @@ class TaskConfig:
     arith_n_train: int = 4000
     arith_n_eval: int = 64
     arith_max_operand: int = 9
-    arith_n_operands_max: int = 4
+    arith_n_operands_max: int = 6
     arith_ops: str = "+"
 
 
@@ -138,12 +138,20 @@ class ModelConfig:
     num_layers: int = 3
     num_heads: int = 3
     # tiny model only: supervised warm start (optimizer steps, lr, batch size)
-    warmstart_steps: int = 300
+    warmstart_steps: int = 600
     warmstart_lr: float = 3e-3
     warmstart_batch_size: int = 64
-    # tiny model only: fraction of warm-start targets that ramble past the cap / end wrong
-    warmstart_long_frac: float = 0.15
-    warmstart_wrong_frac: float = 0.3
+    # tiny model only: the warm start's strategy mix (dapo_exp/tasks/arith_warmstart.py).
+    # share of targets that are a bare `Answer: N` guess, and of guesses that are off
+    warmstart_guess_frac: float = 0.7
+    warmstart_guess_off_frac: float = 0.7
+    # of the step-by-step targets: share with a wrong answer, rambling past the cap, looping
+    warmstart_wrong_frac: float = 0.0
+    warmstart_long_frac: float = 0.0
+    warmstart_loop_frac: float = 0.0
+    # share of step-by-step targets whose first token is trained: < 1 keeps the step skill but
+    # makes choosing it rare (the Clip-Higher regime)
+    warmstart_step_first_frac: float = 1.0
     # where warm-started tiny models are cached (keyed by the settings above)
     cache_dir: str = "~/.cache/dapo_exp/warmstart"
 

@@ -233,6 +233,7 @@ def step_metrics(
         "actor/ppo_ratio_mean": upd["ratio_sum"] / n_tok,
         "actor/grad_norm": upd["grad_norm"] / n_upd,
         "actor/masked_token_frac": 1.0 - lm_tokens / max(resp_tokens, 1.0),
+        "actor/effective_batch_frac": float((batch.advantages != 0).float().mean()),
         "actor/zero_adv_token_frac": float(((tok_adv == 0).float() * batch.loss_mask).sum()) / max(lm_tokens, 1.0),
         "actor/n_updates": float(upd["n_updates"]),
         "perf/padding_waste": 1.0 - upd["real_tokens"] / max(upd["slots"], 1.0),
@@ -260,6 +261,16 @@ def sampling_metrics(ds: CollectStats, *, group_size: int, gen_seconds: float) -
         "dynamic_sampling/cap_hit": float(ds.cap_hit),
         "perf/gen_tokens_per_s": ds.gen_tokens / max(gen_seconds, 1e-9),
     }
+
+
+def sample_diagnostics(groups: list[Group], problems: list, diagnostics: Callable | None) -> dict[str, float]:
+    """The task's diagnostics over every response of the trained groups, as ``diag/<name>``."""
+    if diagnostics is None or not groups:
+        return {}
+    probs = [problems[g.prompt_index] for g in groups for _ in g.response_ids]
+    texts = [t for g in groups for t in g.meta["texts"]]
+    diag = diagnostics(probs, texts, [t for g in groups for t in g.truncated], [c for g in groups for c in g.correct])
+    return {f"diag/{name}": float(v) for name, v in diag.items()}
 
 
 def train_sample_rows(step: int, groups: list[Group], n_groups: int = 2) -> list[dict[str, Any]]:
@@ -290,8 +301,10 @@ class EvalSpec:
 def evaluate(
     model: torch.nn.Module, engine: Any, *, problems: list, prompt_ids: list[list[int]], tokenizer: Any,
     verifier: Any, fwd: ResponseForward, spec: EvalSpec, step: int, sample_writer: rundir.JsonlWriter,
+    diagnostics: Callable | None = None,
 ) -> dict[str, float]:
-    """avg@k, pass@k, maj@k, length, truncation and entropy on the held-out problems.
+    """avg@k, pass@k, maj@k, length, truncation and entropy on the held-out problems, and the
+    task's ``diagnostics`` (:data:`dapo_exp.tasks.DIAGNOSTICS`) of the samples as ``eval/diag_*``.
 
     ``fwd`` must score at the eval temperature (the entropy of the sampling distribution).
     """
@@ -316,6 +329,10 @@ def evaluate(
         ent_sum += float((ent * m).sum())
         tok += float(m.sum())
     metrics[rundir.EVAL_ENTROPY] = ent_sum / max(tok, 1.0)
+    if diagnostics is not None:
+        sample_problems = [p for p in problems for _ in range(k)]
+        diag = diagnostics(sample_problems, texts, list(gens.truncated), [bool(r.correct) for r in results])
+        metrics.update({f"eval/diag_{name}": float(v) for name, v in diag.items()})
     metrics["eval/verify_timeouts"] = float(sum(r.timed_out for r in results))
     metrics["timing_s/eval"] = time.perf_counter() - t0
     if spec.save_samples:

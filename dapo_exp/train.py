@@ -379,9 +379,17 @@ def train_on(run: Run, groups: list[Group], step: int) -> dict[str, float]:
     shaping_metrics = {name: term.metric for name, term in algorithms.REWARD_SHAPING.items()}
     m = {**mismatch, **steps.step_metrics(batch, old, upd, tok_adv, shaping_metrics=shaping_metrics,
                                            ppo_epochs=t.ppo_epochs, t_train=t_train)}
+    m.update(steps.sample_diagnostics(groups, run.task.train, _diagnostics(cfg)))
     run.state["cum_trained_rollouts"] += batch.size
     run.writers[rundir.TRAIN_SAMPLES].write(steps.train_sample_rows(step, groups))
     return m
+
+
+def _diagnostics(cfg: DictConfig) -> Any:
+    """The task's mechanism diagnostics (:data:`dapo_exp.tasks.DIAGNOSTICS`), or None."""
+    from dapo_exp.tasks import DIAGNOSTICS
+
+    return DIAGNOSTICS.get(cfg.task.name)
 
 
 def run_eval(run: Run, step: int) -> dict[str, float]:
@@ -393,7 +401,7 @@ def run_eval(run: Run, step: int) -> dict[str, float]:
     fwd = ResponseForward(run.tokenizer.pad_token_id, run.device, cfg.train.logprob_chunk, e.temperature)
     m = steps.evaluate(run.model, run.engine, problems=run.task.eval, prompt_ids=run.eval_prompts,
                        tokenizer=run.tokenizer, verifier=run.verifier, fwd=fwd, spec=spec, step=step,
-                       sample_writer=run.writers[rundir.EVAL_SAMPLES])
+                       sample_writer=run.writers[rundir.EVAL_SAMPLES], diagnostics=_diagnostics(cfg))
     run.state["evals"][step] = m
     run.writers[rundir.METRICS].write({"step": step, **m})
     run.tracker.log(m, step)

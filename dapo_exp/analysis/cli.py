@@ -10,7 +10,10 @@ Subcommands:
 - ``python -m dapo_exp.analysis plan <pilot sweep dir | table.csv> --delta 5``: seeds needed
   for power 0.8 and the half-widths N seeds would give (:mod:`dapo_exp.analysis.planning`);
 - ``python -m dapo_exp.analysis design fractional|full``: the configurations of a two-level
-  design as Hydra overrides, one line each (:mod:`dapo_exp.analysis.design`).
+  design as Hydra overrides, one line each (:mod:`dapo_exp.analysis.design`);
+- ``python -m dapo_exp.analysis study <sweep dir> --study clip_higher``: one fix against its
+  ablation on its testbed regime, the mechanism metrics paired by seed
+  (:mod:`dapo_exp.analysis.studies`); writes study.md / study.csv and the curves.
 """
 
 from __future__ import annotations
@@ -114,7 +117,40 @@ def plan_main(argv: list[str]) -> int:
     return 0
 
 
-SUBCOMMANDS = {"design": design_main, "plan": plan_main}
+def study_main(argv: list[str]) -> int:
+    from dapo_exp.analysis.studies import STUDIES, study_figure, study_markdown, study_table
+
+    p = argparse.ArgumentParser(
+        prog="python -m dapo_exp.analysis study",
+        description="One fix against its ablation on its testbed regime: mechanism metrics paired by seed.",
+    )
+    p.add_argument("paths", nargs="+", help="the study's sweep directory (or run dirs)")
+    p.add_argument("--study", required=True, choices=sorted(STUDIES), help="which fix's study")
+    p.add_argument("--out", help="output directory (default: <sweep dir>/study)")
+    args = p.parse_args(argv)
+    from dapo_exp.analysis.runs import load_runs
+
+    study = STUDIES[args.study]
+    runs = load_runs(args.paths[0] if len(args.paths) == 1 else args.paths)
+    try:
+        table = study_table(runs, study)
+    except ValueError as exc:
+        print(f"error: {exc}", file=sys.stderr)
+        return 2
+    out = Path(args.out or Path(args.paths[0]) / "study")
+    out.mkdir(parents=True, exist_ok=True)
+    text = study_markdown(table, study)
+    (out / "study.md").write_text(text)
+    table.to_csv(out / "study.csv", index=False)
+    fig = study_figure(runs, study)
+    for fmt in ("png", "svg"):
+        fig.savefig(out / f"study_curves.{fmt}", dpi=130)
+    print(text, end="")
+    print(f"[dapo-exp] wrote {out}/study.md, study.csv, study_curves.png/svg")
+    return 0
+
+
+SUBCOMMANDS = {"design": design_main, "plan": plan_main, "study": study_main}
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -389,7 +389,8 @@ OTHER_RULES: dict[str, Rule] = {
     "model.gradient_checkpointing": to("actor_rollout_ref.model.enable_gradient_checkpointing"),
     **{f"model.{k}": unused("model.path=tiny only (which fails)") for k in
        ("hidden_size", "num_layers", "num_heads", "warmstart_steps", "warmstart_lr", "warmstart_batch_size",
-        "warmstart_long_frac", "warmstart_wrong_frac", "cache_dir")},
+        "warmstart_guess_frac", "warmstart_guess_off_frac", "warmstart_wrong_frac", "warmstart_long_frac",
+        "warmstart_loop_frac", "warmstart_step_first_frac", "cache_dir")},
     # rollout
     "rollout.engine": _only("rollout.engine", "vllm", "verl generates with vLLM (rollout=vllm)",
                             {_R + "name": "vllm", _R + "top_k": -1}),

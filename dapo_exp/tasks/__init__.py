@@ -27,7 +27,7 @@ from typing import Any
 from dapo_exp.registry import Registry
 from dapo_exp.tasks.base import Problem, TaskData
 
-__all__ = ["Problem", "TaskData", "TASKS", "load_task", "check_task_sources"]
+__all__ = ["Problem", "TaskData", "TASKS", "DIAGNOSTICS", "load_task", "check_task_sources"]
 
 log = logging.getLogger(__name__)
 
@@ -60,6 +60,19 @@ TASKS: Registry = Registry("task", "task.name")
 TASKS.register("arith", _arith)
 for _name in ("dapo_math", "gsm8k", "math500"):
     TASKS.register(_name, _math)
+
+
+def _arith_diagnostics(problems: list, texts: list[str], truncated: list[bool], correct: list[bool]) -> dict:
+    from dapo_exp.tasks.arith import arith_diagnostics
+
+    return arith_diagnostics(problems, texts, truncated, correct)
+
+
+# A task's mechanism diagnostics: ``fn(problems, texts, truncated, correct) -> {name: mean}``
+# over a batch of samples, logged every step as ``diag/<name>`` (training samples) and
+# ``eval/diag_<name>`` (held-out samples). Optional: a task without one logs none.
+DIAGNOSTICS: Registry = Registry("task diagnostics", "task.name")
+DIAGNOSTICS.register("arith", _arith_diagnostics)
 
 
 def load_task(task_cfg: Any) -> TaskData:

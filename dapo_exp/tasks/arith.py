@@ -24,6 +24,7 @@ same train and held-out eval problems (the toy's "AIME").
 from __future__ import annotations
 
 import random
+import re
 from typing import Any
 
 from dapo_exp.tasks.base import Problem, TaskData
@@ -98,3 +99,66 @@ def load_arith(task_cfg: Any) -> TaskData:
     if limit:
         eval_ = eval_[:limit]
     return TaskData(name="arith", train=train, eval=eval_)
+
+
+# --------------------------------------------------------------------------- #
+# Diagnostics: which strategy each sampled response follows (the testbed's     #
+# mechanism metrics, logged every step as diag/*)                               #
+# --------------------------------------------------------------------------- #
+_STEP_LINE = re.compile(r"^(-?\d+)([+-])(\d+)=(-?\d+)$")
+LOOP_REPEATS = 3  # a line this many times in one response is a repetition loop
+
+
+def response_style(text: str) -> str:
+    """``guess`` (first line ``Answer: ...``), ``step`` (first line an ``a+b=c`` step) or ``other``."""
+    first = text.lstrip().split("\n", 1)[0].strip()
+    if first.startswith("Answer"):
+        return "guess"
+    return "step" if _STEP_LINE.match(first) else "other"
+
+
+def is_degenerate(text: str) -> bool:
+    """A repetition loop: some non-empty line appears at least :data:`LOOP_REPEATS` times."""
+    lines = [x.strip() for x in text.split("\n") if x.strip()]
+    return any(lines.count(x) >= LOOP_REPEATS for x in set(lines))
+
+
+def on_correct_path(text: str, steps: list[str], truncated: bool) -> bool:
+    """Every complete line of ``text`` is the next line of the reference solution (``steps``
+    then ``Answer: N``), and there is at least one. A truncated response's last, cut line
+    does not count against it: it is a correct solution that ran out of room."""
+    lines = text.split("\n")
+    if truncated:
+        lines = lines[:-1]
+    lines = [x.strip() for x in lines if x.strip()]
+    reference = list(steps) + [f"Answer: {steps[-1].rsplit('=', 1)[1]}" if steps else ""]
+    return bool(lines) and len(lines) <= len(reference) and lines == reference[: len(lines)]
+
+
+def arith_diagnostics(problems: list[Problem], texts: list[str], truncated: list[bool],
+                      correct: list[bool]) -> dict[str, float]:
+    """Per-response means over a batch of samples (``problems[i]`` is the problem of ``texts[i]``):
+
+    - ``style_step`` / ``style_guess`` / ``style_other``: share of each strategy (first line);
+    - ``step_acc`` / ``guess_acc``: accuracy within the step and guess strategies (0 if none);
+    - ``degenerate``: share with a repetition loop (:func:`is_degenerate`);
+    - ``trunc_on_path``: share that are truncated while on a correct path (:func:`on_correct_path`):
+      would-be-correct reasoning that a length cap turns into a -1;
+    - ``trunc_on_path_of_trunc``: the same as a share of the truncated responses (0 if none).
+    """
+    n = max(len(texts), 1)
+    styles = [response_style(t) for t in texts]
+    on_path = [tr and on_correct_path(t, p.meta["steps"], tr) for p, t, tr in zip(problems, texts, truncated)]
+    n_trunc = sum(truncated)
+
+    def acc(style: str) -> float:
+        hits = [c for s, c in zip(styles, correct) if s == style]
+        return sum(hits) / len(hits) if hits else 0.0
+
+    return {
+        **{f"style_{s}": styles.count(s) / n for s in ("step", "guess", "other")},
+        "step_acc": acc("step"), "guess_acc": acc("guess"),
+        "degenerate": sum(map(is_degenerate, texts)) / n,
+        "trunc_on_path": sum(on_path) / n,
+        "trunc_on_path_of_trunc": sum(on_path) / n_trunc if n_trunc else 0.0,
+    }

@@ -1,11 +1,30 @@
 """The warm start of the embedded tiny policy on the toy task ``arith`` (``model.path=tiny``).
 
-A short supervised phase on ``arith`` solutions, cached on disk under a key of every
+A short supervised phase on ``arith`` targets, cached on disk under a key of every
 setting it depends on, so that every run of a sweep starts from the same base policy.
-It is deliberately imperfect: a fraction of its training solutions end with a wrong
-answer and a fraction ramble past the length cap, so the base policy is neither
-hopeless nor perfect (held-out avg@k roughly 20-60%) and some samples are truncated,
-which is what the overlong fixes act on. It uses its own fixed seed.
+It uses its own fixed seed.
+
+The targets are a *mix of strategies* (:func:`warmstart_text`), so that RL has something to
+select: the policy learns to produce each strategy reliably, and what RL can change is how
+often it picks which. The knobs (``model.warmstart_*``) set each strategy's share:
+
+- ``guess`` (``warmstart_guess_frac``): a bare ``Answer: N``, off by 1, 2, 3 or 10 with
+  probability ``warmstart_guess_off_frac``: short, usually wrong;
+- ``step`` (the rest): the step-by-step solution, one ``a+b=c`` line per step, correct unless
+  ``warmstart_wrong_frac`` (then the last step and answer are off);
+- ``ramble`` (``warmstart_long_frac`` of the step solutions): filler lines before the
+  solution, long enough to pass the length cap;
+- ``loop`` (``warmstart_loop_frac`` of the step solutions): a repetition loop that starts
+  at a uniformly drawn step and repeats that line past the cap (degeneration that can begin
+  mid-response).
+
+``warmstart_step_first_frac`` < 1 separates skill from choice: only that share of the step
+targets has its first token in the loss (:func:`choice_masked`), so the policy learns the step
+skill from all of them but starts a step solution rarely.
+
+The regimes of the testbed (``conf/experiment/toy_*.yaml``, README "What the toy shows") are
+settings of these knobs plus the task's and the rollout's; :mod:`dapo_exp.tasks.arith` measures
+the strategies back in the policy's samples (``diag/*`` metrics).
 """
 
 from __future__ import annotations
@@ -25,12 +44,15 @@ import torch
 
 from dapo_exp.console import ProgressLines
 from dapo_exp.models import CHARS, build_char_tokenizer, build_tiny_model
-from dapo_exp.tasks.arith import load_arith, solution_text
+from dapo_exp.tasks.arith import load_arith, response_style, solution_text
 
 log = logging.getLogger(__name__)
 
 WARMSTART_SEED = 20250317  # fixed: the base policy must not depend on the run seed
-WARMSTART_VERSION = 3  # bump when the warm-start recipe changes (invalidates caches)
+WARMSTART_VERSION = 4  # bump when the warm-start recipe changes (invalidates caches)
+WARMSTART_MIX_KEYS = ("warmstart_guess_frac", "warmstart_guess_off_frac", "warmstart_wrong_frac",
+                      "warmstart_long_frac", "warmstart_loop_frac", "warmstart_step_first_frac")
+GUESS_OFFSETS = (-10, -3, -2, -1, 1, 2, 3, 10)
 _RAMBLE = ["hmm wait", "let me check", "check again", "not sure", "recount", "so far so good"]
 
 
@@ -47,8 +69,7 @@ def _warmstart_key(model_cfg: Any, task_cfg: Any, max_response_len: int) -> str:
                 "warmstart_steps",
                 "warmstart_lr",
                 "warmstart_batch_size",
-                "warmstart_long_frac",
-                "warmstart_wrong_frac",
+                *WARMSTART_MIX_KEYS,
             )
         },
         "task": {
@@ -61,20 +82,38 @@ def _warmstart_key(model_cfg: Any, task_cfg: Any, max_response_len: int) -> str:
     return hashlib.sha256(blob.encode()).hexdigest()[:16]
 
 
-def _warmstart_text(rng: random.Random, problem: Any, long_frac: float, wrong_frac: float, cap: int) -> str:
-    """A supervised target: the reference solution, sometimes wrong, sometimes rambling past the cap."""
-    steps = list(problem.meta["steps"])
+def warmstart_text(rng: random.Random, problem: Any, model_cfg: Any, cap: int) -> str:
+    """One supervised target for ``problem``: a strategy drawn with the shares of ``model_cfg``."""
     answer = int(problem.answer)
-    if rng.random() < wrong_frac:
+    if rng.random() < model_cfg.warmstart_guess_frac:
+        if rng.random() < model_cfg.warmstart_guess_off_frac:
+            answer += rng.choice(GUESS_OFFSETS)
+        return f"Answer: {answer}"
+    steps = list(problem.meta["steps"])
+    if rng.random() < model_cfg.warmstart_wrong_frac:
         answer += rng.choice([-10, -2, -1, 1, 2, 10])
         steps[-1] = steps[-1].rsplit("=", 1)[0] + f"={answer}"
+    if rng.random() < model_cfg.warmstart_loop_frac:
+        at = rng.randrange(len(steps))
+        lines = steps[: at + 1]
+        while sum(len(x) + 1 for x in lines) < cap + 8:
+            lines.append(steps[at])
+        return "\n".join(lines)
     text = solution_text(steps, answer)
-    if rng.random() < long_frac:
-        ramble = []
+    if rng.random() < model_cfg.warmstart_long_frac:
+        ramble: list[str] = []
         while sum(len(r) + 1 for r in ramble) < cap:
             ramble.append(rng.choice(_RAMBLE))
         text = "\n".join(ramble) + "\n" + text
     return text
+
+
+def choice_masked(rng: random.Random, text: str, step_first_frac: float) -> bool:
+    """Whether the first token of this target stays out of the loss: a step-by-step target's with
+    probability ``1 - step_first_frac`` (``model.warmstart_step_first_frac``). The step skill is then
+    learned from every step target, but the choice to start one from only a share of them, so the
+    step strategy can be reliable and rare at once (the Clip-Higher regime)."""
+    return step_first_frac < 1.0 and response_style(text) == "step" and rng.random() >= step_first_frac
 
 
 def warm_start(model: Any, tokenizer: Any, model_cfg: Any, task_cfg: Any, max_response_len: int) -> dict[str, float]:
@@ -95,15 +134,14 @@ def warm_start(model: Any, tokenizer: Any, model_cfg: Any, task_cfg: Any, max_re
         rows, labels = [], []
         for p in batch:
             prompt = [bos] + tokenizer(p.prompt, add_special_tokens=False)["input_ids"]
-            target = tokenizer(
-                _warmstart_text(
-                    rng, p, model_cfg.warmstart_long_frac, model_cfg.warmstart_wrong_frac, max_response_len
-                ),
-                add_special_tokens=False,
-            )["input_ids"]
+            text = warmstart_text(rng, p, model_cfg, max_response_len)
+            target = tokenizer(text, add_special_tokens=False)["input_ids"]
             target = (target + [eos])[: max_response_len + 8]
             rows.append(prompt + target)
-            labels.append([-100] * len(prompt) + target)
+            label = list(target)
+            if choice_masked(rng, text, model_cfg.warmstart_step_first_frac):
+                label[0] = -100  # teaches the strategy's skill, not the choice of it
+            labels.append([-100] * len(prompt) + label)
         width = max(len(r) for r in rows)
         ids = torch.tensor([r + [pad] * (width - len(r)) for r in rows])
         lab = torch.tensor([lb + [-100] * (width - len(lb)) for lb in labels])
