@@ -32,6 +32,7 @@ WANDB_MODES = ("offline", "online", "disabled")
 DEVICES = ("auto", "cpu", "cuda")
 DTYPES = ("float32", "bfloat16", "float16", "auto")
 BACKENDS = ("native", "verl")
+LAUNCHES = ("local", "slurm")
 
 
 class ConfigError(ValueError):
@@ -259,6 +260,39 @@ class CheckpointConfig:
 
 
 @dataclass
+class SlurmConfig:
+    # backend.launch=slurm: the site settings of the sbatch script (dapo_exp/backends/verl_sbatch.sh.j2), one
+    # job per run over backend.nnodes nodes. Site values are best kept in a git-ignored conf/local/<site>.yaml.
+    # partition (--partition); null = the cluster's default
+    partition: Optional[str] = None
+    # account to charge (--account); null = your default account
+    account: Optional[str] = None
+    # quality of service (--qos); null = the default
+    qos: Optional[str] = None
+    # wall-clock limit of one attempt (--time, [D-]HH:MM:SS); a longer run is requeued and resumes
+    time: str = "24:00:00"
+    # CPU cores per node, given to Ray (--cpus-per-task, one task per node); null = not requested
+    cpus_per_node: Optional[int] = None
+    # host memory per node in GB (--mem); null = not requested, 0 = all of it
+    mem_gb: Optional[int] = None
+    # whole nodes (--exclusive): Ray sees every CPU and GPU of its nodes
+    exclusive: bool = True
+    # SLURM signals the script (USR1) this many seconds before the time limit (--signal=B:USR1@N): it
+    # stops verl (which resumes from its last checkpoint, checkpoint.every) and requeues the job
+    signal_s: int = 300
+    # requeues at the time limit, at most (SLURM_RESTART_COUNT); a preempted job is requeued by SLURM (--requeue)
+    max_requeues: int = 20
+    # port of the Ray head (its GCS) on the job's first node
+    ray_port: int = 6379
+    # seconds to wait for every node's GPUs to join the Ray cluster before the job fails
+    ray_wait_s: int = 600
+    # shell lines run first in the job, e.g. ["module load cuda/12.4"]
+    setup: list[str] = field(default_factory=list)
+    # more sbatch options, one #SBATCH line each, e.g. ["--constraint=h100", "--mail-type=END"]
+    sbatch_args: list[str] = field(default_factory=list)
+
+
+@dataclass
 class BackendConfig:
     # native (this package's trainer, one process) | verl (verl's Ray trainer; the config is
     # translated to verl's, dapo_exp/backends/verl.py, and a value verl cannot honour fails first)
@@ -269,13 +303,24 @@ class BackendConfig:
     # verl: nodes and GPUs per node of one job (trainer.nnodes, trainer.n_gpus_per_node)
     nnodes: int = 1
     gpus_per_node: int = 1
-    # verl: tensor-parallel size of the vLLM rollout (actor_rollout_ref.rollout.tensor_model_parallel_size)
+    # verl: tensor-parallel size of the vLLM rollout (actor_rollout_ref.rollout.tensor_model_parallel_size);
+    # divides gpus_per_node (one engine's GPUs are on one node)
     rollout_tp: int = 1
+    # verl: Ulysses sequence parallelism of the actor and reference (their fsdp_config's
+    # ulysses_sequence_parallel_size); divides nnodes x gpus_per_node
+    sp_size: int = 1
+    # verl: where the job runs. local: verl's trainer is started here and its ray.init() starts a local Ray
+    # (or joins the cluster RAY_ADDRESS names: needed when nnodes > 1). slurm: <run>/verl_job.sbatch, a
+    # Ray cluster over the job's nodes, is written and submitted with sbatch (settings: backend.slurm)
+    launch: str = "local"
     # verl: extra overrides of verl's config, appended verbatim (recorded); one that sets a key the
     # translation sets is refused
     extra: list[str] = field(default_factory=list)
-    # verl: print the translated command and write config.json, but do not launch
+    # verl: print the translated command (and, with launch=slurm, the sbatch script) and write
+    # config.json, but do not launch
     dry_run: bool = False
+    # verl, launch=slurm: the sbatch script's site settings
+    slurm: SlurmConfig = field(default_factory=SlurmConfig)
 
 
 @dataclass
@@ -412,5 +457,22 @@ def _validate_outputs(c: DictConfig) -> None:
     _require(c.checkpoint.keep >= 1, "checkpoint.keep", "must be >= 1")
     b = c.backend
     _choice("backend.name", b.name, BACKENDS)
-    for key in ("nnodes", "gpus_per_node", "rollout_tp"):
+    _choice("backend.launch", b.launch, LAUNCHES)
+    for key in ("nnodes", "gpus_per_node", "rollout_tp", "sp_size"):
         _require(b[key] >= 1, f"backend.{key}", f"must be >= 1, got {b[key]}")
+    _require(b.gpus_per_node % b.rollout_tp == 0, "backend.rollout_tp",
+             f"must divide backend.gpus_per_node={b.gpus_per_node} (a vLLM engine's GPUs are on one node), "
+             f"got {b.rollout_tp}")
+    gpus = b.nnodes * b.gpus_per_node
+    _require(gpus % b.sp_size == 0, "backend.sp_size",
+             f"must divide the job's GPUs, backend.nnodes x backend.gpus_per_node = {gpus}, got {b.sp_size}")
+    _validate_slurm(b.slurm)
+
+
+def _validate_slurm(s: DictConfig) -> None:
+    _require(s.cpus_per_node is None or s.cpus_per_node >= 1, "backend.slurm.cpus_per_node", "must be >= 1 or null")
+    _require(s.mem_gb is None or s.mem_gb >= 0, "backend.slurm.mem_gb", "must be >= 0 (0 = all) or null")
+    _require(s.signal_s >= 0, "backend.slurm.signal_s", f"must be >= 0, got {s.signal_s}")
+    _require(s.max_requeues >= 0, "backend.slurm.max_requeues", f"must be >= 0, got {s.max_requeues}")
+    _require(1 <= s.ray_port <= 65535, "backend.slurm.ray_port", f"must be a port (1-65535), got {s.ray_port}")
+    _require(s.ray_wait_s >= 1, "backend.slurm.ray_wait_s", f"must be >= 1, got {s.ray_wait_s}")

@@ -8,7 +8,12 @@ is tests/test_verl_backend.py, run with verl's own interpreter by .ci/test.
 from __future__ import annotations
 
 import json
+import os
+import shlex
+import signal
+import subprocess
 import sys
+import time
 from pathlib import Path
 
 import pandas as pd
@@ -20,6 +25,7 @@ from dapo_exp import fixes, rundir
 from dapo_exp.backends import verl as vb
 from dapo_exp.config import Config, ConfigError
 from dapo_exp.hydra_setup import register_resolvers
+from paper_dry_run import LADDER, paper_dry_run, small_parquet
 
 ROOT = Path(__file__).resolve().parents[1]
 CONF = str(ROOT / "conf")
@@ -158,29 +164,27 @@ def test_train_dispatches_and_fails_before_anything_is_written(tmp_path):
 # --------------------------------------------------------------------------- #
 FAKE_VERL = '''#!{python}
 """Stands in for `python -m verl.trainer.main_ppo <overrides>`: records its argv and environment and
-writes two steps of verl-format file-logger rows ({{"step", "data"}}) where VERL_FILE_LOGGER_PATH says."""
-import json, os, sys
+writes two steps of verl-format file-logger rows ({{"step", "data"}}) where VERL_FILE_LOGGER_PATH says;
+with FAKE_VERL_SLEEP set, then waits for SIGTERM (exit 143)."""
+import json, os, signal, sys, time
 assert sys.argv[1:3] == ["-m", "verl.trainer.main_ppo"], sys.argv
-json.dump({{"argv": sys.argv[3:], "env": {{k: v for k, v in os.environ.items() if k.startswith(("WANDB", "VERL", "PYTHONPATH"))}}}},
-          open("fake_verl_call.json", "w"))
+call = {{"argv": sys.argv[3:], "env": {{k: v for k, v in os.environ.items()
+                                     if k.startswith(("WANDB", "VERL", "PYTHONPATH", "RAY_ADDRESS"))}}}}
 rows = [{{"step": 0, "data": {{"val-core/math_dapo/acc/mean@2": 0.25}}}},
         {{"step": 1, "data": {{"critic/score/mean": -0.5, "actor/entropy": 1.2, "response_length/mean": 30.0}}}},
         {{"step": 2, "data": {{"critic/score/mean": 0.5, "actor/entropy": 1.1, "response_length/mean": 20.0,
                               "val-core/math_dapo/acc/mean@2": 0.75}}}}]
 with open(os.environ["VERL_FILE_LOGGER_PATH"], "w") as f:
     f.writelines(json.dumps(r) + "\\n" for r in rows)
+if os.environ.get("FAKE_VERL_SLEEP"):
+    signal.signal(signal.SIGTERM, lambda *a: sys.exit(143))
+json.dump(call, open(".fake_verl_call.tmp", "w"))
+os.replace(".fake_verl_call.tmp", "fake_verl_call.json")  # written last: the trainer is up
+if os.environ.get("FAKE_VERL_SLEEP"):
+    time.sleep(120)
 print("fake verl done")
 sys.exit(int(os.environ.get("FAKE_VERL_RC", "0")))
 '''
-
-
-def _data(tmp_path: Path) -> Path:
-    rows = [{"data_source": "math_dapo", "prompt": [{"role": "user", "content": f"What is {i} + {i}? Answer:"}],
-             "ability": "MATH", "reward_model": {"ground_truth": str(2 * i), "style": "rule"},
-             "extra_info": {"index": f"i{i}-{rep}"}} for rep in range(2) for i in range(5)]
-    path = tmp_path / "math.parquet"
-    pd.DataFrame(rows).to_parquet(path)
-    return path
 
 
 @pytest.fixture
@@ -192,7 +196,7 @@ def launched(tmp_path):
     # what check_model_source asks of a model directory; the stand-in verl never loads it
     for name in ("config.json", "model.safetensors", "tokenizer.json"):
         (tmp_path / "model" / name).write_text("{}")
-    data = _data(tmp_path)
+    data = small_parquet(tmp_path / "math.parquet")
 
     def make(*overrides: str):
         return compose_cfg("backend=verl", "experiment=qwen1.5b_dapo_math", "fixes=paper_6_dapo",
@@ -252,3 +256,245 @@ def test_dry_run_prints_the_command_and_launches_nothing(launched, capsys):
     res = train(make("backend.dry_run=true"))
     assert res["status"] == "dry_run" and "verl.trainer.main_ppo" in capsys.readouterr().out
     assert not (out / "fake_verl_call.json").exists() and rundir.read_summary(out) is None
+
+
+
+# --------------------------------------------------------------------------- #
+# Layout and launching: the presets' layouts, the checks, the sbatch script     #
+# --------------------------------------------------------------------------- #
+def test_each_experiment_preset_carries_its_layout():
+    """dapo_32b_paper: the released script's 16 nodes x 8 GPUs, vLLM TP 4, Ulysses SP 8, on SLURM;
+    the one-GPU presets: 1 x 1 here."""
+    v = vb.translate(paper("fixes=paper_6_dapo"), label="x").values
+    c = paper()
+    assert (c.backend.nnodes, c.backend.gpus_per_node, c.backend.rollout_tp, c.backend.sp_size,
+            c.backend.launch) == (16, 8, 4, 8, "slurm")
+    assert (v["trainer.nnodes"], v["trainer.n_gpus_per_node"]) == (16, 8)
+    assert v["actor_rollout_ref.rollout.tensor_model_parallel_size"] == 4
+    assert v["actor_rollout_ref.actor.fsdp_config.ulysses_sequence_parallel_size"] == 8
+    assert v["actor_rollout_ref.ref.fsdp_config.ulysses_sequence_parallel_size"] == 8
+    for experiment in ("qwen0.5b_gsm8k", "qwen1.5b_dapo_math"):
+        b = compose_cfg("backend=verl", f"experiment={experiment}").backend
+        assert (b.nnodes, b.gpus_per_node, b.rollout_tp, b.sp_size, b.launch) == (1, 1, 1, 1, "local")
+    # the backend group does not overrule a preset's layout (it is applied after the preset)
+    assert compose_cfg("experiment=dapo_32b_paper", "backend=verl").backend.nnodes == 16
+
+
+@pytest.mark.parametrize("overrides, match", [
+    (["backend.nnodes=0"], r"^backend\.nnodes: must be >= 1"),
+    (["backend.gpus_per_node=0"], r"^backend\.gpus_per_node: must be >= 1"),
+    (["backend.gpus_per_node=8", "backend.rollout_tp=3"], r"^backend\.rollout_tp: must divide backend\.gpus_per_node=8"),
+    (["backend.gpus_per_node=2", "backend.rollout_tp=4"], r"^backend\.rollout_tp: must divide"),
+    (["backend.nnodes=3", "backend.gpus_per_node=2", "backend.sp_size=4"], r"^backend\.sp_size: must divide .* = 6"),
+    (["backend.launch=pbs"], r"^backend\.launch='pbs' is not valid; choose one of: local, slurm"),
+    (["backend.slurm.ray_port=0"], r"^backend\.slurm\.ray_port"),
+    (["backend.nnodes=2"], r"^backend\.nnodes=2 with backend\.launch=local: .*RAY_ADDRESS"),
+    (["backend.launch=slurm"], r"^backend\.launch=slurm: no `sbatch` on PATH"),
+])
+def test_a_bad_layout_or_launch_fails_before_anything_runs_naming_its_key(launched, monkeypatch, overrides, match):
+    from dapo_exp.train import train
+
+    make, out = launched
+    monkeypatch.delenv("RAY_ADDRESS", raising=False)
+    monkeypatch.setenv("PATH", str(out.parent / "no-slurm-here"))  # no sbatch
+    with pytest.raises(ConfigError, match=match):
+        train(make(*overrides))
+    assert not out.exists()
+
+
+FAKE_SLURM = {
+    # srun: records its call, drops its own --options, answers `hostname --ip-address`, runs the rest
+    "srun": """echo "srun $*" >> "$FAKE_LOG"
+while [ "${1#--}" != "$1" ]; do shift; done
+[ "$1" = hostname ] && { echo "10.1.2.3 fe80::1"; exit 0; }
+exec "$@"
+""",
+    # scontrol: the job's nodes; a requeue is recorded
+    "scontrol": """echo "scontrol $*" >> "$FAKE_LOG"
+[ "$1 $2" = "show hostnames" ] && printf '%s\\n' $FAKE_NODES
+exit 0
+""",
+    # ray: records `ray start ...` with its pid; --block stays up like a Ray node until it is stopped
+    "ray": """echo "ray $* pid=$$" >> "$FAKE_LOG"
+case " $* " in *" --block "*) exec sleep 300;; esac
+""",
+    # verl's interpreter: the script's Ray probe (-c) gets the GPUs the fake nodes announced; the rest is verl
+    "python": """if [ "$1" = -c ]; then
+    grep '^ray start' "$FAKE_LOG" | sed -n 's/.*--num-gpus=\\([0-9]*\\).*/\\1/p' | awk '{s += $1} END {print s + 0}'
+    exit 0
+fi
+echo "trainer" >> "$FAKE_LOG"
+exec "$REAL_PYTHON" "$FAKE_VERL" "$@"
+""",
+}
+
+
+@pytest.fixture
+def fake_slurm(tmp_path, launched):
+    """A 3-node x 2-GPU job's sbatch script, written by a dry run, and a fake SLURM (srun, scontrol), Ray and
+    verl interpreter on PATH; ``run(**env)`` runs the script as SLURM would on the first node."""
+    make, out = launched
+    stubs = tmp_path / "stubs"
+    stubs.mkdir()
+    for name, body in FAKE_SLURM.items():
+        (stubs / name).write_text("#!/usr/bin/env bash\n" + body)
+        (stubs / name).chmod(0o755)
+    (tmp_path / "fake_verl.py").write_text(FAKE_VERL.format(python=sys.executable))
+    cfg = make(f"backend.python={stubs / 'python'}", "backend.launch=slurm", "backend.dry_run=true",
+               "backend.nnodes=3", "backend.gpus_per_node=2", "backend.rollout_tp=2",
+               "backend.slurm.partition=gpu", "backend.slurm.setup=['echo site-setup >> $FAKE_LOG']")
+    from dapo_exp.train import train
+
+    assert train(cfg)["sbatch"] == str(out / "verl_job.sbatch")
+    log = tmp_path / "slurm.log"
+    env = {**os.environ, "PATH": f"{stubs}:{os.environ['PATH']}", "FAKE_LOG": str(log), "REAL_PYTHON": sys.executable,
+           "FAKE_VERL": str(tmp_path / "fake_verl.py"), "FAKE_NODES": "gpu01 gpu02 gpu03", "SLURM_JOB_ID": "4242",
+           "SLURM_JOB_NODELIST": "gpu[01-03]", "DAPO_RAY_POLL_S": "0.05"}
+
+    def run(wait: bool = True, **extra: str):
+        proc = subprocess.Popen(["bash", str(out / "verl_job.sbatch")], env={**env, **extra},
+                                stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+        if wait:
+            proc.wait(timeout=120)
+        return proc
+
+    return run, out, log
+
+
+def _ray_pids_gone(log: Path) -> bool:
+    pids = [int(line.rsplit("pid=", 1)[1]) for line in log.read_text().splitlines() if line.startswith("ray start")]
+    for _ in range(50):
+        alive = [p for p in pids if _alive(p)]
+        if not alive:
+            return True
+        time.sleep(0.1)
+    return False
+
+
+def _alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    return True
+
+
+def test_the_sbatch_script_is_bash_and_asks_slurm_for_the_layout(fake_slurm):
+    _, out, _ = fake_slurm
+    script = (out / "verl_job.sbatch").read_text()
+    assert subprocess.run(["bash", "-n", str(out / "verl_job.sbatch")]).returncode == 0
+    sbatch = [line.split(" ", 1)[1] for line in script.splitlines() if line.startswith("#SBATCH ")]
+    for option in ("--nodes=3", "--ntasks-per-node=1", "--gpus-per-node=2", "--requeue", "--signal=B:USR1@300",
+                   "--partition=gpu", "--time=24:00:00", "--exclusive", f"--chdir={out}"):
+        assert option in sbatch, option
+    assert not any(o.startswith(("--account", "--qos", "--mem")) for o in sbatch)  # null: not asked for
+    record = json.loads((out / "config.json").read_text())
+    assert record["verl"]["sbatch"] == str(out / "verl_job.sbatch")
+    assert "trainer.nnodes=3" in record["verl"]["command"] and "trainer.resume_mode=auto" in record["verl"]["command"]
+
+
+def test_the_sbatch_job_starts_ray_over_its_nodes_then_verl_and_brings_the_results_home(fake_slurm):
+    run, out, log = fake_slurm
+    proc = run()
+    assert proc.returncode == 0, proc.stdout.read()
+    calls = log.read_text().splitlines()
+    starts = [c for c in calls if c.startswith("ray start")]
+    assert calls[0] == "site-setup" and calls[1] == "scontrol show hostnames gpu[01-03]"
+    assert starts[0].startswith("ray start --head --node-ip-address=10.1.2.3 --port=6379 --num-gpus=2 ")
+    assert sorted(s.split(" pid=")[0] for s in starts[1:]) == ["ray start --address=10.1.2.3:6379 --num-gpus=2 --block"] * 2
+    heads = [c for c in calls if c.startswith("srun") and "--head" in c]
+    workers = [c.split()[3] for c in calls if c.startswith("srun") and "--address=" in c]
+    assert heads[0].split()[3] == "--nodelist=gpu01" and sorted(workers) == ["--nodelist=gpu02", "--nodelist=gpu03"]
+    assert calls.index("trainer") > max(calls.index(s) for s in starts)  # verl only once every GPU has joined
+    call = json.loads((out / "fake_verl_call.json").read_text())
+    record = json.loads((out / "config.json").read_text())
+    assert call["argv"] == record["verl"]["command"][3:]  # the recorded command, verbatim
+    assert {"trainer.nnodes=3", "trainer.n_gpus_per_node=2", "trainer.resume_mode=auto"} <= set(call["argv"])
+    assert call["env"]["RAY_ADDRESS"] == "10.1.2.3:6379" and call["env"]["VERL_FILE_LOGGER_PATH"] == str(out / "verl_metrics.jsonl")
+    summary = rundir.read_summary(out)
+    assert summary["status"] == "finished" and summary["slurm_job_id"] == "4242" and summary["return_code"] == 0
+    assert summary["final"]["eval/acc_avg"] == 0.75 and (out / rundir.METRICS).exists()
+    assert _ray_pids_gone(log)  # the script stopped its Ray nodes
+
+
+def test_the_sbatch_job_exits_with_verls_exit_code(fake_slurm):
+    run, out, log = fake_slurm
+    proc = run(FAKE_VERL_RC="3")
+    assert proc.returncode == 3
+    summary = rundir.read_summary(out)
+    assert summary["status"] == "failed" and "verl exited with 3" in summary["error"]
+    assert _ray_pids_gone(log)
+
+
+def _usr1_while_verl_runs(run, out: Path, **env: str) -> int:
+    """Start the job with a verl that runs until stopped, send SLURM's time-limit warning (USR1) once verl
+    is up; the script's exit code."""
+    proc = run(wait=False, FAKE_VERL_SLEEP="1", **env)
+    for _ in range(600):
+        if (out / "fake_verl_call.json").exists() or proc.poll() is not None:
+            break
+        time.sleep(0.1)
+    proc.send_signal(signal.SIGUSR1)
+    rc = proc.wait(timeout=60)
+    assert rc == 143, proc.stdout.read()  # verl stopped by SIGTERM
+    return rc
+
+
+def test_usr1_before_the_time_limit_stops_verl_and_requeues_the_job(fake_slurm):
+    run, out, log = fake_slurm
+    _usr1_while_verl_runs(run, out, SLURM_RESTART_COUNT="2")
+    assert "scontrol requeue 4242" in log.read_text().splitlines()
+    summary = rundir.read_summary(out)
+    assert summary["status"] == "stopped" and "SIGUSR1" in summary["error"] and summary["slurm_restarts"] == 2
+    assert (out / rundir.METRICS).exists() and _ray_pids_gone(log)
+
+
+def test_no_requeue_past_max_requeues(fake_slurm):
+    run, out, log = fake_slurm
+    _usr1_while_verl_runs(run, out, SLURM_RESTART_COUNT="20")
+    assert not any(c.startswith("scontrol requeue") for c in log.read_text().splitlines())
+
+
+def test_launch_slurm_submits_the_script_and_records_the_job_id(launched, tmp_path, monkeypatch):
+    """sbatch --parsable <run>/verl_job.sbatch; the id in config.json and summary.json; while squeue still
+    lists the job, a re-run submits nothing."""
+    from dapo_exp.train import train
+
+    make, out = launched
+    stubs = tmp_path / "slurm-bin"
+    stubs.mkdir()
+    (stubs / "sbatch").write_text(f'#!/usr/bin/env bash\necho "$*" >> {tmp_path / "sbatch.log"}\necho "777;cluster"\n')
+    (stubs / "squeue").write_text('#!/usr/bin/env bash\n[ "$3" = 777 ] && echo PENDING\nexit 0\n')
+    for f in stubs.iterdir():
+        f.chmod(0o755)
+    monkeypatch.setenv("PATH", f"{stubs}:{os.environ['PATH']}")
+    summary = train(make("backend.launch=slurm"))
+    assert summary["status"] == "submitted" and summary["slurm_job_id"] == "777"
+    assert (tmp_path / "sbatch.log").read_text().split() == ["--parsable", str(out / "verl_job.sbatch")]
+    assert json.loads((out / "config.json").read_text())["slurm"]["job_id"] == "777"
+    assert rundir.read_summary(out)["status"] == "submitted"
+    assert (out / "verl_data" / "train.parquet").exists()  # exported before submission, on the shared disk
+    assert not (out / "fake_verl_call.json").exists()  # nothing ran here
+    assert train(make("backend.launch=slurm"))["slurm_job_id"] == "777"
+    assert len((tmp_path / "sbatch.log").read_text().splitlines()) == 1  # not submitted twice
+
+
+@pytest.mark.slow
+def test_the_paper_dry_run_prints_six_jobs_each_with_its_verl_command_and_sbatch_script(tmp_path):
+    """The acceptance command: six jobs, one per row of Table 1, each with the exact verl command line
+    (as config.json records it) and the sbatch script that runs it on 16 nodes x 8 GPUs."""
+    jobs, stdout = paper_dry_run(tmp_path)
+    assert sorted(j.record["label"] for j in jobs) == sorted(LADDER)
+    assert "[analysis] backend.dry_run=true: nothing ran" in stdout  # no analysis of runs that did not run
+    for j in jobs:
+        assert j.command == j.record["verl"]["command"]
+        assert j.command[1:3] == ["-m", "verl.trainer.main_ppo"]
+        assert {"trainer.nnodes=16", "trainer.n_gpus_per_node=8", "trainer.resume_mode=auto",
+                "actor_rollout_ref.rollout.tensor_model_parallel_size=4"} <= set(j.command)
+        assert "#SBATCH --nodes=16\n" in j.script and "#SBATCH --gpus-per-node=8\n" in j.script
+        assert subprocess.run(["bash", "-n", str(j.out / "verl_job.sbatch")]).returncode == 0
+        # the script runs exactly the printed command (its continued lines joined back)
+        start = j.script.index(shlex.quote(j.command[0]) + " \\\n")
+        text = j.script[start:].split(' >> "$RUN/verl.log"', 1)[0]
+        assert shlex.split(text.replace("\\\n", " ")) == j.command
+        assert not (j.out / "summary.json").exists()  # nothing launched, nothing submitted

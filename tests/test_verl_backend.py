@@ -10,7 +10,12 @@ Run by `.ci/test` with verl's interpreter: `.venv-verl/bin/python -m pytest -m v
     vanilla policy loss with its clip ratios and dual clip, `agg_loss` with the trainer's global-batch
     normalisers, micro-batches included), with verl's parameters read from the composed verl config:
     equal, except the documented differences; a mutation of each translated value breaks it;
-    our Overlong Filtering agent loop; verl's DAPO overlong reward vs our soft punishment; KL.
+    our Overlong Filtering agent loop; verl's DAPO overlong reward vs our soft punishment; KL;
+(c) the acceptance dry run (`run.py -m backend=verl experiment=dapo_32b_paper fixes=paper_1_grpo,...,
+    paper_6_dapo backend.dry_run=true`, tests/paper_dry_run.py): the six printed commands compose and
+    validate against verl's config, hold Table 1's ladder, the released script's 16 x 8 layout and
+    resume, their sbatch scripts ask for that layout, and the DAPO row holds the paper's 32B
+    hyperparameters field by field (the reference's table, ../shared/docs/dapo_reference.md).
 """
 
 from __future__ import annotations
@@ -32,7 +37,7 @@ verl = pytest.importorskip("verl", reason="verl is not installed here: .ci/test 
                            ".venv-verl/bin/python (bash .ci/install-verl creates it)")
 
 from hydra import compose, initialize_config_dir  # noqa: E402
-from omegaconf import OmegaConf  # noqa: E402
+from omegaconf import DictConfig, OmegaConf  # noqa: E402
 
 from dapo_exp import objective  # noqa: E402
 from dapo_exp.backends import verl as vb  # noqa: E402
@@ -108,6 +113,124 @@ def test_paper_recipe_reads_back_from_verls_config():
     assert (a.optim.lr, a.optim.lr_warmup_steps, a.optim.weight_decay, a.optim.clip_grad) == (1e-6, 20, 0.1, 1.0)
     assert (r.temperature, r.top_p, r.val_kwargs.temperature, r.val_kwargs.top_p, r.val_kwargs.n) == (1, 1, 1, 0.7, 32)
     assert r.agent.default_agent_loop == vb.OF_AGENT_LOOP and c.actor_rollout_ref.model.external_lib == vb.EXT_MODULE
+
+
+# --------------------------------------------------------------------------- #
+# The acceptance dry run: the paper's ladder at 32B, as printed, against verl    #
+# --------------------------------------------------------------------------- #
+REFERENCE = ROOT.parent / "shared" / "docs" / "dapo_reference.md"  # the project's reference (not in the repo)
+_A, _R = "actor_rollout_ref.actor.", "actor_rollout_ref.rollout."
+# (row of the reference's "Hyperparameters of the paper's 32B run" table, the words of its value there,
+#  the verl key, the value verl must hold): the DAPO row (paper_6_dapo), field by field
+PAPER_32B = [
+    ("optimizer", "constant lr 1e-6", _A + "optim.lr", 1e-6),
+    ("optimizer", "constant lr", _A + "optim.lr_scheduler_type", "constant"),
+    ("optimizer", "paper: 20 rollout steps", _A + "optim.lr_warmup_steps", 20),
+    ("optimizer", "weight decay 0.1", _A + "optim.weight_decay", 0.1),
+    ("optimizer", "grad clip 1.0", _A + "optim.clip_grad", 1.0),
+    ("prompts per rollout step", "512", "data.train_batch_size", 512),
+    ("responses per prompt (G)", "16", _R + "n", 16),
+    ("mini-batch", "512 responses", _A + "ppo_mini_batch_size", 32),  # verl counts prompts: 32 x G = 512
+    ("mini-batch", "1 epoch", _A + "ppo_epochs", 1),
+    ("max response length L_max", "20480 tokens", "data.max_response_length", 20480),
+    ("max response length L_max", "20480 tokens", "reward.reward_kwargs.max_resp_len", 20480),
+    ("max response length L_max", "L_cache 4096", "reward.reward_kwargs.overlong_buffer_cfg.len", 4096),
+    ("max prompt length", "2048", "data.max_prompt_length", 2048),
+    ("clip", "eps_low 0.2", _A + "clip_ratio_low", 0.2),
+    ("clip", "eps_high 0.28", _A + "clip_ratio_high", 0.28),
+    ("clip", "dual-clip c = 10", _A + "clip_ratio_c", 10.0),
+    ("KL", "removed", _A + "use_kl_loss", False),
+    ("KL", "removed", "algorithm.use_kl_in_reward", False),
+    ("reward", "+1 if the answer is equivalent, -1 otherwise", "reward.reward_manager.name", "dapo"),
+    ("dynamic sampling", "over-sample 3x", "algorithm.filter_groups.max_inflight_gen_batches", 3),
+    ("dynamic sampling", "filter on accuracy", "algorithm.filter_groups.metric", "acc"),
+    # documented difference: verl 0.9.1 has no cap on refills (0 = none; README, algo.ds_max_rounds)
+    ("dynamic sampling", "at most 10 generation rounds", "algorithm.filter_groups.max_num_gen_batches", 0),
+    ("training sampling", "temperature 1.0", _R + "temperature", 1.0),
+    ("training sampling", "top_p 1.0", _R + "top_p", 1.0),
+    ("evaluation", "avg@32", _R + "val_kwargs.n", 32),
+    ("evaluation", "temperature 1.0", _R + "val_kwargs.temperature", 1.0),
+    ("evaluation", "top_p 0.7", _R + "val_kwargs.top_p", 0.7),
+]
+# the released script's layout: volcengine/verl recipe/dapo/run_dapo_qwen2.5_32b.sh (NNODES=16,
+# trainer.n_gpus_per_node=8, gen_tp=4, sp_size=8), the paper's 128 GPUs
+SCRIPT_LAYOUT = {"trainer.nnodes": 16, "trainer.n_gpus_per_node": 8, _R + "tensor_model_parallel_size": 4,
+                 _A + "fsdp_config.ulysses_sequence_parallel_size": 8}
+# Table 1's ladder, cumulative: what each row switches on, as verl holds it
+LADDER = {  # row: (clip_ratio_high, loss_agg_mode, overlong buffer, filter_groups, our Overlong Filtering loop)
+    "paper_1_grpo": (0.2, "seq-mean-token-mean", False, False, False),
+    "paper_2_of": (0.2, "seq-mean-token-mean", False, False, True),
+    "paper_3_clip": (0.28, "seq-mean-token-mean", False, False, True),
+    "paper_4_sop": (0.28, "seq-mean-token-mean", True, False, True),
+    "paper_5_tl": (0.28, "token-mean", True, False, True),
+    "paper_6_dapo": (0.28, "token-mean", True, True, True),
+}
+
+
+def _reference_rows() -> dict[str, str]:
+    rows = {}
+    for line in REFERENCE.read_text().splitlines():
+        cells = [c.strip() for c in line.strip().strip("|").split("|")]
+        if len(cells) == 2:
+            rows[cells[0]] = cells[1]
+    return rows
+
+
+def test_the_transcribed_32b_values_are_the_reference_tables():
+    """Each value checked below is written in the reference's table, in the row named."""
+    if not REFERENCE.exists():
+        pytest.skip(f"{REFERENCE} is not beside this checkout; the values below are checked without it")
+    rows = _reference_rows()
+    for row, words, _, _ in PAPER_32B:
+        assert words in rows[row], (row, words, rows.get(row))
+
+
+@pytest.fixture(scope="module")
+def paper_jobs(tmp_path_factory):
+    """The acceptance dry run, run with this interpreter (verl's environment runs run.py too)."""
+    from paper_dry_run import paper_dry_run
+
+    jobs, _ = paper_dry_run(tmp_path_factory.mktemp("paper_dry_run"))
+    return {j.record["label"]: j for j in jobs}
+
+
+def _compose_printed(job) -> DictConfig:
+    assert job.command[1:3] == ["-m", "verl.trainer.main_ppo"]
+    with initialize_config_dir(config_dir=VERL_CONF, version_base=None):
+        return compose("ppo_trainer", overrides=job.command[3:])
+
+
+def test_the_paper_dry_run_prints_six_jobs_that_compose_against_verls_config(paper_jobs):
+    """Every printed command composes and validates against verl's installed config; each row holds its
+    fixes (Table 1's ladder), the paper's layout, resume from the run's checkpoints, and its sbatch
+    script asks SLURM for that layout."""
+    from verl.trainer.ppo.utils import need_critic, need_reference_policy
+    from verl.utils.config import validate_config
+
+    assert sorted(paper_jobs) == sorted(LADDER)
+    for label, job in paper_jobs.items():
+        c = _compose_printed(job)
+        validate_config(c, use_reference_policy=need_reference_policy(c), use_critic=need_critic(c))
+        a = c.actor_rollout_ref.actor
+        of = c.actor_rollout_ref.rollout.agent.default_agent_loop == vb.OF_AGENT_LOOP
+        got = (a.clip_ratio_high, a.loss_agg_mode, c.reward.reward_kwargs.overlong_buffer_cfg.enable,
+               c.algorithm.filter_groups.enable, of)
+        assert got == LADDER[label], (label, got)
+        for key, want in SCRIPT_LAYOUT.items():
+            assert OmegaConf.select(c, key) == want, (label, key)
+        assert c.trainer.resume_mode == "auto" and c.trainer.default_local_dir == str(job.out / "checkpoints")
+        sbatch = [line.split(" ", 1)[1] for line in job.script.splitlines() if line.startswith("#SBATCH ")]
+        assert {"--nodes=16", "--gpus-per-node=8", "--ntasks-per-node=1", "--requeue"} <= set(sbatch), label
+        assert "NNODES=16\n" in job.script and "GPUS_PER_NODE=8\n" in job.script
+
+
+def test_the_paper_dry_runs_dapo_row_has_the_papers_32b_hyperparameters(paper_jobs):
+    """The DAPO row (paper_6_dapo) as verl holds it after composing the printed command, field by field
+    against the reference's table (transcribed in PAPER_32B, checked against the file above)."""
+    c = _compose_printed(paper_jobs["paper_6_dapo"])
+    for row, words, key, want in PAPER_32B:
+        got = OmegaConf.select(c, key, throw_on_missing=True)
+        assert got == want, f"{row} ({words}): verl's {key} is {got!r}, the paper's is {want!r}"
 
 
 def test_gpu_free_values_that_verl_treats_specially():

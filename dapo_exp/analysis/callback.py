@@ -55,6 +55,8 @@ class AnalysisCallback(Callback):
             import os
 
             sweep_dir = str(config.hydra.sweep.dir)
+            if _nothing_ran(config):
+                return
             if not os.path.isdir(sweep_dir):
                 print(f"[analysis] sweep directory {sweep_dir} does not exist; nothing to analyse", flush=True)
                 return
@@ -76,3 +78,20 @@ class AnalysisCallback(Callback):
                 flush=True,
             )
             traceback.print_exc(file=sys.stderr)
+
+
+def _nothing_ran(config: Any) -> bool:
+    """A backend=verl dry run ran nothing, and a SLURM launch only submitted the jobs: no analysis yet."""
+    from omegaconf import OmegaConf
+
+    backend = OmegaConf.select(config, "backend", default=None)
+    if backend is None or backend.get("name", "native") == "native":
+        return False
+    if backend.get("dry_run"):
+        print("[analysis] backend.dry_run=true: nothing ran, nothing to analyse", flush=True)
+        return True
+    if backend.get("launch") == "slurm":
+        print("[analysis] the jobs were submitted to SLURM; when they have ended: "
+              f"python -m dapo_exp.analysis {config.hydra.sweep.dir}", flush=True)
+        return True
+    return False

@@ -457,12 +457,17 @@ OTHER_RULES: dict[str, Rule] = {
     "backend.nnodes": to("trainer.nnodes"),
     "backend.gpus_per_node": to("trainer.n_gpus_per_node"),
     "backend.rollout_tp": to(_R + "tensor_model_parallel_size"),
+    "backend.sp_size": to(_A + "fsdp_config.ulysses_sequence_parallel_size",
+                          "actor_rollout_ref.ref.fsdp_config.ulysses_sequence_parallel_size"),
+    "backend.launch": unused("how the launcher starts verl: here, under a local Ray (local), or as an sbatch job "
+                             "that starts a Ray cluster over its nodes (slurm)"),
+    "backend.slurm": unused("the sbatch script's site settings (backend.launch=slurm)"),
     "backend.extra": Rule("appended verbatim (a key the translation sets is refused)", _extra),
     "backend.dry_run": unused("the launcher prints the command instead of running it"),
 }
 
 RULES: dict[str, Rule] = {**FIX_RULES, **OTHER_RULES}
-DICT_LEAVES = {"algo.ext", "notes"}  # dict-valued keys translated as one value
+DICT_LEAVES = {"algo.ext", "notes", "backend.slurm"}  # dict-valued keys translated as one value
 
 
 # --------------------------------------------------------------------------- #

@@ -8,16 +8,23 @@ the results home into the run directory the analysis reads.
 2. the data exported with the native loaders (:func:`export_data`: the same deduplication, template
    and eval limit) to ``<run>/verl_data/{train,eval}.parquet`` in verl's schema;
 3. ``config.json`` written (as a native run's, plus the verl command line, its environment and
-   the keys that needed no verl key); ``backend.dry_run=true`` stops here and prints the command;
-4. ``<backend.python> -m verl.trainer.main_ppo <overrides>`` runs in its own process group, its
+   the keys that needed no verl key) and, with ``backend.launch=slurm``, the sbatch script
+   ``<run>/verl_job.sbatch`` (:mod:`dapo_exp.backends.verl_slurm`); ``backend.dry_run=true`` stops
+   here and prints the command (and the script);
+4. ``backend.launch=local``: ``<backend.python> -m verl.trainer.main_ppo <overrides>`` runs here in
+   its own process group (verl's ``ray.init()`` starts a local Ray, or joins ``RAY_ADDRESS``), its
    output in ``<run>/verl.log``, its file logger in ``<run>/verl_metrics.jsonl`` (an earlier
    attempt's file is kept as ``verl_metrics.<n>.jsonl``: verl's file logger truncates on open);
+   ``backend.launch=slurm``: the script is submitted with ``sbatch`` (the job id goes to
+   ``config.json`` and ``summary.json``, status ``submitted``), and the job runs the same command on
+   its first node, between ``python -m dapo_exp.backends.verl_launch prepare <run>`` and ``finish``;
 5. ``metrics.jsonl`` translated from verl's rows (:func:`dapo_exp.backends.verl.metric_rows`) and
    ``summary.json`` written (status, final / best / base evaluations), as a native run does.
 
-A finished run is skipped; one writer per run directory (:class:`dapo_exp.rundir.RunLock`); a re-run
-resumes (``trainer.resume_mode=auto`` from ``<run>/checkpoints``). SIGTERM / SIGINT are passed on to
-verl's process group; the summary then says ``stopped``.
+A finished run is skipped, and so is one whose SLURM job is still queued or running; one writer per
+run directory (:class:`dapo_exp.rundir.RunLock`); a re-run resumes (``trainer.resume_mode=auto`` from
+``<run>/checkpoints``). SIGTERM / SIGINT are passed on to verl's process group; the summary then says
+``stopped``.
 """
 
 from __future__ import annotations
@@ -34,23 +41,26 @@ from typing import Any
 from omegaconf import DictConfig, OmegaConf
 
 import dapo_exp.backends.verl as verl
+import dapo_exp.backends.verl_slurm as verl_slurm
 from dapo_exp import fixes, rundir
 from dapo_exp.config import ConfigError
 
 REPO = Path(__file__).resolve().parents[2]
 VERL_METRICS = "verl_metrics.jsonl"
 VERL_LOG = "verl.log"
+STATUS_SUBMITTED = "submitted"  # backend.launch=slurm: the job is in SLURM's queue
 
 
-def resolve_python(path: str) -> str:
-    """``backend.python``: a relative path is taken from the repository root, a bare name from PATH."""
+def resolve_python(path: str, *, must_exist: bool = True) -> str:
+    """``backend.python``: a relative path is taken from the repository root, a bare name from PATH.
+    ``must_exist=False`` (a dry run): the path it would be, even where verl is not installed."""
     if os.sep not in path:
         found = shutil.which(path)
         if found:
             return found
     p = Path(os.path.expanduser(path))
     p = p if p.is_absolute() else REPO / p
-    if not p.exists():
+    if not p.exists() and must_exist:
         raise ConfigError(f"backend.python={path!r}: no such interpreter ({p}); install verl's environment with "
                           "`bash .ci/install-verl` or point backend.python at one")
     return str(p)
@@ -88,20 +98,30 @@ def _preflight(cfg: DictConfig) -> tuple[verl.VerlJob, str]:
     job = verl.translate(cfg)
     check_model_source(cfg.model.path)
     check_task_sources(cfg.task)
-    try:
-        python = resolve_python(cfg.backend.python)
-    except ConfigError:
-        if not cfg.backend.dry_run:  # a dry run prints the command even where verl is not installed
-            raise
-        python = cfg.backend.python
+    # a dry run prints the command even where verl is not installed
+    python = resolve_python(cfg.backend.python, must_exist=not cfg.backend.dry_run)
+    if not cfg.backend.dry_run:
+        _check_launch(cfg.backend)
     return job, python
+
+
+def _check_launch(backend: DictConfig) -> None:
+    """What the launch needs from this machine: ``sbatch`` (slurm), or a Ray cluster to join when a
+    local launch asks for several nodes (verl's ``ray.init()`` joins ``RAY_ADDRESS`` when it is set)."""
+    if backend.launch == "slurm":
+        verl_slurm.sbatch_path()
+    elif backend.nnodes > 1 and not os.environ.get("RAY_ADDRESS"):
+        raise ConfigError(f"backend.nnodes={backend.nnodes} with backend.launch=local: a local Ray has this machine's "
+                          "GPUs only; use backend.launch=slurm, or start a Ray cluster over the nodes and set "
+                          "RAY_ADDRESS to its head")
 
 
 def _environment(job: verl.VerlJob, out: Path) -> dict[str, str]:
     """The verl process's environment: the translated W&B settings, verl's file logger, and this
     checkout on PYTHONPATH (verl's workers import the Overlong Filtering extension from it)."""
+    paths = [str(REPO), *os.environ.get("PYTHONPATH", "").split(os.pathsep)]
     return {**job.env, "VERL_FILE_LOGGER_PATH": str(out / VERL_METRICS), "WANDB_DIR": str(out),
-            "PYTHONPATH": os.pathsep.join(p for p in (str(REPO), os.environ.get("PYTHONPATH", "")) if p)}
+            "PYTHONPATH": os.pathsep.join(dict.fromkeys(p for p in paths if p))}
 
 
 def launch(cfg: DictConfig) -> dict[str, Any]:
@@ -110,9 +130,13 @@ def launch(cfg: DictConfig) -> dict[str, Any]:
     job, python = _preflight(cfg)
     out = Path(cfg.out_dir).expanduser().resolve()
     out.mkdir(parents=True, exist_ok=True)
-    previous = rundir.read_summary(out)
-    if previous and previous.get("status") == rundir.STATUS_FINISHED:
+    previous = rundir.read_summary(out) or {}
+    if previous.get("status") == rundir.STATUS_FINISHED:
         print(f"[dapo-exp] {out} already finished; skipping (delete summary.json to re-run)")
+        return previous
+    state = None if cfg.backend.dry_run else verl_slurm.job_state(previous.get("slurm_job_id"))
+    if state:
+        print(f"[dapo-exp] {out}: its SLURM job {previous['slurm_job_id']} is {state}; skipping")
         return previous
     with rundir.RunLock(out):
         return _launch_locked(cfg, job, python, out, t0)
@@ -128,30 +152,64 @@ def _launch_locked(cfg: DictConfig, job: verl.VerlJob, python: str, out: Path, t
     record = {"config": resolved, "git_commit": rundir.git_commit(), "label": label, "switches": switches,
               "backend": "verl", "verl": {"version": verl.VERL_VERSION, "command": argv, "env": env,
                                           "not_translated": job.not_translated}}
+    script = None
+    if cfg.backend.launch == "slurm":
+        script = out / verl_slurm.SBATCH
+        rundir.write_text_atomic(script, verl_slurm.sbatch_script(cfg, argv, env, out=out, dapo_python=sys.executable,
+                                                                  label=label))
+        record["verl"]["sbatch"] = str(script)
     rundir.write_json(out / rundir.CONFIG, record)
     if cfg.backend.dry_run:
-        print("[dapo-exp] verl command (backend.dry_run=true, not launched):")
-        print(" ".join(_quote(a) for a in argv))
-        return {"status": "dry_run", "label": label, "command": argv, "env": env}
+        _print_dry_run(argv, script)
+        return {"status": "dry_run", "label": label, "command": argv, "env": env, "sbatch": script and str(script)}
     summary = {"status": rundir.STATUS_RUNNING, "label": label, "preset": cfg.preset, "switches": switches,
                "seed": cfg.seed, "config": resolved, "git_commit": record["git_commit"], "backend": "verl",
                "error": None}
     summary["data"] = export_data(cfg, out)
+    if script is not None:
+        return _submit(script, out, record, summary)
     _keep_previous_attempt(out)
     rc, stopped = _run(argv, {**os.environ, **env}, out)
+    summary = _finish(cfg, out, summary, rc=rc, stopped=stopped, wall_time_s=time.perf_counter() - t0)
+    if summary["status"] == rundir.STATUS_FAILED:
+        raise RuntimeError(summary["error"])
+    return summary
+
+
+def _print_dry_run(argv: list[str], script: Path | None) -> None:
+    print("[dapo-exp] verl command (backend.dry_run=true, not launched):")
+    print(" ".join(_quote(a) for a in argv))
+    if script is not None:
+        print(f"[dapo-exp] sbatch script {script} (backend.launch=slurm; not submitted):")
+        print(script.read_text(), end="")
+
+
+def _submit(script: Path, out: Path, record: dict[str, Any], summary: dict[str, Any]) -> dict[str, Any]:
+    """``sbatch`` the run's script; the job id goes to ``config.json`` and ``summary.json``."""
+    job_id = verl_slurm.submit(script)
+    print(f"[dapo-exp] submitted {script} as SLURM job {job_id}")
+    record["slurm"] = {"job_id": job_id, "script": str(script)}
+    rundir.write_json(out / rundir.CONFIG, record)
+    summary.update(status=STATUS_SUBMITTED, slurm_job_id=job_id)
+    rundir.write_json(out / rundir.SUMMARY, summary)
+    return summary
+
+
+def _finish(cfg: DictConfig, out: Path, summary: dict[str, Any], *, rc: int, stopped: str | None,
+            wall_time_s: float, error: str | None = None) -> dict[str, Any]:
+    """verl's metrics (every attempt) as ``metrics.jsonl``, and ``summary.json`` with the status."""
     rows = verl.metric_rows(_attempts(out), prompts_per_step=cfg.train.prompts_per_step, group_size=cfg.rollout.n)
     (out / rundir.METRICS).unlink(missing_ok=True)
     rundir.JsonlWriter(out / rundir.METRICS).write(rows)
-    summary.update(verl.summary_fields(rows), wall_time_s=time.perf_counter() - t0, return_code=rc)
+    summary.update(verl.summary_fields(rows), wall_time_s=wall_time_s, return_code=rc, error=None)
     if stopped:
-        summary.update(status=rundir.STATUS_STOPPED, error=f"stopped by {stopped}; re-run the same command to resume")
-    elif rc != 0:
-        summary.update(status=rundir.STATUS_FAILED, error=f"verl exited with {rc}; see {out / VERL_LOG}")
+        summary.update(status=rundir.STATUS_STOPPED, error=f"stopped by {stopped}; it resumes from its last "
+                       "checkpoint when requeued or re-run")
+    elif error or rc != 0:
+        summary.update(status=rundir.STATUS_FAILED, error=error or f"verl exited with {rc}; see {out / VERL_LOG}")
     else:
         summary["status"] = rundir.STATUS_FINISHED
     rundir.write_json(out / rundir.SUMMARY, summary)
-    if summary["status"] == rundir.STATUS_FAILED:
-        raise RuntimeError(summary["error"])
     return summary
 
 
@@ -206,3 +264,60 @@ def _main_thread() -> bool:
     import threading
 
     return threading.current_thread() is threading.main_thread()
+
+
+# --------------------------------------------------------------------------- #
+# The steps of the sbatch job (backend.launch=slurm), around verl's trainer     #
+# --------------------------------------------------------------------------- #
+def prepare(out: Path) -> dict[str, Any]:
+    """Before verl, in each attempt of the job: keep an earlier attempt's verl metrics (verl's file logger
+    truncates its file) and mark the run ``running`` with its SLURM job id and restart count."""
+    summary = rundir.read_summary(out) or {}
+    _keep_previous_attempt(out)
+    summary.update(status=rundir.STATUS_RUNNING, error=None, attempt_started=time.time(),
+                   slurm_job_id=os.environ.get("SLURM_JOB_ID", summary.get("slurm_job_id")),
+                   slurm_restarts=int(os.environ.get("SLURM_RESTART_COUNT", "0") or 0))
+    rundir.write_json(out / rundir.SUMMARY, summary)
+    return summary
+
+
+def finish(out: Path, *, rc: int, stopped: str | None = None, error: str | None = None) -> dict[str, Any]:
+    """After verl (or instead of it, when the Ray cluster did not come up): the results home, as a local
+    launch writes them; the config is the one ``config.json`` recorded at submission."""
+    record = rundir.read_json(out / rundir.CONFIG)
+    if not record or "config" not in record:
+        raise FileNotFoundError(f"{out / rundir.CONFIG}: no recorded config; is {out} a backend=verl run directory?")
+    summary = rundir.read_summary(out) or {}
+    started = summary.pop("attempt_started", None)
+    wall = time.time() - started if started else 0.0
+    if stopped and not stopped.startswith("SIG"):
+        stopped = f"SIG{stopped}"
+    return _finish(OmegaConf.create(record["config"]), out, summary, rc=rc, stopped=stopped, error=error,
+                   wall_time_s=wall)
+
+
+def main(argv: list[str] | None = None) -> int:
+    """``python -m dapo_exp.backends.verl_launch prepare|finish <run> ...`` (the sbatch script's steps)."""
+    import argparse
+
+    parser = argparse.ArgumentParser(prog="python -m dapo_exp.backends.verl_launch", description=main.__doc__)
+    sub = parser.add_subparsers(dest="step", required=True)
+    sub.add_parser("prepare", help="before verl: keep an earlier attempt's metrics, mark the run running").add_argument(
+        "run", type=Path)
+    fin = sub.add_parser("finish", help="after verl: metrics.jsonl and summary.json")
+    fin.add_argument("run", type=Path)
+    fin.add_argument("--return-code", type=int, required=True, help="verl's exit code")
+    fin.add_argument("--stopped", help="the signal that stopped verl (USR1, TERM)")
+    fin.add_argument("--error", help="why the job failed before or around verl")
+    args = parser.parse_args(argv)
+    out = args.run.expanduser().resolve()
+    if args.step == "prepare":
+        prepare(out)
+    else:
+        summary = finish(out, rc=args.return_code, stopped=args.stopped, error=args.error)
+        print(f"[dapo-exp] {out.name}: {summary['status']}" + (f" ({summary['error']})" if summary["error"] else ""))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
