@@ -100,6 +100,9 @@ def test_each_study_names_a_fix_a_regime_and_a_predicted_mechanism(name):
     assert any(m.sign for m in s.metrics), "a study needs at least one predicted mechanism metric"
     on = _compose(f"experiment={s.experiment}", "fixes=grpo", f"{s.fix}={s.arms[1]}")
     off = _compose(f"experiment={s.experiment}", "fixes=grpo", f"{s.fix}={s.arms[0]}")
+    from dapo_exp.config import validate
+
+    validate(on), validate(off)  # both arms run: a bad preset fails here, not after a warm start
     sw_on, sw_off = fixes.switches(on.algo), fixes.switches(off.algo)
     assert sw_on[s.fix] and not sw_off[s.fix]
     assert {k for k in sw_on if sw_on[k] != sw_off[k]} == {s.fix}  # the arms differ in this switch alone

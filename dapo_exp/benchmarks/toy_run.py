@@ -2,11 +2,15 @@
 
 Measures the wall time of the whole command from a cold warm-start cache (the
 first run on a machine builds the warm-started tiny policy) and then with the
-cache warm, and splits a rollout step into generation / training / evaluation
+cache warm for each seed, and splits a rollout step into generation / training / evaluation
 from the run's own ``metrics.jsonl``. Prints a table and the command that made it.
 
-    python -m dapo_exp.benchmarks.toy_run            # defaults: fixes=full task=arith model=tiny
-    python -m dapo_exp.benchmarks.toy_run fixes=grpo train.steps=10
+    python -m dapo_exp.benchmarks.toy_run                      # defaults: fixes=full, seeds 0,1,2
+    python -m dapo_exp.benchmarks.toy_run --seeds 0 fixes=grpo train.steps=10
+
+It also checks the testbed's promise for the default run (issue 11): from a cold cache within
+:data:`BUDGET_S` seconds, and held-out accuracy up by at least :data:`MIN_GAIN_PP` points over the
+base policy on every seed; the exit status is 1 when either fails.
 """
 
 from __future__ import annotations
@@ -34,27 +38,54 @@ def run_once(out_dir: Path, cache_dir: Path, overrides: list[str]) -> float:
     return time.perf_counter() - t0
 
 
-def main(argv: list[str]) -> None:
+BUDGET_S = 180.0  # the default run, cold cache, warm start included (issue 11)
+MIN_GAIN_PP = 15.0  # held-out accuracy gain over the base policy on every seed (issue 11)
+
+
+def _load() -> str:
+    return " ".join(f"{x:.2f}" for x in os.getloadavg())
+
+
+def main(argv: list[str]) -> int:
+    """``--seeds 0,1,2`` (first argument, optional): the first seed runs from a cold cache (warm
+    start included), every seed then from the warm cache; the others are Hydra overrides."""
+    seeds = [0, 1, 2]
+    if argv[:1] == ["--seeds"]:
+        seeds, argv = [int(x) for x in argv[1].split(",")], argv[2:]
+    load_before = _load()
     with tempfile.TemporaryDirectory() as tmp:
         tmp = Path(tmp)
-        cold = run_once(tmp / "cold", tmp / "cache", argv)
-        warm = run_once(tmp / "warm", tmp / "cache", argv)
+        cold = run_once(tmp / "cold", tmp / "cache", [*argv, f"seed={seeds[0]}"])
+        warm, gains = [], []
+        for seed in seeds:
+            warm.append(run_once(tmp / f"warm{seed}", tmp / "cache", [*argv, f"seed={seed}"]))
+            summary = json.loads((tmp / f"warm{seed}" / "summary.json").read_text())
+            base, final = summary["base"]["eval/acc_avg"], summary["final"]["eval/acc_avg"]
+            gains.append((seed, base, final))
         ws = json.loads(next((tmp / "cache").glob("tiny-*/warmstart.json")).read_text())
-        rows = [json.loads(x) for x in (tmp / "warm" / "metrics.jsonl").read_text().splitlines()]
-        summary = json.loads((tmp / "warm" / "summary.json").read_text())
+        rows = [json.loads(x) for x in (tmp / f"warm{seeds[0]}" / "metrics.jsonl").read_text().splitlines()]
+    _report(argv, seeds, cold, warm, ws, rows, gains, load_before)
+    ok = cold <= BUDGET_S and all(100 * (f - b) >= MIN_GAIN_PP for _, b, f in gains)
+    return 0 if ok else 1
+
+
+def _report(argv, seeds, cold, warm, ws, rows, gains, load_before) -> None:
     steps = [r for r in rows if "timing_s/step" in r]
     evals = [r for r in rows if "timing_s/eval" in r]
 
     def med(key: str, src=steps) -> float:
         return float(np.median([r[key] for r in src])) if src else float("nan")
 
-    print(f"# toy benchmark, {datetime.date.today()}, {platform.node()}, {os.cpu_count()} CPUs, "
-          f"torch threads {os.environ.get('OMP_NUM_THREADS', 'default')}")
-    print(f"# command: python -m dapo_exp.benchmarks.toy_run {' '.join(argv)}")
+    commit = subprocess.run(["git", "rev-parse", "--short", "HEAD"], cwd=ROOT, capture_output=True, text=True)
+    print(f"# toy benchmark, {datetime.datetime.now():%Y-%m-%d %H:%M}, commit {commit.stdout.strip()}, "
+          f"{platform.node()}, {os.cpu_count()} CPUs, torch threads {os.environ.get('OMP_NUM_THREADS', 'default')}, "
+          f"load average {load_before} before, {_load()} after")
+    print(f"# command: python -m dapo_exp.benchmarks.toy_run --seeds {','.join(map(str, seeds))} {' '.join(argv)}")
     print("| measure | value |")
     print("|---|---|")
-    print(f"| `python run.py`, cold cache (incl. warm start) | {cold:.1f} s |")
-    print(f"| `python run.py`, warm cache | {warm:.1f} s |")
+    print(f"| `python run.py`, cold cache (incl. warm start), seed {seeds[0]} | {cold:.1f} s "
+          f"({'within' if cold <= BUDGET_S else 'OVER'} the {BUDGET_S:.0f} s budget) |")
+    print(f"| `python run.py`, warm cache, per seed | {', '.join(f'{w:.1f}' for w in warm)} s |")
     print(f"| warm start alone | {ws['warmstart/seconds']:.1f} s ({ws['warmstart/steps']} steps) |")
     print(f"| rollout steps | {len(steps)} |")
     print(f"| per step, median: generation | {med('timing_s/gen'):.2f} s |")
@@ -64,9 +95,11 @@ def main(argv: list[str]) -> None:
     print(f"| generation tokens/s, median | {med('perf/gen_tokens_per_s'):.0f} |")
     print(f"| training tokens/s, median | {med('perf/train_tokens_per_s'):.0f} |")
     print(f"| dynamic sampling rounds per step, mean | {np.mean([r['dynamic_sampling/gen_rounds'] for r in steps]):.2f} |")
-    base, final = summary.get("base", {}), summary["final"]
-    print(f"| eval avg@k base -> final | {base.get('eval/acc_avg', float('nan')):.3f} -> {final['eval/acc_avg']:.3f} |")
+    for seed, base, final in gains:
+        gain = 100 * (final - base)
+        print(f"| held-out avg@k, seed {seed}: base -> final | {100 * base:.1f} -> {100 * final:.1f} % "
+              f"({gain:+.1f} pp; {'meets' if gain >= MIN_GAIN_PP else 'BELOW'} +{MIN_GAIN_PP:.0f}) |")
 
 
 if __name__ == "__main__":
-    main(sys.argv[1:])
+    sys.exit(main(sys.argv[1:]))
