@@ -16,6 +16,9 @@ cache), on the toy task's training prompts and its verifier:
   the old log-probs from the update forward (no separate recompute);
 - no evaluation, no checkpoints, no W&B.
 
+With EOS suppressed most responses end wrong, so most advantages are 0; neither system
+skips any work for that (the forward, backward and optimizer step run all the same).
+
 What a step is: for TRL, the wall time between two ``on_step_end`` callbacks of its
 ``Trainer`` (generation, rewards, the update and TRL's own bookkeeping); for dapo-exp,
 the training loop's rollout step (``train.rollout_groups`` + ``train.train_on`` + the
