@@ -191,6 +191,12 @@ class TrainConfig:
     token_budget: Optional[int] = None
     # passes over each batch (paper: 1)
     ppo_epochs: int = 1
+    # old log-probs of the first mini-batch's rows (every row when a batch gets one update):
+    # false = the update forward's own, detached (ratio 1 exactly; no extra forward, as TRL and
+    # verl); true = a separate no-grad forward before the update, for every row (same loss and
+    # gradient within float rounding; one more forward per step). Other rows are always recomputed.
+    # (The update forward runs in train mode: a model with dropout would give dropout-noised old log-probs.)
+    recompute_old_logprobs: bool = False
     # auto | cpu | cuda
     device: str = "auto"
     # bf16 autocast on CUDA: auto | true | false

@@ -4,10 +4,11 @@
 
     generate + score (rollout.groups.score_groups) -> dynamic sampling (rollout.dynamic_sampling)
     -> build_batch: advantages, response and loss masks (Overlong Filtering)
-    -> old_logprobs: the trainer's log-probs of the samples, entropy, reference log-probs
-    -> token_advantages: per-token advantages (x truncated IS weights), mismatch metrics
-    -> update_policy: mini-batches of whole groups, micro-batch accumulation, optimizer steps
-    -> step_metrics / sampling_metrics -> evaluate (periodic)
+    -> old_logprobs: the trainer's log-probs of the samples that the update cannot give itself
+       (on_policy_rows: those of the first mini-batch), entropy, reference log-probs
+    -> update_policy: mini-batches of whole groups, micro-batch accumulation, optimizer steps;
+       per-token advantages (token_advantages, x truncated IS weights)
+    -> rollout_mismatch / step_metrics / sampling_metrics -> evaluate (periodic)
 
 Each step takes plain values and keyword arguments; the config is read by the loop
 (``dapo_exp.train``) and by the registry entries it picks (``dapo_exp.algorithms``).
@@ -50,6 +51,7 @@ class Batch:
     group_index: Tensor  # (B,) group of each row
     resp_mask: Tensor  # (B, T) real response tokens
     loss_mask: Tensor  # (B, T) tokens that count in the loss (minus overlong-filtered rows)
+    engine_logp: Tensor | None = None  # (B, T) the log-probs the engine sampled with, if it reported them
 
     @property
     def size(self) -> int:
@@ -77,6 +79,8 @@ def build_batch(
         prompts=[g.prompt_ids for g in groups for _ in range(group_size)], responses=responses,
         lengths=lengths, truncated=truncated, group_index=torch.arange(len(groups)).repeat_interleave(group_size),
         resp_mask=resp_mask, loss_mask=loss_mask,
+        engine_logp=None if groups[0].sampled_logprobs is None
+        else pad_logprobs([lp for g in groups for lp in g.sampled_logprobs], width),
     )
 
 
@@ -90,48 +94,92 @@ def row_lengths(batch: Batch, rows: list[int] | range) -> list[int]:
 # --------------------------------------------------------------------------- #
 @dataclass
 class OldLogprobs:
+    """The trainer's log-probs of the samples under the policy that generated them (``pi_old``).
+
+    Rows not yet ``known`` are on-policy rows (:func:`on_policy_rows`): :func:`update_policy`
+    fills them from its own first forward of them, before any optimizer step.
+    """
+
     logp: Tensor  # (B, T) the trainer's log-probs of the samples before the update
     ref_logp: Tensor | None  # (B, T) under the frozen reference policy (KL on), else None
-    entropy_sum: float  # sum over response tokens of the policy's entropy
+    entropy_sum: float  # sum over the known rows' response tokens of the policy's entropy
+    known: Tensor  # (B,) bool: rows whose logp (and entropy) are set
+
+
+def on_policy_rows(n_groups: int, *, spec: "UpdateSpec", seed: int) -> list[int]:
+    """Rows whose update forward sees the very policy that sampled them: the first mini-batch's.
+
+    Its forward runs before any optimizer step, so its detached log-probs *are* the old
+    log-probs (ratio 1 exactly, as TRL and verl do when a batch gets one update); with one
+    mini-batch (``ppo_epochs`` of them or not) that is every row and nothing is recomputed.
+    """
+    return minibatch_rows(n_groups, spec=spec, seed=seed)[0]
 
 
 @torch.no_grad()
 def old_logprobs(
     model: torch.nn.Module, batch: Batch, *, fwd: ResponseForward, ref_model: torch.nn.Module | None,
-    micro_batch_size: int, token_budget: int | None,
+    micro_batch_size: int, token_budget: int | None, on_policy: list[int] | tuple = (),
 ) -> OldLogprobs:
-    """The trainer's log-probs of the sampled tokens (recomputed, never the engine's)."""
-    model.eval()
+    """The trainer's log-probs of the sampled tokens (recomputed, never the engine's) and their entropy,
+    for every row but ``on_policy`` (left to :func:`update_policy`); the reference's for every row."""
     B, width = batch.size, batch.width
-    old = torch.zeros(B, width)
-    ref = torch.zeros(B, width) if ref_model is not None else None
-    ent_sum = 0.0
-    for mb in microbatches(row_lengths(batch, range(B)), micro_batch_size, token_budget):
-        prompts, responses = [batch.prompts[i] for i in mb], [batch.responses[i] for i in mb]
-        lp, ent, mk = fwd(model, prompts, responses, with_entropy=True)
-        old[mb, : lp.shape[1]] = lp.cpu()
-        ent_sum += float((ent * mk).sum())
-        if ref is not None:
-            rl, _, _ = fwd(ref_model, prompts, responses)
-            ref[mb, : rl.shape[1]] = rl.cpu()
-    return OldLogprobs(old, ref, ent_sum)
+    known = torch.ones(B, dtype=torch.bool)
+    known[list(on_policy)] = False
+    old = OldLogprobs(torch.zeros(B, width), torch.zeros(B, width) if ref_model is not None else None, 0.0, known)
+
+    def score(net: torch.nn.Module, rows: list[int], out: Tensor, with_entropy: bool) -> float:
+        net.eval()
+        ent_sum = 0.0
+        for mb in microbatches(row_lengths(batch, rows), micro_batch_size, token_budget):
+            sel = [rows[i] for i in mb]
+            lp, ent, mk = fwd(net, [batch.prompts[i] for i in sel], [batch.responses[i] for i in sel],
+                              with_entropy=with_entropy)
+            out[sel, : lp.shape[1]] = lp.cpu()
+            ent_sum += float((ent * mk).sum())
+        return ent_sum
+
+    recompute = [i for i in range(B) if known[i]]
+    if recompute:
+        old.entropy_sum = score(model, recompute, old.logp, True)
+    if ref_model is not None:
+        score(ref_model, list(range(B)), old.ref_logp, False)
+    return old
 
 
-def token_advantages(batch: Batch, old: OldLogprobs, *, tis_cap: float | None) -> tuple[Tensor, dict[str, float]]:
-    """``(B, T)`` advantages and the rollout-vs-trainer mismatch metrics.
+def adopt_update_logprobs(old: OldLogprobs, rows: list[int], logp: Tensor, entropy: Tensor, *,
+                          updates_done: int) -> None:
+    """On-policy ``rows``: their old log-probs are ``logp`` (``(n, w)``, the update forward's), detached;
+    ``entropy`` (``(n, w)``, masked) joins the entropy sum. Refused after an optimizer step."""
+    if updates_done:
+        raise RuntimeError("on-policy rows must be scored before the first optimizer step of the batch")
+    if old.known[rows].any():
+        raise RuntimeError("a micro-batch mixes on-policy rows with rows whose old log-probs were recomputed")
+    old.logp[rows, : logp.shape[1]] = logp.detach().cpu()
+    old.entropy_sum += float(entropy.detach().sum())
+    old.known[rows] = True
 
-    When the engine reported the log-probs it sampled with, the gap to the trainer's is
-    measured and, with ``tis_cap`` set, each token's advantage is multiplied by its
-    truncated importance weight (:func:`dapo_exp.objective.truncated_is_weights`).
+
+def token_advantages(batch: Batch, old_logp: Tensor, rows: list[int] | range, *, tis_cap: float | None) -> Tensor:
+    """``(len(rows), w)`` per-token advantages of ``rows`` (``old_logp``: their ``(len(rows), w)`` old log-probs).
+
+    Each token carries its response's advantage; with ``tis_cap`` set and engine log-probs
+    reported, times its truncated importance weight
+    (:func:`dapo_exp.objective.truncated_is_weights`, trainer's old log-probs vs the engine's).
     """
-    tok_adv = batch.advantages[:, None].expand(batch.size, batch.width).clone()
-    if batch.groups[0].sampled_logprobs is None:
-        return tok_adv, {}
-    eng = pad_logprobs([lp for g in batch.groups for lp in g.sampled_logprobs], batch.width)
-    metrics = rollout_mismatch_stats(old.logp, eng, batch.resp_mask)
-    if tis_cap is not None:
-        tok_adv = tok_adv * objective.truncated_is_weights(old.logp, eng, tis_cap)
-    return tok_adv, metrics
+    rows = list(rows)
+    adv = batch.advantages[rows, None].expand(len(rows), old_logp.shape[1])
+    if tis_cap is None or batch.engine_logp is None:
+        return adv.clone()
+    return adv * objective.truncated_is_weights(old_logp, batch.engine_logp[rows, : old_logp.shape[1]], tis_cap)
+
+
+def rollout_mismatch(batch: Batch, old: OldLogprobs) -> dict[str, float]:
+    """The rollout-vs-trainer mismatch metrics (:func:`dapo_exp.rollout.mismatch.rollout_mismatch_stats`),
+    when the engine reported the log-probs it sampled with; else none."""
+    if batch.engine_logp is None:
+        return {}
+    return rollout_mismatch_stats(old.logp, batch.engine_logp, batch.resp_mask)
 
 
 # --------------------------------------------------------------------------- #
@@ -152,6 +200,7 @@ class UpdateSpec:
     surrogate: Callable  # from dapo_exp.algorithms.POLICY_LOSSES
     kl_coef: float
     kl_estimator: str
+    tis_cap: float | None  # truncated importance sampling against the engine's log-probs, None = off
 
 
 def minibatch_rows(n_groups: int, *, spec: UpdateSpec, seed: int) -> list[list[int]]:
@@ -165,13 +214,16 @@ def minibatch_rows(n_groups: int, *, spec: UpdateSpec, seed: int) -> list[list[i
 
 
 def update_policy(
-    model: torch.nn.Module, optimizer: torch.optim.Optimizer, batch: Batch, old: OldLogprobs, tok_adv: Tensor,
+    model: torch.nn.Module, optimizer: torch.optim.Optimizer, batch: Batch, old: OldLogprobs,
     *, fwd: ResponseForward, spec: UpdateSpec, seed: int,
 ) -> dict[str, float]:
     """PPO-style updates; each mini-batch is one optimizer step, its gradient accumulated over
     micro-batches with the mini-batch's normaliser (so the split never changes it).
 
-    Returns summed statistics (``pg_loss``, token counts, ``grad_norm``, ``n_updates``, padding).
+    The on-policy rows of ``old`` (not ``known``, :func:`on_policy_rows`) take their old log-probs
+    and entropy from this forward, detached, before the first optimizer step; ``old`` is complete
+    afterwards. Returns summed statistics (``pg_loss``, token counts, ``grad_norm``, ``n_updates``,
+    padding).
     """
     model.train()
     upd: dict[str, float] = defaultdict(float)
@@ -185,10 +237,16 @@ def update_policy(
             # padding waste: the tensor is [max prompt | max response] wide
             upd["slots"] += len(sel) * (max(len(batch.prompts[i]) for i in sel) + max(batch.lengths[i] for i in sel))
             upd["real_tokens"] += sum(lens[i] for i in micro)
-            lp, _, _ = fwd(model, [batch.prompts[i] for i in sel], [batch.responses[i] for i in sel])
+            on_policy = not bool(old.known[sel].all())
+            lp, ent, mk = fwd(model, [batch.prompts[i] for i in sel], [batch.responses[i] for i in sel],
+                              with_entropy=on_policy)
             w = lp.shape[1]
+            if on_policy:
+                adopt_update_logprobs(old, sel, lp, ent * mk, updates_done=int(upd["n_updates"]))
+            old_lp = old.logp[sel, :w]
             loss, st = objective.policy_loss(
-                logp=lp, old_logp=old.logp[sel, :w].to(device), advantages=tok_adv[sel, :w].to(device),
+                logp=lp, old_logp=old_lp.to(device),
+                advantages=token_advantages(batch, old_lp, sel, tis_cap=spec.tis_cap).to(device),
                 mask=batch.loss_mask[sel, :w].to(device), weights=weights[micro].to(device),
                 surrogate=spec.surrogate, kl_coef=spec.kl_coef, kl_estimator=spec.kl_estimator,
                 ref_logp=None if old.ref_logp is None else old.ref_logp[sel, :w].to(device),

@@ -5,17 +5,22 @@ One rollout step, each line a named function (``dapo_exp.steps`` unless noted)::
     rollout + score (rollout.groups.score_groups: verifier reward + shaping terms)
     -> dynamic sampling (rollout.dynamic_sampling.collect_groups: refill until only mixed groups)
     -> build_batch: advantages (algo.adv_estimator), loss mask (Overlong Filtering)
-    -> old_logprobs: the trainer's log-probs of the samples (and the reference's, KL on)
-    -> token_advantages: per-token advantages, x truncated IS weights (algo.tis_cap)
+    -> old_logprobs: the trainer's log-probs of the samples the update cannot score itself
+       (and the reference's, KL on)
     -> update_policy: mini-batches of whole groups, micro-batch gradient accumulation
-       normalised by the mini-batch (algo.loss_agg), the policy loss of algo.policy_loss
+       normalised by the mini-batch (algo.loss_agg), the policy loss of algo.policy_loss,
+       per-token advantages x truncated IS weights (algo.tis_cap)
     -> sync the rollout engine -> step_metrics / sampling_metrics -> evaluate -> checkpoint
 
 How it deviates from the paper, honestly: the paper trains a 32B model for
 thousands of steps on DAPO-Math-17k; the embedded default is a 0.3M-parameter
 policy on a synthetic arithmetic task for 30 steps, which exercises every
-mechanism but says nothing about AIME. Old log-probs are always recomputed by
-the trainer (never taken from the rollout engine). The KL term is off unless
+mechanism but says nothing about AIME. Old log-probs are always the trainer's
+(never taken from the rollout engine): the rows of the first mini-batch (every row
+when a batch gets one update) take them from the update forward itself, detached,
+before any optimizer step (ratio 1 exactly, as TRL and verl); the other rows are
+recomputed by a no-grad forward before the first update
+(``train.recompute_old_logprobs=true`` recomputes every row). The KL term is off unless
 ``algo.kl_coef > 0`` (then a frozen copy of the initial policy is the reference).
 
 ``train(cfg)`` is a plain function: ``run.py`` wraps it in ``@hydra.main`` and
@@ -358,7 +363,7 @@ def update_spec(cfg: DictConfig) -> steps.UpdateSpec:
         group_size=cfg.rollout.n, mini_batch_size=t.mini_batch_size, micro_batch_size=t.micro_batch_size,
         token_budget=t.token_budget, ppo_epochs=t.ppo_epochs, grad_clip=cfg.optim.grad_clip, loss_agg=a.loss_agg,
         max_len=cfg.rollout.max_response_len, surrogate=algorithms.POLICY_LOSSES.pick(a.policy_loss)(algo=a),
-        kl_coef=a.kl_coef, kl_estimator=a.kl_estimator,
+        kl_coef=a.kl_coef, kl_estimator=a.kl_estimator, tis_cap=a.tis_cap,
     )
 
 
@@ -368,14 +373,17 @@ def train_on(run: Run, groups: list[Group], step: int) -> dict[str, float]:
     estimator = algorithms.ADVANTAGE_ESTIMATORS.pick(a.adv_estimator)
     batch = steps.build_batch(groups, group_size=cfg.rollout.n, estimator=lambda rw: estimator(rw, algo=a),
                               overlong_filtering=a.overlong_filtering)
+    spec, seed = update_spec(cfg), cfg.seed * 31 + step * 7
     t_train = time.perf_counter()
+    # the first mini-batch's rows (every row with one mini-batch) are scored by the update itself
+    on_policy = [] if t.recompute_old_logprobs else steps.on_policy_rows(len(groups), spec=spec, seed=seed)
     old = steps.old_logprobs(run.model, batch, fwd=run.fwd, ref_model=run.ref_model,
-                             micro_batch_size=t.micro_batch_size, token_budget=t.token_budget)
-    tok_adv, mismatch = steps.token_advantages(batch, old, tis_cap=a.tis_cap)
-    upd = steps.update_policy(run.model, run.optimizer, batch, old, tok_adv, fwd=run.fwd, spec=update_spec(cfg),
-                              seed=cfg.seed * 31 + step * 7)
+                             micro_batch_size=t.micro_batch_size, token_budget=t.token_budget, on_policy=on_policy)
+    upd = steps.update_policy(run.model, run.optimizer, batch, old, fwd=run.fwd, spec=spec, seed=seed)
     run.engine.sync_weights(run.model)
     t_train = time.perf_counter() - t_train
+    tok_adv = steps.token_advantages(batch, old.logp, range(batch.size), tis_cap=a.tis_cap)
+    mismatch = steps.rollout_mismatch(batch, old)
     shaping_metrics = {name: term.metric for name, term in algorithms.REWARD_SHAPING.items()}
     m = {**mismatch, **steps.step_metrics(batch, old, upd, tok_adv, shaping_metrics=shaping_metrics,
                                            ppo_epochs=t.ppo_epochs, t_train=t_train)}

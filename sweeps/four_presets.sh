@@ -2,8 +2,12 @@
 # Question: do the DAPO fixes help, one group at a time? Naive GRPO vs + Clip-Higher vs
 #           + Dynamic Sampling vs the full released recipe (+ token-level loss + soft overlong punishment).
 # Runs:     12 = 4 configurations (grpo, clip, clip_ds, full) x 3 seeds (SEEDS=0,1,2).
+# Launcher: hydra/launcher=parallel: the runs side by side, jobs x threads = cores
+#           (conf/hydra/launcher/parallel.yaml); a launcher given as an extra override wins
+#           (hydra/launcher=basic: one after another; hydra/launcher=slurm below).
 # Cost:     CPU toy (default config, 2 cores): measured 27-38 s per run (2026-11-22; 28 s per
-#           run once the warm start is cached) -> about 6-8 min for 12 runs one after another.
+#           run once the warm start is cached) -> about 6-8 min for 12 runs one after another
+#           (hydra/launcher=basic); with the parallel launcher: not measured yet.
 #           One GPU, toy config: ~1 min per run -> ~10-15 min (estimate). A 0.5B-1.5B model on
 #           task=dapo_math: hours per run (estimate: measure one run first).
 # Seeds:    from the pilot, `python -m dapo_exp.analysis plan sweeps/results/2026-11-22-four_presets/table.csv
@@ -21,4 +25,4 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 SEEDS="${SEEDS:-0,1,2}"
-python run.py -m sweep=four_presets fixes=grpo,clip,clip_ds,full seed="$SEEDS" "$@"
+python run.py -m hydra/launcher=parallel sweep=four_presets fixes=grpo,clip,clip_ds,full seed="$SEEDS" "$@"

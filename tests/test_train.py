@@ -157,6 +157,25 @@ def test_token_budget_micro_batches_give_the_same_update(tmp_path, small_cfg):
         assert a[k] == pytest.approx(b[k], rel=1e-5, abs=1e-7), k
 
 
+@pytest.mark.slow
+@pytest.mark.parametrize("mini_batch_size", [16, 8], ids=["one_update", "two_updates"])
+def test_old_logprobs_from_the_update_forward_train_like_the_recompute(tmp_path, small_cfg, mini_batch_size):
+    """The default (first mini-batch's old log-probs from its update forward) and
+    train.recompute_old_logprobs=true give the same training metrics, step after step."""
+    common = ("fixes=full", "eval.before_training=false", f"train.mini_batch_size={mini_batch_size}")
+    train(small_cfg(tmp_path / "skip", *common))
+    train(small_cfg(tmp_path / "recompute", *common, "train.recompute_old_logprobs=true"))
+    a = [r for r in metrics(tmp_path / "skip") if "actor/pg_loss" in r]
+    b = [r for r in metrics(tmp_path / "recompute") if "actor/pg_loss" in r]
+    assert len(a) == len(b) == 2
+    for ra, rb in zip(a, b):
+        assert ra["actor/n_updates"] == rb["actor/n_updates"] == 16 // mini_batch_size
+        for k in ("actor/pg_loss", "actor/grad_norm", "actor/entropy", "actor/ppo_ratio_mean", "reward/mean"):
+            assert ra[k] == pytest.approx(rb[k], rel=1e-5, abs=1e-7), k
+    if mini_batch_size == 16:
+        assert all(r["actor/ppo_ratio_mean"] == 1.0 for r in a)  # exactly on-policy
+
+
 def test_resume_survives_a_half_written_jsonl_line(tmp_path, small_cfg, monkeypatch):
     """A kill in the middle of a write leaves a broken last line: resume drops it, never crashes on it."""
     overrides = ("train.steps=3", "checkpoint.every=2")

@@ -411,6 +411,8 @@ OTHER_RULES: dict[str, Rule] = {
                                  "actor_rollout_ref.ref.log_prob_micro_batch_size_per_gpu"),
     "train.token_budget": Rule(f"`{_A}use_dynamic_bsz`, `{_A}ppo_max_token_len_per_gpu` (null: off)", _token_budget),
     "train.ppo_epochs": to(_A + "ppo_epochs"),
+    "train.recompute_old_logprobs": native_only("where the native trainer takes on-policy old log-probs from "
+                                                "(verl decides this itself)"),
     "train.device": Rule("`trainer.device=cuda` (`cpu` fails)", lambda v, ctx: {"trainer.device": "cuda"} if v != "cpu"
                          else _fail("train.device", v, "verl's trainer needs GPUs")),
     "train.bf16": Rule(f"`{_A}fsdp_config.dtype` (+ ref): the compute dtype, as the native autocast", _compute_dtype),

@@ -4,7 +4,8 @@ The engine that samples (vLLM, or HF ``generate``) and the trainer's forward pas
 compute the "same" next-token distribution with different kernels, dtypes and
 batch shapes, so their log-probabilities of the sampled tokens differ a little
 (a lot in bf16 with long sequences). The loss always uses the trainer's
-recomputed log-probs as ``old_logp``; these functions measure the gap and,
+log-probs as ``old_logp`` (``dapo_exp.steps``: from the update forward for
+on-policy rows, else recomputed); these functions measure the gap and,
 optionally, correct for it with truncated importance sampling, whose weights sit
 next to the loss (:func:`dapo_exp.objective.truncated_is_weights`, ``algo.tis_cap``).
 
@@ -22,8 +23,8 @@ def rollout_mismatch_stats(trainer_logp: Tensor, engine_logp: Tensor, mask: Tens
     """Summary of the per-token gap between the trainer's and the engine's log-probs.
 
     Args:
-        trainer_logp: ``(B, T)`` log-probs of the sampled tokens recomputed by the
-            trainer (same temperature as sampling).
+        trainer_logp: ``(B, T)`` log-probs of the sampled tokens under the
+            trainer's old policy (same temperature as sampling).
         engine_logp: ``(B, T)`` log-probs the engine reported while sampling.
         mask: ``(B, T)`` 0/1, the tokens that count (padding excluded).
 

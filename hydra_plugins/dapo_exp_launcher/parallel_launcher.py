@@ -1,0 +1,116 @@
+"""``hydra/launcher=parallel``: the jobs of a sweep side by side on one CPU machine, every core busy.
+
+A thin layer over the Hydra plugin ``hydra-joblib-launcher`` (joblib's ``loky`` process pool):
+it picks how many jobs run at once and how many threads each gets so that
+``jobs x threads = cores``, sets those threads in every worker (``OMP_NUM_THREADS`` and the
+other thread-pool variables before the worker starts, and ``torch.set_num_threads`` at the
+start of every job), then hands the sweep to joblib. Why: at the toy's size one step is
+bound by per-op overhead, and a second thread barely speeds up generation, so two one-thread
+jobs side by side do far more per second than one two-thread job.
+
+Worker processes are reused from job to job: a worker pays the imports once, not once per job.
+A job that raises is recorded as failed by ``run.py`` and the others go on; a worker process
+that dies (killed, out of memory) stops the sweep, and running the same command again resumes
+it (finished jobs are skipped).
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+from contextlib import contextmanager
+from typing import Any, Iterator, NamedTuple, Optional, Sequence
+
+from hydra.core.utils import JobReturn
+from hydra.plugins.launcher import Launcher
+from hydra.types import HydraContext, TaskFunction
+from omegaconf import DictConfig
+
+log = logging.getLogger(__name__)
+
+# what the worker processes read their thread-pool sizes from (OpenMP: torch's CPU kernels)
+THREAD_VARS = ("OMP_NUM_THREADS", "MKL_NUM_THREADS", "OPENBLAS_NUM_THREADS")
+
+
+class Plan(NamedTuple):  # (not a dataclass: Hydra's plugin scan runs this module outside sys.modules)
+    jobs: int  # jobs at once
+    threads: int  # threads per job
+    cores: int  # cores shared
+
+
+def available_cores() -> int:
+    """The CPUs this process may run on (its affinity mask, else ``os.cpu_count()``)."""
+    try:
+        return len(os.sched_getaffinity(0))
+    except AttributeError:  # not on Linux
+        return os.cpu_count() or 1
+
+
+def plan(n_jobs: int, *, jobs: int | None = None, threads: int | None = None, cores: int | None = None) -> Plan:
+    """Jobs at once and threads per job for a sweep of ``n_jobs`` on ``cores`` (None = :func:`available_cores`).
+
+    Unset values fill the cores: ``jobs = min(n_jobs, cores // threads)`` (``threads`` = 1 when
+    unset too), then ``threads = cores // jobs``. So 12 jobs on 2 cores run 2 x 1 thread, 2 jobs
+    on 16 cores run 2 x 8 threads. Values given are kept as they are (even if they oversubscribe).
+    """
+    cores = cores or available_cores()
+    for name, value in (("jobs", jobs), ("threads_per_job", threads), ("cores", cores)):
+        if value is not None and value < 1:
+            raise ValueError(f"hydra.launcher.{name} must be >= 1 or null, got {value}")
+    if jobs is None:
+        jobs = max(1, min(n_jobs, cores // (threads or 1)))
+    return Plan(jobs=jobs, threads=threads or max(1, cores // jobs), cores=cores)
+
+
+@contextmanager
+def worker_threads(threads: int) -> Iterator[None]:
+    """The thread-pool variables set to ``threads`` while the pool starts (its workers inherit them)."""
+    before = {k: os.environ.get(k) for k in THREAD_VARS}
+    os.environ.update({k: str(threads) for k in THREAD_VARS})
+    try:
+        yield
+    finally:
+        for k, v in before.items():
+            if v is None:
+                os.environ.pop(k, None)
+            else:
+                os.environ[k] = v
+
+
+class WithThreads:
+    """The task function, run with ``threads`` torch threads (picklable: it travels to the workers)."""
+
+    def __init__(self, task_function: TaskFunction, threads: int) -> None:
+        self.task_function, self.threads = task_function, threads
+
+    def __call__(self, cfg: DictConfig) -> Any:
+        import torch
+
+        torch.set_num_threads(self.threads)
+        return self.task_function(cfg)
+
+
+class ParallelLauncher(Launcher):
+    """``hydra/launcher=parallel`` (conf/hydra/launcher/parallel.yaml): :func:`plan`, then hydra-joblib-launcher."""
+
+    def __init__(self, jobs: Optional[int] = None, threads_per_job: Optional[int] = None,
+                 cores: Optional[int] = None, verbose: int = 0) -> None:
+        self.jobs, self.threads_per_job, self.cores, self.verbose = jobs, threads_per_job, cores, verbose
+        self.context: dict[str, Any] = {}
+
+    def setup(self, *, hydra_context: HydraContext, task_function: TaskFunction, config: DictConfig) -> None:
+        self.context = {"hydra_context": hydra_context, "task_function": task_function, "config": config}
+
+    def launch(self, job_overrides: Sequence[Sequence[str]], initial_job_idx: int) -> Sequence[JobReturn]:
+        try:  # imported here: a missing plugin fails when this launcher is picked, not at every Hydra start
+            from hydra_plugins.hydra_joblib_launcher.joblib_launcher import JoblibLauncher
+        except ImportError as exc:
+            raise ImportError("hydra/launcher=parallel needs hydra-joblib-launcher (a dependency of dapo-exp): "
+                              "pip install -e . (or pip install hydra-joblib-launcher)") from exc
+        p = plan(len(job_overrides), jobs=self.jobs, threads=self.threads_per_job, cores=self.cores)
+        log.info("parallel launcher: %d jobs, %d at once x %d threads on %d cores",
+                 len(job_overrides), p.jobs, p.threads, p.cores)
+        pool = JoblibLauncher(n_jobs=p.jobs, verbose=self.verbose)
+        pool.setup(**{**self.context, "task_function": WithThreads(self.context["task_function"], p.threads)})
+        with worker_threads(p.threads):
+            return pool.launch(job_overrides, initial_job_idx)

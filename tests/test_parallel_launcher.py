@@ -1,0 +1,102 @@
+"""``hydra/launcher=parallel``: jobs side by side on one CPU machine, jobs x threads = cores.
+
+- :func:`plan` picks jobs at once and threads per job from the sweep size and the cores.
+- A small multirun through the launcher (slow): both good jobs finish, side by side, each
+  with the planned torch thread count (recorded in its config.json), and a failing job
+  is recorded as failed without taking the others down.
+- The warm-started tiny model, asked for by two processes at once, is built once (slow).
+"""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from dapo_exp import rundir
+
+pytest.importorskip("hydra_plugins.hydra_joblib_launcher", reason="pip install hydra-joblib-launcher (a dependency)")
+from hydra_plugins.dapo_exp_launcher.parallel_launcher import Plan, plan  # noqa: E402
+
+REPO = Path(__file__).resolve().parents[1]
+
+
+@pytest.mark.parametrize("n_jobs, kwargs, expected", [
+    (12, {"cores": 2}, Plan(jobs=2, threads=1, cores=2)),  # the toy sweep on this project's machine
+    (2, {"cores": 16}, Plan(jobs=2, threads=8, cores=16)),  # fewer jobs than cores: more threads each
+    (1, {"cores": 4}, Plan(jobs=1, threads=4, cores=4)),
+    (12, {"cores": 8, "threads": 2}, Plan(jobs=4, threads=2, cores=8)),
+    (12, {"cores": 8, "jobs": 3}, Plan(jobs=3, threads=2, cores=8)),
+    (12, {"cores": 2, "jobs": 4}, Plan(jobs=4, threads=1, cores=2)),  # given values are kept
+    (12, {"cores": 2, "threads": 4}, Plan(jobs=1, threads=4, cores=2)),
+])
+def test_plan_fills_the_cores(n_jobs, kwargs, expected):
+    assert plan(n_jobs, **kwargs) == expected
+
+
+def test_plan_refuses_a_non_positive_value():
+    with pytest.raises(ValueError, match="hydra.launcher.jobs"):
+        plan(4, jobs=0, cores=2)
+
+
+def test_parallel_launcher_composes():
+    from hydra import compose, initialize_config_dir
+
+    from dapo_exp.hydra_setup import register_resolvers
+
+    register_resolvers()
+    with initialize_config_dir(config_dir=str(REPO / "conf"), version_base="1.3"):
+        la = compose("config", overrides=["hydra/launcher=parallel"], return_hydra_config=True).hydra.launcher
+    assert la._target_ == "hydra_plugins.dapo_exp_launcher.parallel_launcher.ParallelLauncher"
+    assert la.jobs is None and la.threads_per_job is None and la.cores is None
+
+
+@pytest.mark.slow
+def test_parallel_sweep_runs_jobs_side_by_side_with_their_threads(tmp_path, warm_cache):
+    """Three jobs, two at a time with one thread each (cores=2): rollout.n=1 fails in validation
+    (dynamic sampling needs groups of 2), the other two train, overlapping in time."""
+    from conftest import SMALL
+
+    small = [a for a in SMALL if not a.startswith("rollout.n=")]
+    args = [sys.executable, "run.py", "-m", "hydra/launcher=parallel", "hydra.launcher.cores=2",
+            "fixes=full", "rollout.n=1,2,4", f"hydra.sweep.dir={tmp_path}", "~hydra.callbacks.analysis", *small,
+            "train.mini_batch_size=8", "train.micro_batch_size=4", f"model.cache_dir={warm_cache}"]
+    out = subprocess.run(args, cwd=REPO, capture_output=True, text=True, timeout=900)
+    assert out.returncode == 0, out.stderr[-3000:]
+    jobs = {p: (p / ".hydra" / "overrides.yaml").read_text() for p in tmp_path.iterdir() if (p / ".hydra").is_dir()}
+    assert len(jobs) == 3
+    spans = []
+    for job_dir, overrides in jobs.items():
+        summary = json.loads((job_dir / rundir.SUMMARY).read_text())
+        if "rollout.n=1\n" in overrides:
+            assert summary["status"] == "failed" and "rollout.n" in summary["error"]
+            continue
+        assert summary["status"] == "finished" and summary["steps_done"] == 2
+        env = json.loads((job_dir / rundir.CONFIG).read_text())["environment"]
+        assert env["torch_threads"] == 1 and env["omp_num_threads"] == "1"
+        end = (job_dir / rundir.SUMMARY).stat().st_mtime
+        spans.append((end - summary["wall_time_s"], end))
+    (a0, a1), (b0, b1) = spans
+    assert min(a1, b1) > max(a0, b0), f"the two jobs did not run side by side: {spans}"
+
+
+@pytest.mark.slow
+def test_the_warm_start_is_built_once_when_two_jobs_ask_at_once(tmp_path):
+    """Two processes need the same (not yet cached) warm-started model: one builds it under the file
+    lock, the other waits and reuses it."""
+    code = (
+        "from dapo_exp.hydra_setup import compose_config\n"
+        "from dapo_exp.tasks.arith_warmstart import ensure_tiny_checkpoint\n"
+        f"c = compose_config(['model.warmstart_steps=3', 'model.cache_dir={tmp_path}'])\n"
+        "print('PATH', ensure_tiny_checkpoint(c.model, c.task, c.rollout.max_response_len))\n"
+    )
+    procs = [subprocess.Popen([sys.executable, "-c", code], cwd=REPO, stdout=subprocess.PIPE,
+                              stderr=subprocess.STDOUT, text=True) for _ in range(2)]
+    outs = [p.communicate(timeout=600)[0] for p in procs]
+    assert all(p.returncode == 0 for p in procs), outs
+    assert sum(o.count("building the warm-started tiny model") for o in outs) == 1, outs
+    paths = {line for o in outs for line in o.splitlines() if line.startswith("PATH ")}
+    assert len(paths) == 1 and (Path(paths.pop()[5:]) / "config.json").is_file()
