@@ -2,6 +2,8 @@
 # Question: how do the fixes interact? Every combination of the five switches (2^5 = 32
 #           configurations), so main effects and interactions can be estimated, not only a ladder.
 # Runs:     96 = 32 configurations x 3 seeds (SEEDS=0,1,2).
+# Launcher: hydra/launcher=parallel: the runs side by side, jobs x threads = cores (a launcher
+#           given as an extra override wins: hydra/launcher=basic runs them one after another).
 # Cost:     CPU toy (default config, 2 cores): measured 27-38 s per run (2026-11-22; 28 s per
 #           run once the warm start is cached) -> about 45-64 min for 96 runs one after another.
 #           One GPU, toy config: ~1 min per run -> ~1.5-2 hours (estimate). At model scale this is a
@@ -23,7 +25,7 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 SEEDS="${SEEDS:-0,1,2}"
-python run.py -m sweep=factorial fixes=grpo \
+python run.py -m hydra/launcher=parallel sweep=factorial fixes=grpo \
     clip_higher=disabled,enabled \
     dynamic_sampling=disabled,enabled \
     token_level_loss=disabled,enabled \

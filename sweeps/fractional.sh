@@ -5,6 +5,8 @@
 #           identify every main effect and every two-way interaction (aliased only with 4- and 3-way
 #           interactions, assumed negligible) with half the runs of factorial.sh.
 # Runs:     48 = 16 configurations x 3 seeds (SEEDS=0,1,2); the committed example used SEEDS=0,1 (32 runs).
+# Launcher: hydra/launcher=parallel: the runs side by side, jobs x threads = cores (a launcher
+#           given as an extra override wins: hydra/launcher=basic runs them one after another).
 # Cost:     CPU toy (default config, 2 cores): measured 27-38 s per run (2026-11-22) -> about 22-30 min
 #           for 48 runs one after another. One GPU, toy config: ~1 min per run -> ~50 min (estimate).
 #           At model scale: 48 runs of hours each (estimate).
@@ -33,6 +35,6 @@ mapfile -t CONFIGS < <(python -m dapo_exp.analysis design fractional)
 for config in "${CONFIGS[@]}"; do
     # one multirun per configuration (over the seeds); the analysis runs once, after the last
     # shellcheck disable=SC2086  # $config is a list of overrides, split on purpose
-    python run.py -m sweep=fractional fixes=grpo $config seed="$SEEDS" '~hydra.callbacks.analysis' "$@"
+    python run.py -m hydra/launcher=parallel sweep=fractional fixes=grpo $config seed="$SEEDS" '~hydra.callbacks.analysis' "$@"
 done
 python -m dapo_exp.analysis multirun/fractional --wandb-log

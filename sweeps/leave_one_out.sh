@@ -3,6 +3,8 @@
 #           (clip-higher, dynamic sampling, token-level loss, soft overlong punishment) and compare
 #           with `full` (the paper's verl re-runs: DAPO 52, without dynamic sampling 50).
 # Runs:     15 = 5 configurations (full, full_no_clip, full_no_ds, full_no_tl, full_no_sop) x 3 seeds.
+# Launcher: hydra/launcher=parallel: the runs side by side, jobs x threads = cores (a launcher
+#           given as an extra override wins: hydra/launcher=basic runs them one after another).
 # Cost:     CPU toy (default config, 2 cores): measured 27-38 s per run (2026-11-22; 28 s per
 #           run once the warm start is cached) -> about 7-10 min for 15 runs one after another.
 #           One GPU, toy config: ~1 min per run -> ~15 min (estimate). A 0.5B-1.5B model on
@@ -21,6 +23,6 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 SEEDS="${SEEDS:-0,1,2}"
-python run.py -m sweep=leave_one_out \
+python run.py -m hydra/launcher=parallel sweep=leave_one_out \
     fixes=full,full_no_clip,full_no_ds,full_no_tl,full_no_sop \
     seed="$SEEDS" "$@"

@@ -3,6 +3,8 @@
 #           filtering 36 -> + clip-higher 38 -> + soft overlong punishment 41 -> + token-level loss 42
 #           -> + dynamic sampling 50, AIME24 avg@32 at 32B) climb the same way here?
 # Runs:     18 = 6 ladder presets (paper_1_grpo .. paper_6_dapo) x 3 seeds (SEEDS=0,1,2).
+# Launcher: hydra/launcher=parallel: the runs side by side, jobs x threads = cores (a launcher
+#           given as an extra override wins: hydra/launcher=basic runs them one after another).
 # Cost:     CPU toy (default config, 2 cores): measured 27-38 s per run (2026-11-22; 28 s per
 #           run once the warm start is cached) -> about 8-12 min for 18 runs one after another.
 #           One GPU, toy config: ~1 min per run -> ~20 min (estimate). A 0.5B-1.5B model on
@@ -20,6 +22,6 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 SEEDS="${SEEDS:-0,1,2}"
-python run.py -m sweep=paper_ladder \
+python run.py -m hydra/launcher=parallel sweep=paper_ladder \
     fixes=paper_1_grpo,paper_2_of,paper_3_clip,paper_4_sop,paper_5_tl,paper_6_dapo \
     seed="$SEEDS" "$@"

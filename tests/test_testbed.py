@@ -62,6 +62,11 @@ def test_arith_diagnostics_shares():
     assert d["style_guess"] == pytest.approx(2 / 5) and d["style_step"] == pytest.approx(3 / 5)
     assert d["guess_acc"] == pytest.approx(1 / 2) and d["step_acc"] == pytest.approx(1 / 3)
     assert d["degenerate"] == pytest.approx(1 / 5)
+    assert d["style_step_long"] == 0.0  # P has 3 steps: not long
+    long_p = Problem(id="t1", prompt="1+1+1+1+1\n", answer="5", meta={"steps": ["1+1=2", "2+1=3", "3+1=4", "4+1=5"]})
+    d2 = arith_diagnostics([P, long_p, long_p], ["Answer: 1", "1+1=2\n2+1=3", "Answer: 5"], [False, True, False],
+                           [False, False, True])
+    assert d2["style_step_long"] == pytest.approx(1 / 2)
     assert d["trunc_on_path"] == pytest.approx(1 / 5) and d["trunc_on_path_of_trunc"] == pytest.approx(1 / 2)
 
 
@@ -165,7 +170,7 @@ def _probe(cfg, n_problems: int = 48, k: int = 8) -> dict[str, float]:
 BANDS = {
     "toy_headroom": {"style_step": (0.15, 0.45), "step_acc": (0.35, 1.0), "guess_acc": (0.0, 0.3), "acc": (0.1, 0.4)},
     "toy_clip": {"style_step": (0.01, 0.12), "acc": (0.03, 0.3)},
-    "toy_overlong": {"trunc_on_path": (0.05, 0.5), "style_step": (0.15, 0.5), "truncated": (0.05, 0.5)},
+    "toy_overlong": {"trunc_on_path": (0.03, 0.5), "style_step_long": (0.15, 0.5), "truncated": (0.05, 0.5)},
     "toy_degeneration": {"degenerate": (0.05, 0.4), "style_step": (0.3, 0.8)},
 }
 
@@ -174,6 +179,7 @@ BANDS = {
 def test_regime_base_policy_has_what_the_regime_needs(regime, warm_cache):
     cfg = _compose(f"experiment={regime}", f"model.cache_dir={warm_cache}", "logger=none")
     got = _probe(cfg)
+    print(regime, {k: round(v, 3) for k, v in got.items()})  # pytest -s: the measured base policy
     outside = {k: (round(got[k], 3), band) for k, band in BANDS[regime].items() if not band[0] <= got[k] <= band[1]}
     assert not outside, f"{regime}: base policy outside its bands (value, band): {outside}; all: {got}"
 

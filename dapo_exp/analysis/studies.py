@@ -53,9 +53,10 @@ class Study:
     arms: tuple[str, str] = ("disabled", "enabled")  # the fix's config-group options: off, on
 
     def command(self, seeds: str = "0,1,2,3,4") -> str:
-        """The sweep: GRPO with the fix off and on, on the study's regime."""
-        return (f"python run.py -m sweep={self.experiment}_{self.fix} experiment={self.experiment} fixes=grpo "
-                f"{self.fix}={','.join(self.arms)} seed={seeds}")
+        """The sweep: GRPO with the fix off and on, on the study's regime, jobs side by side on
+        every core (``hydra/launcher=parallel``; a launcher given after it wins)."""
+        return (f"python run.py -m hydra/launcher=parallel sweep={self.experiment}_{self.fix} "
+                f"experiment={self.experiment} fixes=grpo {self.fix}={','.join(self.arms)} seed={seeds}")
 
 
 STUDIES: dict[str, Study] = {s.fix: s for s in (
@@ -73,8 +74,8 @@ STUDIES: dict[str, Study] = {s.fix: s for s in (
         StudyMetric(f"avg/{rundir.RESP_LEN}", -1, "mean response length (tokens)"),
         FINAL_ACC)),
     Study("overlong_filtering", "overlong_filtering", "toy_overlong", (
-        StudyMetric("avg/diag/style_step", +1, "share of the long (step-by-step) strategy: the push to short "
-                                                "guesses that truncation's -1 makes"),
+        StudyMetric("avg/diag/style_step_long", +1, "step-by-step share on long problems (5+ operands), whose "
+                                                     "solutions the cap truncates: the push to short guesses"),
         StudyMetric(f"avg/{rundir.RESP_LEN}", +1, "mean response length (tokens)"),
         FINAL_ACC)),
     Study("overlong_punishment", "overlong_punishment", "toy_overlong", (

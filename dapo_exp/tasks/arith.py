@@ -107,6 +107,7 @@ def load_arith(task_cfg: Any) -> TaskData:
 # --------------------------------------------------------------------------- #
 _STEP_LINE = re.compile(r"^(-?\d+)([+-])(\d+)=(-?\d+)$")
 LOOP_REPEATS = 3  # a line this many times in one response is a repetition loop
+LONG_STEPS = 4  # a "long" problem: 4+ steps (5+ operands), whose solution passes a 32-token cap
 
 
 def response_style(text: str) -> str:
@@ -140,6 +141,8 @@ def arith_diagnostics(problems: list[Problem], texts: list[str], truncated: list
     """Per-response means over a batch of samples (``problems[i]`` is the problem of ``texts[i]``):
 
     - ``style_step`` / ``style_guess`` / ``style_other``: share of each strategy (first line);
+    - ``style_step_long``: the step strategy's share on long problems (:data:`LONG_STEPS`+ steps;
+      0 if none), those whose solution a short length cap truncates;
     - ``step_acc`` / ``guess_acc``: accuracy within the step and guess strategies (0 if none);
     - ``degenerate``: share with a repetition loop (:func:`is_degenerate`);
     - ``trunc_on_path``: share that are truncated while on a correct path (:func:`on_correct_path`):
@@ -150,6 +153,7 @@ def arith_diagnostics(problems: list[Problem], texts: list[str], truncated: list
     styles = [response_style(t) for t in texts]
     on_path = [tr and on_correct_path(t, p.meta["steps"], tr) for p, t, tr in zip(problems, texts, truncated)]
     n_trunc = sum(truncated)
+    long = [len(p.meta["steps"]) >= LONG_STEPS for p in problems]
 
     def acc(style: str) -> float:
         hits = [c for s, c in zip(styles, correct) if s == style]
@@ -157,6 +161,7 @@ def arith_diagnostics(problems: list[Problem], texts: list[str], truncated: list
 
     return {
         **{f"style_{s}": styles.count(s) / n for s in ("step", "guess", "other")},
+        "style_step_long": (sum(s == "step" for s, lg in zip(styles, long) if lg) / sum(long)) if any(long) else 0.0,
         "step_acc": acc("step"), "guess_acc": acc("guess"),
         "degenerate": sum(map(is_degenerate, texts)) / n,
         "trunc_on_path": sum(on_path) / n,
