@@ -153,6 +153,8 @@ class ModelConfig:
     # share of step-by-step targets whose first token is trained: < 1 keeps the step skill but
     # makes choosing it rare (the Clip-Higher regime)
     warmstart_step_first_frac: float = 1.0
+    # open every step-by-step target with a `Steps:` line (its first token is then the choice alone)
+    warmstart_step_marker: bool = False
     # where warm-started tiny models are cached (keyed by the settings above)
     cache_dir: str = "~/.cache/dapo_exp/warmstart"
 

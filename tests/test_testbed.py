@@ -29,7 +29,7 @@ P = Problem(id="t0", prompt="7+8+3+9\n", answer="27", meta={"steps": ["7+8=15", 
 
 def _mix(**kw):
     base = dict(warmstart_guess_frac=0.0, warmstart_guess_off_frac=0.0, warmstart_wrong_frac=0.0,
-                warmstart_long_frac=0.0, warmstart_loop_frac=0.0)
+                warmstart_long_frac=0.0, warmstart_loop_frac=0.0, warmstart_step_marker=False)
     return SimpleNamespace(**{**base, **kw})
 
 
@@ -88,6 +88,27 @@ def test_warmstart_mix_draws_each_strategy_at_its_share():
     assert set(starts) == {0, 1, 2}  # it can start at any step, mid-response included
     clean = [t for t in steps if not is_degenerate(t)]
     assert set(clean) == {"7+8=15\n15+3=18\n18+9=27\nAnswer: 27"}  # no wrong answers unless asked
+
+
+def test_step_marker_opens_step_solutions_and_is_read_back():
+    rng = random.Random(1)
+    texts = [warmstart_text(rng, P, _mix(warmstart_guess_frac=0.5, warmstart_step_marker=True), cap=32)
+             for _ in range(200)]
+    steps = [t for t in texts if response_style(t) == "step"]
+    assert steps and all(t.startswith("Steps:\n7+8=15") for t in steps)
+    assert on_correct_path("Steps:\n7+8=15\n15+3=1", P.meta["steps"], truncated=True)
+
+
+def test_a_later_knob_left_at_its_default_keeps_the_cache_key():
+    from dapo_exp.tasks.arith_warmstart import _warmstart_key
+
+    cfg = _compose()
+    key = _warmstart_key(cfg.model, cfg.task, 64)
+    without = SimpleNamespace(**{k: v for k, v in cfg.model.items() if k != "warmstart_step_marker"},
+                              warmstart_step_marker=None)
+    assert _warmstart_key(without, cfg.task, 64) == key  # as if the knob did not exist
+    marked = _compose("model.warmstart_step_marker=true")
+    assert _warmstart_key(marked.model, marked.task, 64) != key
 
 
 # ------------------------------------------------------------------ presets and studies

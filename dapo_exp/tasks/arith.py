@@ -110,12 +110,21 @@ LOOP_REPEATS = 3  # a line this many times in one response is a repetition loop
 LONG_STEPS = 4  # a "long" problem: 4+ steps (5+ operands), whose solution passes a 32-token cap
 
 
+STEP_MARKER = "Steps:"  # an optional first line of a step-by-step solution (model.warmstart_step_marker)
+
+
+def _drop_marker(text: str) -> str:
+    head, _, rest = text.lstrip().partition("\n")
+    return rest if head.strip() == STEP_MARKER else text
+
+
 def response_style(text: str) -> str:
-    """``guess`` (first line ``Answer: ...``), ``step`` (first line an ``a+b=c`` step) or ``other``."""
+    """``guess`` (first line ``Answer: ...``), ``step`` (first line an ``a+b=c`` step, or the
+    :data:`STEP_MARKER` line) or ``other``."""
     first = text.lstrip().split("\n", 1)[0].strip()
     if first.startswith("Answer"):
         return "guess"
-    return "step" if _STEP_LINE.match(first) else "other"
+    return "step" if first == STEP_MARKER or _STEP_LINE.match(first) else "other"
 
 
 def is_degenerate(text: str) -> bool:
@@ -128,7 +137,7 @@ def on_correct_path(text: str, steps: list[str], truncated: bool) -> bool:
     """Every complete line of ``text`` is the next line of the reference solution (``steps``
     then ``Answer: N``), and there is at least one. A truncated response's last, cut line
     does not count against it: it is a correct solution that ran out of room."""
-    lines = text.split("\n")
+    lines = _drop_marker(text).split("\n")
     if truncated:
         lines = lines[:-1]
     lines = [x.strip() for x in lines if x.strip()]

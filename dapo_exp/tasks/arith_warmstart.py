@@ -20,7 +20,9 @@ often it picks which. The knobs (``model.warmstart_*``) set each strategy's shar
 
 ``warmstart_step_first_frac`` < 1 separates skill from choice: only that share of the step
 targets has its first token in the loss (:func:`choice_masked`), so the policy learns the step
-skill from all of them but starts a step solution rarely.
+skill from all of them but starts a step solution rarely. With ``warmstart_step_marker`` a step
+solution opens with a ``Steps:`` line, so that first token is the choice alone (not also the
+copy of the first operand, which would then be learned from the few unmasked targets only).
 
 The regimes of the testbed (``conf/experiment/toy_*.yaml``, README "What the toy shows") are
 settings of these knobs plus the task's and the rollout's; :mod:`dapo_exp.tasks.arith` measures
@@ -44,7 +46,7 @@ import torch
 
 from dapo_exp.console import ProgressLines
 from dapo_exp.models import CHARS, build_char_tokenizer, build_tiny_model
-from dapo_exp.tasks.arith import load_arith, response_style, solution_text
+from dapo_exp.tasks.arith import STEP_MARKER, load_arith, response_style, solution_text
 
 log = logging.getLogger(__name__)
 
@@ -52,6 +54,8 @@ WARMSTART_SEED = 20250317  # fixed: the base policy must not depend on the run s
 WARMSTART_VERSION = 4  # bump when the warm-start recipe changes (invalidates caches)
 WARMSTART_MIX_KEYS = ("warmstart_guess_frac", "warmstart_guess_off_frac", "warmstart_wrong_frac",
                       "warmstart_long_frac", "warmstart_loop_frac", "warmstart_step_first_frac")
+# knobs added after WARMSTART_VERSION 4: in the cache key only when set, so caches built before stay valid
+WARMSTART_LATER_KEYS = ("warmstart_step_marker",)
 GUESS_OFFSETS = (-10, -3, -2, -1, 1, 2, 3, 10)
 _RAMBLE = ["hmm wait", "let me check", "check again", "not sure", "recount", "so far so good"]
 
@@ -78,6 +82,7 @@ def _warmstart_key(model_cfg: Any, task_cfg: Any, max_response_len: int) -> str:
         },
         "max_response_len": max_response_len,
     }
+    keys["model"].update({k: getattr(model_cfg, k) for k in WARMSTART_LATER_KEYS if getattr(model_cfg, k)})
     blob = json.dumps(keys, sort_keys=True)
     return hashlib.sha256(blob.encode()).hexdigest()[:16]
 
@@ -98,8 +103,10 @@ def warmstart_text(rng: random.Random, problem: Any, model_cfg: Any, cap: int) -
         lines = steps[: at + 1]
         while sum(len(x) + 1 for x in lines) < cap + 8:
             lines.append(steps[at])
-        return "\n".join(lines)
+        return "\n".join([STEP_MARKER, *lines] if model_cfg.warmstart_step_marker else lines)
     text = solution_text(steps, answer)
+    if model_cfg.warmstart_step_marker:
+        text = f"{STEP_MARKER}\n{text}"
     if rng.random() < model_cfg.warmstart_long_frac:
         ramble: list[str] = []
         while sum(len(r) + 1 for r in ramble) < cap:
