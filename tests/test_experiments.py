@@ -98,8 +98,10 @@ def test_experiment_sets_no_fix_switch(experiment):
     assert "preset" not in raw
     text = (CONF / "experiment" / f"{experiment}.yaml").read_text()
     assert text.startswith("# @package _global_")
-    if experiment != "dapo_32b_paper":
-        header = "\n".join(line for line in text.splitlines() if line.startswith("#"))
+    header = "\n".join(line for line in text.splitlines() if line.startswith("#"))
+    if experiment.startswith("toy_"):  # a CPU testbed regime: what it builds, what the paper predicts
+        assert "regime" in header and "predict" in header and "python run.py" in header
+    elif experiment != "dapo_32b_paper":
         assert "ESTIMATE" in header and "GPU-hours" in header and "H100" in header
 
 
