@@ -4,7 +4,8 @@
 # Runs:     96 = 32 configurations x 3 seeds (SEEDS=0,1,2).
 # Launcher: hydra/launcher=parallel: the runs side by side, jobs x threads = cores (a launcher
 #           given as an extra override wins: hydra/launcher=basic runs them one after another).
-# Cost:     CPU toy (default config, 2 cores): measured 27-38 s per run (2026-11-22; 28 s per
+# Cost:     CPU toy (default config, 2 cores): measured 27-38 s per run on the earlier toy (2026-11-22; the
+#           testbed's headroom regime: 26-55 s per run, two at a time with the parallel launcher; 28 s per
 #           run once the warm start is cached) -> about 45-64 min for 96 runs one after another.
 #           One GPU, toy config: ~1 min per run -> ~1.5-2 hours (estimate). At model scale this is a
 #           cluster job: 96 runs of hours each (estimate).

@@ -7,7 +7,8 @@
 # Runs:     48 = 16 configurations x 3 seeds (SEEDS=0,1,2); the committed example used SEEDS=0,1 (32 runs).
 # Launcher: hydra/launcher=parallel: the runs side by side, jobs x threads = cores (a launcher
 #           given as an extra override wins: hydra/launcher=basic runs them one after another).
-# Cost:     CPU toy (default config, 2 cores): measured 27-38 s per run (2026-11-22) -> about 22-30 min
+# Cost:     CPU toy (default config, 2 cores): measured 27-38 s per run on the earlier toy (2026-11-22; the
+#           testbed's headroom regime: 26-55 s per run, two at a time with the parallel launcher) -> about 22-30 min
 #           for 48 runs one after another. One GPU, toy config: ~1 min per run -> ~50 min (estimate).
 #           At model scale: 48 runs of hours each (estimate).
 # Seeds:    from the pilot, `python -m dapo_exp.analysis plan sweeps/results/2026-11-22-four_presets/table.csv

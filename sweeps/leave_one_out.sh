@@ -5,7 +5,8 @@
 # Runs:     15 = 5 configurations (full, full_no_clip, full_no_ds, full_no_tl, full_no_sop) x 3 seeds.
 # Launcher: hydra/launcher=parallel: the runs side by side, jobs x threads = cores (a launcher
 #           given as an extra override wins: hydra/launcher=basic runs them one after another).
-# Cost:     CPU toy (default config, 2 cores): measured 27-38 s per run (2026-11-22; 28 s per
+# Cost:     CPU toy (default config, 2 cores): measured 27-38 s per run on the earlier toy (2026-11-22; the
+#           testbed's headroom regime: 26-55 s per run, two at a time with the parallel launcher; 28 s per
 #           run once the warm start is cached) -> about 7-10 min for 15 runs one after another.
 #           One GPU, toy config: ~1 min per run -> ~15 min (estimate). A 0.5B-1.5B model on
 #           task=dapo_math: hours per run (estimate: measure one run first).

@@ -5,8 +5,8 @@
 # Runs:     18 = 6 ladder presets (paper_1_grpo .. paper_6_dapo) x 3 seeds (SEEDS=0,1,2).
 # Launcher: hydra/launcher=parallel: the runs side by side, jobs x threads = cores (a launcher
 #           given as an extra override wins: hydra/launcher=basic runs them one after another).
-# Cost:     CPU toy (default config, 2 cores): measured 27-38 s per run (2026-11-22; 28 s per
-#           run once the warm start is cached) -> about 8-12 min for 18 runs one after another.
+# Cost:     CPU toy (default config = the testbed's headroom regime, 2 cores; 2026-11-22, d281f88):
+#           30 runs (5 seeds) in 8 min with the parallel launcher, warm start cached.
 #           One GPU, toy config: ~1 min per run -> ~20 min (estimate). A 0.5B-1.5B model on
 #           task=dapo_math: hours per run (estimate: measure one run first).
 # Seeds:    from the pilot, `python -m dapo_exp.analysis plan sweeps/results/2026-11-22-four_presets/table.csv
