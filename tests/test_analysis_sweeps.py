@@ -22,6 +22,7 @@ EXPECTED_LABELS = {
     "leave_one_out.sh": {"full", "full_no_clip", "full_no_ds", "full_no_tl", "full_no_sop"},
     "factorial.sh": None,  # 32 distinct switch states
     "fractional.sh": "loop",  # 16 `run.py -m` calls, one per configuration of the 2^(5-1) design
+    "toy_studies.sh": "loop",  # one `run.py -m` per regime study (dapo_exp.analysis.studies.STUDIES)
 }
 LOOPED = {k for k, v in EXPECTED_LABELS.items() if v == "loop"}
 
@@ -92,7 +93,8 @@ def test_fractional_recipe_runs_the_half_fraction(capsys):
     assert "mapfile -t CONFIGS < <(python -m dapo_exp.analysis design fractional)" in text
     line = next(l.strip() for l in text.splitlines() if l.strip().startswith("python run.py -m"))
     assert line == (
-        "python run.py -m sweep=fractional fixes=grpo $config seed=\"$SEEDS\" '~hydra.callbacks.analysis' \"$@\""
+        "python run.py -m hydra/launcher=parallel sweep=fractional fixes=grpo $config seed=\"$SEEDS\" "
+        "'~hydra.callbacks.analysis' \"$@\""
     )
     seeds = re.search(r'SEEDS="\$\{SEEDS:-([^}]*)\}"', text).group(1).split(",")
     assert int(re.search(r"^# Runs:\s+(\d+)", text, re.M).group(1)) == 16 * len(seeds)
@@ -106,3 +108,34 @@ def test_fractional_recipe_runs_the_half_fraction(capsys):
             cfg = compose("config", overrides=["sweep=fractional", "fixes=grpo", *config.split(), "seed=0"])
             states.add(tuple(fix_switches(cfg.algo)[s] for s in SWITCHES))
     assert states == {tuple(bool(v) for v in row) for row in fractional_design()[list(SWITCHES)].to_numpy()}
+
+
+def test_toy_studies_recipe_runs_each_study_as_its_sweep():
+    """sweeps/toy_studies.sh runs, per study, the command of dapo_exp.analysis.studies.STUDIES: 2 arms
+    x the seeds, composing, differing in the study's switch alone, then the study's analysis."""
+    from hydra import compose, initialize_config_dir
+    from hydra._internal.core_plugins.basic_sweeper import BasicSweeper
+    from hydra.core.override_parser.overrides_parser import OverridesParser
+
+    from dapo_exp.analysis.studies import STUDIES
+    from dapo_exp.fixes import switches as fix_switches
+    from dapo_exp.hydra_setup import register_resolvers
+
+    text = (SWEEPS / "toy_studies.sh").read_text()
+    for field in ("# Question:", "# Runs:", "# Cost:", "# Usage:"):
+        assert field in text, f"toy_studies.sh: header lacks {field!r}"
+    assert "STUDIES[sys.argv[1]].command(sys.argv[2])" in text and "python -m dapo_exp.analysis study" in text
+    seeds = re.search(r'SEEDS="\$\{SEEDS:-([^}]*)\}"', text).group(1)
+    assert int(re.search(r"^# Runs:\s+(\d+) per study", text, re.M).group(1)) == 2 * len(seeds.split(","))
+    register_resolvers()
+    for name, study in STUDIES.items():
+        args = shlex.split(study.command(seeds))
+        assert args[:3] == ["python", "run.py", "-m"] and f"sweep={study.experiment}_{study.fix}" in args
+        jobs = BasicSweeper.split_arguments(OverridesParser.create().parse_overrides(args[3:]), None)[0]
+        assert len(jobs) == 2 * len(seeds.split(","))
+        states = set()
+        with initialize_config_dir(config_dir=str(REPO / "conf"), version_base="1.3"):
+            for job in {tuple(o for o in j if not o.startswith("seed=")) for j in jobs}:
+                states.add(tuple(sorted(fix_switches(compose("config", overrides=list(job)).algo).items())))
+        differ = {k for k, v in dict(min(states)).items() if dict(max(states))[k] != v}
+        assert len(states) == 2 and differ == {study.fix}, f"{name}: arms differ in {differ}"
