@@ -159,6 +159,36 @@ def test_study_table_pairs_by_seed_and_gives_verdicts():
     mixed = pd.DataFrame(rows).assign(dynamic_sampling=[i % 2 == 0 for i in range(10)])
     with pytest.raises(ValueError, match="dynamic_sampling"):
         study_table(mixed, s)
+    with pytest.raises(ValueError, match="avg/diag/style_step"):  # a metric nobody logged is an error, not "no difference"
+        study_table(pd.DataFrame(rows).drop(columns=["avg/diag/style_step"]), s)
+
+
+def test_sample_diagnostics_reads_each_groups_own_problem():
+    from dapo_exp.rollout.groups import Group
+    from dapo_exp.steps import sample_diagnostics
+    from dapo_exp.tasks import DIAGNOSTICS
+
+    long_p = Problem(id="t1", prompt="1+1+1+1+1\n", answer="5", meta={"steps": ["1+1=2", "2+1=3", "3+1=4", "4+1=5"]})
+    problems = [P, P, long_p]  # the group below is of problem 2, not 0: the index must be followed
+
+    def group(i, texts, truncated):
+        return Group(prompt_index=i, prompt_ids=[1], response_ids=[[5]] * len(texts), truncated=truncated,
+                     correct=[False] * len(texts), reward=[-1.0] * len(texts), shaping={}, preds=[None] * len(texts),
+                     meta={"texts": texts})
+
+    m = sample_diagnostics([group(2, ["1+1=2\n2+1=3\n3+", "Answer: 5"], [True, False])], problems, DIAGNOSTICS["arith"])
+    assert m["diag/style_step_long"] == 0.5 and m["diag/trunc_on_path"] == 0.5
+    assert sample_diagnostics([], problems, DIAGNOSTICS["arith"]) == {} and sample_diagnostics([group(2, ["x"], [False])], problems, None) == {}
+
+
+def test_choice_masked_only_masks_step_targets_at_the_stated_rate():
+    from dapo_exp.tasks.arith_warmstart import choice_masked
+
+    rng = random.Random(3)
+    assert not any(choice_masked(rng, "Answer: 5", 0.1) for _ in range(500))
+    assert not any(choice_masked(rng, "7+8=15\nAnswer: 15", 1.0) for _ in range(500))  # 1.0: nothing masked
+    masked = sum(choice_masked(rng, "Steps:\n7+8=15\nAnswer: 15", 0.12) for _ in range(5000)) / 5000
+    assert masked == pytest.approx(0.88, abs=0.02)
 
 
 # ------------------------------------------------------------------ base policies of the regimes

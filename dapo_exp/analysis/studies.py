@@ -14,7 +14,7 @@ arms' means, the paired difference with its 95% t interval and p-value, and a ve
 A metric's value per run is its mean over the logged training steps (``avg/``) or the
 held-out evaluation at the end (``final/``), see :attr:`StudyMetric.source`.
 
-    python -m dapo_exp.analysis study multirun/toy_clip --study clip_higher
+    python -m dapo_exp.analysis study multirun/toy_clip_clip_higher --study clip_higher
 """
 
 from __future__ import annotations
@@ -66,7 +66,8 @@ STUDIES: dict[str, Study] = {s.fix: s for s in (
         StudyMetric(f"avg/{rundir.CLIP_HIGH}", -1, "share of tokens clipped at 1 + eps_high"),
         FINAL_ACC)),
     Study("dynamic_sampling", "dynamic_sampling", "toy_ds", (
-        StudyMetric("avg/actor/effective_batch_frac", +1, "share of trained responses with a non-zero advantage"),
+        StudyMetric("avg/actor/effective_batch_frac", +1, "share of trained responses with a non-zero advantage: "
+                                                          "1 by construction when on (a sanity check)"),
         StudyMetric(f"avg/{rundir.ROLLOUTS_PER_TRAINED}", +1, "rollouts generated per trained rollout (its cost)"),
         FINAL_ACC)),
     Study("token_level_loss", "token_level_loss", "toy_degeneration", (
@@ -81,6 +82,8 @@ STUDIES: dict[str, Study] = {s.fix: s for s in (
     Study("overlong_punishment", "overlong_punishment", "toy_overlong", (
         StudyMetric(f"avg/{rundir.TRUNC}", -1, "share of truncated samples (the soft ramp teaches to fit)"),
         StudyMetric("avg/diag/trunc_on_path", -1, "share truncated while on a correct path"),
+        StudyMetric("avg/diag/style_step_long", +1, "step-by-step share on long problems: does it fit by "
+                                                     "shortening its reasoning (+) or by guessing (-)?"),
         FINAL_ACC), arms=("disabled", "soft")),
 )}
 
@@ -100,6 +103,9 @@ def study_table(data: RunSet | pd.DataFrame, study: Study, confidence: float = 0
     runs = data.included if isinstance(data, RunSet) else data[data["included"]]
     if study.fix not in runs:
         raise ValueError(f"no run records the switch {study.fix!r}")
+    missing = [m.source for m in study.metrics if m.source not in runs]
+    if missing:  # a broken diagnostics pipeline must not read as "no difference shown"
+        raise ValueError(f"study {study.name}: no run logged {missing}")
     others = [k for k in fixes.switch_names() if k != study.fix and k in runs]
     if len(runs) and (runs[others].nunique(dropna=False) > 1).any():
         mixed = [k for k in others if runs[k].nunique(dropna=False) > 1]
@@ -132,8 +138,8 @@ def study_markdown(table: pd.DataFrame, study: Study) -> str:
 
 
 def study_figure(data: RunSet, study: Study):
-    """Curves of the study's metrics (and held-out accuracy) per arm against the training step,
-    plus held-out accuracy against generated tokens (the compute axis)."""
+    """Curves of the study's metrics and held-out accuracy per arm against the training step (the
+    sweep's own analysis draws them against generated tokens too: ``analysis/figures/curves_vs_tokens``)."""
     from dapo_exp.analysis.curves import plot_curves
 
     metrics = [m.source.split("/", 1)[1] for m in study.metrics if m is not FINAL_ACC]

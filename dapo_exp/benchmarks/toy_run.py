@@ -10,7 +10,8 @@ from the run's own ``metrics.jsonl``. Prints a table and the command that made i
 
 It also checks the testbed's promise for the default run (issue 11): from a cold cache within
 :data:`BUDGET_S` seconds, and held-out accuracy up by at least :data:`MIN_GAIN_PP` points over the
-base policy on every seed; the exit status is 1 when either fails.
+base policy on every seed; the exit status is 1 when either fails (with overrides, 0: the
+promises are the default run's).
 """
 
 from __future__ import annotations
@@ -60,11 +61,14 @@ def main(argv: list[str]) -> int:
         for seed in seeds:
             warm.append(run_once(tmp / f"warm{seed}", tmp / "cache", [*argv, f"seed={seed}"]))
             summary = json.loads((tmp / f"warm{seed}" / "summary.json").read_text())
-            base, final = summary["base"]["eval/acc_avg"], summary["final"]["eval/acc_avg"]
+            base = (summary.get("base") or {}).get("eval/acc_avg", float("nan"))
+            final = summary["final"]["eval/acc_avg"]
             gains.append((seed, base, final))
         ws = json.loads(next((tmp / "cache").glob("tiny-*/warmstart.json")).read_text())
         rows = [json.loads(x) for x in (tmp / f"warm{seeds[0]}" / "metrics.jsonl").read_text().splitlines()]
     _report(argv, seeds, cold, warm, ws, rows, gains, load_before)
+    if argv:  # the budget and the gain are promises of the default run only
+        return 0
     ok = cold <= BUDGET_S and all(100 * (f - b) >= MIN_GAIN_PP for _, b, f in gains)
     return 0 if ok else 1
 

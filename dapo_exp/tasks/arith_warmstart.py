@@ -54,8 +54,9 @@ WARMSTART_SEED = 20250317  # fixed: the base policy must not depend on the run s
 WARMSTART_VERSION = 4  # bump when the warm-start recipe changes (invalidates caches)
 WARMSTART_MIX_KEYS = ("warmstart_guess_frac", "warmstart_guess_off_frac", "warmstart_wrong_frac",
                       "warmstart_long_frac", "warmstart_loop_frac", "warmstart_step_first_frac")
-# knobs added after WARMSTART_VERSION 4: in the cache key only when set, so caches built before stay valid
-WARMSTART_LATER_KEYS = ("warmstart_step_marker",)
+# knobs added after WARMSTART_VERSION 4, with their defaults: in the cache key only when they differ
+# from the default, so caches built before stay valid
+WARMSTART_LATER_KEYS = {"warmstart_step_marker": False}
 GUESS_OFFSETS = (-10, -3, -2, -1, 1, 2, 3, 10)
 _RAMBLE = ["hmm wait", "let me check", "check again", "not sure", "recount", "so far so good"]
 
@@ -82,7 +83,8 @@ def _warmstart_key(model_cfg: Any, task_cfg: Any, max_response_len: int) -> str:
         },
         "max_response_len": max_response_len,
     }
-    keys["model"].update({k: getattr(model_cfg, k) for k in WARMSTART_LATER_KEYS if getattr(model_cfg, k)})
+    keys["model"].update({k: getattr(model_cfg, k, d) for k, d in WARMSTART_LATER_KEYS.items()
+                          if getattr(model_cfg, k, d) not in (d, None)})
     blob = json.dumps(keys, sort_keys=True)
     return hashlib.sha256(blob.encode()).hexdigest()[:16]
 
