@@ -48,7 +48,10 @@ pytestmark = pytest.mark.verl
 ROOT = Path(__file__).resolve().parents[1]
 CONF = str(ROOT / "conf")
 VERL_CONF = os.path.join(os.path.dirname(verl.__file__), "trainer", "config")
-EXPERIMENTS = sorted(p.stem for p in (ROOT / "conf" / "experiment").glob("*.yaml"))
+ALL_EXPERIMENTS = sorted(p.stem for p in (ROOT / "conf" / "experiment").glob("*.yaml"))
+# the CPU testbed's regimes (toy_*) run the embedded arith task and tiny model: native only
+TOY_EXPERIMENTS = [e for e in ALL_EXPERIMENTS if e.startswith("toy_")]
+EXPERIMENTS = [e for e in ALL_EXPERIMENTS if e not in TOY_EXPERIMENTS]
 PRESETS = sorted(p.stem for p in (ROOT / "conf" / "fixes").glob("*.yaml"))
 # what the launcher adds for verl's Ray workers (dapo_exp.backends.verl_launch._environment)
 ENV = {"WANDB_MODE": "offline", "VERL_FILE_LOGGER_PATH": "/runs/x=1,y=2/verl_metrics.jsonl", "PYTHONPATH": "/repo"}
@@ -71,6 +74,12 @@ def verl_config(experiment: str, preset: str, *extra: str):
     _, job = translated(experiment, preset, *extra)
     with initialize_config_dir(config_dir=VERL_CONF, version_base=None):
         return compose("ppo_trainer", overrides=job.overrides + vb.ray_env_overrides(ENV))
+
+
+@pytest.mark.parametrize("experiment", TOY_EXPERIMENTS)
+def test_toy_regimes_are_refused_on_verl_naming_the_task(experiment):
+    with pytest.raises(vb.Untranslatable, match="task.name='arith'"):
+        translated(experiment, "full")
 
 
 # --------------------------------------------------------------------------- #
