@@ -373,7 +373,8 @@ def evaluate(
     gens = engine.generate(prompt_ids, SamplingSpec(n=k, max_new_tokens=spec.max_len, temperature=spec.temperature,
                                                     top_p=spec.top_p, seed=spec.seed + step))
     texts = tokenizer.batch_decode(gens.response_ids, skip_special_tokens=True)
-    answers = [p.answer for p in problems for _ in range(k)]
+    sample_problems = [p for p in problems for _ in range(k)]
+    answers = [p.answer for p in sample_problems]
     results = verifier.verify_batch(texts, answers)
     ids = [p.id for p in problems]
     summary = summarise_eval(ids, [r.correct for r in results], [r.pred for r in results], gens.lengths,
@@ -388,7 +389,6 @@ def evaluate(
         tok += float(m.sum())
     metrics[rundir.EVAL_ENTROPY] = ent_sum / max(tok, 1.0)
     if diagnostics is not None:
-        sample_problems = [p for p in problems for _ in range(k)]
         diag = diagnostics(sample_problems, texts, list(gens.truncated), [bool(r.correct) for r in results])
         metrics.update({f"eval/diag_{name}": float(v) for name, v in diag.items()})
     metrics["eval/verify_timeouts"] = float(sum(r.timed_out for r in results))

@@ -26,8 +26,8 @@ if [ ${#studies[@]} -eq 0 ] || [ "${studies[0]}" = all ]; then
     mapfile -t studies < <(python -c "from dapo_exp.analysis.studies import STUDIES; print('\n'.join(STUDIES))")
 fi
 for s in "${studies[@]}"; do
-    cmd=$(python -c "import sys; from dapo_exp.analysis.studies import STUDIES; print(STUDIES[sys.argv[1]].command(sys.argv[2]))" "$s" "$SEEDS")
-    sweep=$(python -c "import sys; from dapo_exp.analysis.studies import STUDIES; s = STUDIES[sys.argv[1]]; print(f'{s.experiment}_{s.fix}')" "$s")
+    { read -r sweep; read -r cmd; } < <(python -c "import sys; from dapo_exp.analysis.studies import STUDIES; s = STUDIES[sys.argv[1]]; print(s.sweep); print(s.command(sys.argv[2]))" "$s" "$SEEDS")
+    [ -n "${cmd:-}" ] || { echo "toy_studies.sh: no study $s (see dapo_exp/analysis/studies.py)" >&2; exit 2; }
     echo "[toy_studies] $cmd $*"
     $cmd "$@"
     python -m dapo_exp.analysis study "multirun/$sweep" --study "$s"

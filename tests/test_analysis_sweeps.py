@@ -124,13 +124,14 @@ def test_toy_studies_recipe_runs_each_study_as_its_sweep():
     text = (SWEEPS / "toy_studies.sh").read_text()
     for field in ("# Question:", "# Runs:", "# Cost:", "# Usage:"):
         assert field in text, f"toy_studies.sh: header lacks {field!r}"
-    assert "STUDIES[sys.argv[1]].command(sys.argv[2])" in text and "python -m dapo_exp.analysis study" in text
+    assert "s.command(sys.argv[2])" in text and 'study "multirun/$sweep"' in text
     seeds = re.search(r'SEEDS="\$\{SEEDS:-([^}]*)\}"', text).group(1)
     assert int(re.search(r"^# Runs:\s+(\d+) per study", text, re.M).group(1)) == 2 * len(seeds.split(","))
     register_resolvers()
     for name, study in STUDIES.items():
         args = shlex.split(study.command(seeds))
-        assert args[:3] == ["python", "run.py", "-m"] and f"sweep={study.experiment}_{study.fix}" in args
+        assert args[:3] == ["python", "run.py", "-m"] and f"sweep={study.sweep}" in args
+        assert study.sweep == f"{study.experiment}_{study.fix}"
         jobs = BasicSweeper.split_arguments(OverridesParser.create().parse_overrides(args[3:]), None)[0]
         assert len(jobs) == 2 * len(seeds.split(","))
         states = set()

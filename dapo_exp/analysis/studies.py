@@ -52,10 +52,15 @@ class Study:
     metrics: tuple[StudyMetric, ...]
     arms: tuple[str, str] = ("disabled", "enabled")  # the fix's config-group options: off, on
 
+    @property
+    def sweep(self) -> str:
+        """The sweep's name: its runs land in ``multirun/<sweep>/``."""
+        return f"{self.experiment}_{self.fix}"
+
     def command(self, seeds: str = "0,1,2,3,4") -> str:
         """The sweep: GRPO with the fix off and on, on the study's regime, jobs side by side on
         every core (``hydra/launcher=parallel``; a launcher given after it wins)."""
-        return (f"python run.py -m hydra/launcher=parallel sweep={self.experiment}_{self.fix} "
+        return (f"python run.py -m hydra/launcher=parallel sweep={self.sweep} "
                 f"experiment={self.experiment} fixes=grpo {self.fix}={','.join(self.arms)} seed={seeds}")
 
 
