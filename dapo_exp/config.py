@@ -31,6 +31,8 @@ LOGGER_BACKENDS = ("wandb", "none")
 WANDB_MODES = ("offline", "online", "disabled")
 DEVICES = ("auto", "cpu", "cuda")
 DTYPES = ("float32", "bfloat16", "float16", "auto")
+# rollout.decode: the HF engine's sampling loop (dapo_exp/rollout/static_decode.py)
+DECODE_MODES = ("generate", "static", "compiled", "auto")
 BACKENDS = ("native", "verl")
 LAUNCHES = ("local", "slurm")
 
@@ -172,6 +174,8 @@ class RolloutConfig:
     top_p: float = 1.0
     # sequences per HF generate call
     gen_batch_size: int = 256
+    # the HF engine's sampling loop: generate | static | compiled | auto (compiled on CUDA)
+    decode: str = "auto"
     # vLLM on GPU: memory fraction, sleep during training, no CUDA graphs
     vllm_gpu_memory_utilization: float = 0.5
     vllm_sleep: bool = True
@@ -416,6 +420,7 @@ def validate(cfg: DictConfig | Config) -> None:
     _require(r.temperature > 0, "rollout.temperature", f"must be > 0, got {r.temperature}")
     _require(0 < r.top_p <= 1, "rollout.top_p", f"must be in (0, 1], got {r.top_p}")
     _require(r.gen_batch_size >= 1, "rollout.gen_batch_size", "must be >= 1")
+    _choice("rollout.decode", r.decode, DECODE_MODES)
 
     _require(t.steps >= 0, "train.steps", "must be >= 0")
     _require(t.prompts_per_step >= 1, "train.prompts_per_step", "must be >= 1")

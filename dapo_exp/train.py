@@ -487,9 +487,10 @@ def loop(run: Run, summary: dict[str, Any], t_start: float) -> dict[str, Any]:
     from tqdm.auto import tqdm
 
     cfg, t, st = run.cfg, run.cfg.train, run.state
-    log.info("%s: %s, %.2fM params, %d train / %d eval problems, device %s", run.label, run.model_path,
-             sum(p.numel() for p in run.model.parameters()) / 1e6, len(run.train_prompts), len(run.eval_prompts),
-             run.device)
+    log.info("%s: %s, %.2fM params, %d train / %d eval problems, device %s, rollout %s%s", run.label,
+             run.model_path, sum(p.numel() for p in run.model.parameters()) / 1e6, len(run.train_prompts),
+             len(run.eval_prompts), run.device, cfg.rollout.engine,
+             f" (decode={run.engine.decode_used})" if hasattr(run.engine, "decode_used") else "")
     if cfg.eval.before_training and run.start_step == 0:
         run_eval(run, 0)
     bar = tqdm(range(run.start_step + 1, t.steps + 1), initial=run.start_step, total=t.steps, desc=run.label,

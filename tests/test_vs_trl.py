@@ -44,9 +44,10 @@ def test_one_block_of_one_step_of_each(warm_cache, capsys):
     """Both systems warm up and run one timed step on a tiny batch; the same tokens and updates."""
     pytest.importorskip("trl", reason="TRL is in the optional `bench` extra: pip install -e '.[bench]'")
     out = vs_trl.main(["--blocks", "1", "--steps", "1", "--warmup", "1", "--prompts", "2", "--responses", "2",
-                       "--tokens", "8", "--micro-batch", "2", "--cache-dir", warm_cache])
+                       "--tokens", "8", "--micro-batch", "2", "--cache-dir", warm_cache, "--decode", "static"])
     printed = capsys.readouterr().out
     assert out["steps"] == 1 and out["ratio"] > 0 and out["trl_median_s"] > 0 and out["dapo_median_s"] > 0
     assert "TRL       timed steps 1, responses 4, generated tokens 32, optimizer updates 1" in printed
     assert "dapo-exp  timed steps 1, responses 4, generated tokens 32, optimizer updates 1" in printed
     assert "load average" in printed and "ratio dapo-exp / TRL" in printed
+    assert out["decode"] == "static" and "rollout.decode=static (asked: static)" in printed

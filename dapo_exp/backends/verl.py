@@ -399,6 +399,7 @@ OTHER_RULES: dict[str, Rule] = {
     "rollout.temperature": to(_R + "temperature"),
     "rollout.top_p": to(_R + "top_p"),
     "rollout.gen_batch_size": native_only("the HF engine's generate batch"),
+    "rollout.decode": native_only("the HF engine's sampling loop (verl samples with vLLM)"),
     "rollout.vllm_gpu_memory_utilization": to(_R + "gpu_memory_utilization"),
     "rollout.vllm_sleep": to(_R + "free_cache_engine"),
     "rollout.vllm_enforce_eager": to(_R + "enforce_eager"),

@@ -14,7 +14,10 @@ cache), on the toy task's training prompts and its verifier:
   (dapo-exp ``train.mini_batch_size`` = the batch; TRL ``gradient_accumulation_steps``
   = ``steps_per_generation`` = batch / micro-batch, ``num_iterations=1``), so both take
   the old log-probs from the update forward (no separate recompute);
-- no evaluation, no checkpoints, no W&B.
+- no evaluation, no checkpoints, no W&B;
+- dapo-exp samples with ``--decode`` (default ``compiled``: the static-cache loop with a
+  compiled decode step, :mod:`dapo_exp.rollout.static_decode`; its compile happens in the
+  warm-up steps, which are not timed, and is reported apart), TRL with transformers ``generate``.
 
 With EOS suppressed most responses end wrong, so most advantages are 0; neither system
 skips any work for that (the forward, backward and optimizer step run all the same).
@@ -115,6 +118,8 @@ class Tally:
     responses: int = 0
     updates: int = 0
     counting: bool = False  # warm-up steps are not counted
+    decode: str = ""  # dapo-exp's sampling loop as it ran (rollout.decode after any fallback)
+    warmup: list[float] = field(default_factory=list)  # dapo-exp's untimed warm-up steps (the compile is here)
 
     def count_update(self, *_: Any) -> None:
         self.updates += self.counting
@@ -136,7 +141,7 @@ def dapo_overrides(args: argparse.Namespace, *, model_path: str, out: Path) -> l
         f"seed={args.seed}", f"model.path={model_path}", f"train.prompts_per_step={args.prompts}",
         f"rollout.n={args.responses}", f"rollout.max_response_len={args.tokens}", "algo.overlong_cache_len=0",
         f"train.mini_batch_size={batch}", f"train.micro_batch_size={args.micro_batch}", "train.ppo_epochs=1",
-        f"rollout.gen_batch_size={batch}", "train.device=cpu", f"out_dir={out}",
+        f"rollout.gen_batch_size={batch}", f"rollout.decode={args.decode}", "train.device=cpu", f"out_dir={out}",
     ]
 
 
@@ -232,7 +237,7 @@ def interleave(args: argparse.Namespace, dapo: DapoSide, trl: Tally) -> Any:
             if k > 0:
                 trl.seconds[(k - 1) // args.steps].append(time.perf_counter() - self.mark)
             if k == 0:
-                dapo.steps(args.warmup)
+                dapo.tally.warmup = dapo.steps(args.warmup)
                 trl.counting = dapo.tally.counting = True
             if k >= 0 and k % args.steps == 0:
                 for b in after[k // args.steps - 1]:
@@ -254,6 +259,7 @@ def run_both(args: argparse.Namespace, tmp: Path) -> tuple[Tally, Tally]:
         trainer.train()
     finally:
         dapo.close()
+    dapo_tally.decode = dapo.run.engine.decode_used  # after the warm-up: a failed compile has fallen back by now
     return trl, dapo_tally
 
 
@@ -272,6 +278,8 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     ap.add_argument("--threads", type=int, default=None, help="torch threads (default: torch's, the cores)")
     ap.add_argument("--seed", type=int, default=0)
     ap.add_argument("--cache-dir", default=None, help="warm-start cache (default: model.cache_dir's)")
+    ap.add_argument("--decode", default="compiled", choices=("generate", "static", "compiled"),
+                    help="dapo-exp's sampling loop, rollout.decode (TRL samples with transformers generate)")
     args = ap.parse_args(argv)
     batch = args.prompts * args.responses
     if min(args.blocks, args.steps, args.warmup, args.prompts, args.tokens, args.micro_batch) < 1:
@@ -311,7 +319,9 @@ def report(args: argparse.Namespace, trl: Tally, dapo: Tally, *, threads: int, l
           f"after: {fmt(f'{x:.2f}' for x in load[1])}")
     print(f"work per step: {args.prompts} prompts x {args.responses} responses x {args.tokens} new tokens, micro-batch "
           f"{args.micro_batch}, one update; {args.warmup} warm-up steps each, then {args.blocks} blocks x {args.steps} "
-          f"steps (ABBA)")
+          f"steps (ABBA); dapo-exp samples with rollout.decode={dapo.decode} (asked: {args.decode}), TRL with "
+          f"transformers generate; dapo-exp's warm-up steps (compile included) "
+          f"{fmt(f'{x:.2f}' for x in dapo.warmup)} s")
     for name, t in (("TRL", trl), ("dapo-exp", dapo)):
         print(f"{name:9s} timed steps {steps}, responses {t.responses}, generated tokens {t.gen_tokens}, optimizer "
               f"updates {t.updates}; median {s[f'{name_key(name)}_median_s']:.3f} s/step; per block "
@@ -319,7 +329,8 @@ def report(args: argparse.Namespace, trl: Tally, dapo: Tally, *, threads: int, l
     lo, hi = s["ratio_ci"]
     print(f"ratio dapo-exp / TRL (time per step): {s['ratio']:.3f} (medians); geometric mean of the per-block "
           f"ratios {s['ratio_geomean_blocks']:.3f}, 95% bootstrap interval over blocks {lo:.3f}-{hi:.3f}")
-    return {**s, "threads": threads, "load_before": load[0], "load_after": load[1], "steps": steps}
+    return {**s, "threads": threads, "load_before": load[0], "load_after": load[1], "steps": steps,
+            "decode": dapo.decode}
 
 
 def name_key(name: str) -> str:

@@ -5,23 +5,74 @@ The engine samples from the very module the trainer optimises, so
 generated in chunks of ``gen_batch_size`` sequences with the KV cache; each chunk
 is seeded from ``(spec.seed, chunk index)`` so that a resumed run samples exactly
 what an uninterrupted one would.
+
+``decode`` (``rollout.decode``) picks the sampling loop: transformers ``generate``, or the
+static-cache loop of :mod:`dapo_exp.rollout.static_decode`, eager or with a compiled decode
+step (``auto``: compiled on CUDA). Same samples either way for a fixed seed (up to float
+rounding); a compiled path that cannot be built falls back to ``generate`` with a logged
+warning that names the reason, and ``decode_used`` says which loop ran.
 """
 
 from __future__ import annotations
 
+import logging
 import time
 
 import torch
 
 from dapo_exp.rollout.engine import Generations, SamplingSpec
+from dapo_exp.rollout.static_decode import StaticDecoder, resolve_decode
+
+log = logging.getLogger(__name__)
 
 
 class HFEngine:
-    def __init__(self, model: torch.nn.Module, tokenizer, gen_batch_size: int = 256) -> None:
+    def __init__(self, model: torch.nn.Module, tokenizer, gen_batch_size: int = 256, decode: str = "generate") -> None:
         self.model = model
         self.tokenizer = tokenizer
         self.gen_batch_size = gen_batch_size
         self.eos_ids = self._eos_ids(model, tokenizer)
+        self.decode_used = resolve_decode(decode, next(model.parameters()).device)
+        self._decoder: StaticDecoder | None = None
+        if self.decode_used != "generate":
+            compiled = self.decode_used == "compiled"
+            reason = StaticDecoder.fallback_reason(model, compiled)
+            if reason is None:
+                self._decoder = StaticDecoder(model, compiled=compiled)
+            else:
+                self._fall_back(reason)
+
+    def _fall_back(self, reason: str) -> None:
+        log.warning("rollout.decode=%s: falling back to transformers generate: %s", self.decode_used, reason)
+        self.decode_used = "generate"
+        self._decoder = None
+
+    def _sample_chunk(self, ids: torch.Tensor, att: torch.Tensor, spec: SamplingSpec, seed: int) -> torch.Tensor:
+        """New tokens of one left-padded chunk ``[rows, <= max_new_tokens]``, pad after EOS."""
+        pad = self.tokenizer.pad_token_id
+        if self._decoder is not None:
+            torch.manual_seed(seed)
+            try:
+                return self._decoder.decode(ids, att, max_new_tokens=spec.max_new_tokens, temperature=spec.temperature,
+                                            top_p=spec.top_p, pad=pad, eos_ids=self.eos_ids,
+                                            min_new_tokens=self.model.generation_config.min_new_tokens or 0)
+            except Exception as e:  # noqa: BLE001 - e.g. inductor without a C++ compiler; eager still works
+                if not self._decoder.compiled:
+                    raise
+                self._fall_back(f"the compiled decode step failed: {type(e).__name__}: {str(e)[:300]}")
+        torch.manual_seed(seed)
+        out = self.model.generate(
+            input_ids=ids,
+            attention_mask=att,
+            do_sample=True,
+            temperature=spec.temperature,
+            top_p=spec.top_p,
+            top_k=0,  # no top-k truncation (transformers defaults to 50)
+            max_new_tokens=spec.max_new_tokens,
+            pad_token_id=pad,
+            eos_token_id=sorted(self.eos_ids),
+        )
+        return out[:, ids.shape[1]:]
 
     @staticmethod
     def _eos_ids(model, tokenizer) -> set[int]:
@@ -50,19 +101,8 @@ class HFEngine:
             for i, p in enumerate(chunk):
                 ids[i, width - len(p) :] = torch.tensor(p)
                 att[i, width - len(p) :] = 1
-            torch.manual_seed(spec.seed * 1_000_003 + c)
-            out = self.model.generate(
-                input_ids=ids.to(device),
-                attention_mask=att.to(device),
-                do_sample=True,
-                temperature=spec.temperature,
-                top_p=spec.top_p,
-                top_k=0,  # no top-k truncation (transformers defaults to 50)
-                max_new_tokens=spec.max_new_tokens,
-                pad_token_id=pad,
-                eos_token_id=sorted(self.eos_ids),
-            )
-            for row in out[:, width:].tolist():
+            new = self._sample_chunk(ids.to(device), att.to(device), spec, spec.seed * 1_000_003 + c)
+            for row in new.tolist():
                 cut = next((j for j, t in enumerate(row) if t in self.eos_ids), None)
                 if cut is None:
                     responses.append(row[: spec.max_new_tokens])
