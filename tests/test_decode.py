@@ -71,6 +71,8 @@ def test_compiled_decode_samples_what_eager_samples(tiny):
     # a second call reuses the compiled step and the cache (reset between calls)
     again = eng.generate(prompts, SamplingSpec(n=8, max_new_tokens=24, seed=7, **spec))
     assert again.response_ids == ref.response_ids
+    eng.close()  # drops the compiled graphs: a sweep's next run in this process compiles afresh
+    assert eng._decoder is None
 
 
 def test_failed_compile_falls_back_to_generate_and_says_why(tiny, caplog, monkeypatch):

@@ -142,6 +142,7 @@ def dapo_overrides(args: argparse.Namespace, *, model_path: str, out: Path) -> l
         f"rollout.n={args.responses}", f"rollout.max_response_len={args.tokens}", "algo.overlong_cache_len=0",
         f"train.mini_batch_size={batch}", f"train.micro_batch_size={args.micro_batch}", "train.ppo_epochs=1",
         f"rollout.gen_batch_size={batch}", f"rollout.decode={args.decode}", "train.device=cpu", f"out_dir={out}",
+        f"train.torch_compile={str(args.train_compile).lower()}",
     ]
 
 
@@ -280,6 +281,8 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     ap.add_argument("--cache-dir", default=None, help="warm-start cache (default: model.cache_dir's)")
     ap.add_argument("--decode", default="compiled", choices=("generate", "static", "compiled"),
                     help="dapo-exp's sampling loop, rollout.decode (TRL samples with transformers generate)")
+    ap.add_argument("--train-compile", action="store_true",
+                    help="dapo-exp with train.torch_compile=true (the decoder's forward compiled for the update too)")
     args = ap.parse_args(argv)
     batch = args.prompts * args.responses
     if min(args.blocks, args.steps, args.warmup, args.prompts, args.tokens, args.micro_batch) < 1:
@@ -319,7 +322,8 @@ def report(args: argparse.Namespace, trl: Tally, dapo: Tally, *, threads: int, l
           f"after: {fmt(f'{x:.2f}' for x in load[1])}")
     print(f"work per step: {args.prompts} prompts x {args.responses} responses x {args.tokens} new tokens, micro-batch "
           f"{args.micro_batch}, one update; {args.warmup} warm-up steps each, then {args.blocks} blocks x {args.steps} "
-          f"steps (ABBA); dapo-exp samples with rollout.decode={dapo.decode} (asked: {args.decode}), TRL with "
+          f"steps (ABBA); dapo-exp samples with rollout.decode={dapo.decode} (asked: {args.decode}), "
+          f"train.torch_compile={str(args.train_compile).lower()}; TRL samples with "
           f"transformers generate; dapo-exp's warm-up steps (compile included) "
           f"{fmt(f'{x:.2f}' for x in dapo.warmup)} s")
     for name, t in (("TRL", trl), ("dapo-exp", dapo)):

@@ -126,4 +126,9 @@ class HFEngine:
         """See :meth:`sleep`."""
 
     def close(self) -> None:
-        """Nothing to release: the model belongs to the trainer."""
+        """The model belongs to the trainer; a compiled decode step's graphs (and CUDA graph
+        memory) are dropped, so that the next run of a sweep in this process compiles afresh
+        instead of piling up compiled entries (dynamo's recompile limit) for dead models."""
+        if self._decoder is not None and self._decoder.compiled:
+            torch._dynamo.reset()
+        self._decoder = None
