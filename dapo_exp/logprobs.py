@@ -5,7 +5,9 @@ The naive way, ``log_softmax(model(x).logits.float())``, materialises a float32
 for 4 x 1024 tokens) and keeps it alive for backward. Here the decoder's hidden
 states are projected to the vocabulary ``chunk`` positions at a time; with grad
 enabled each chunk is recomputed in backward (activation checkpointing), so only
-one chunk of logits exists at a time in either pass.
+one chunk of logits exists at a time in either pass (a micro-batch whose logits take
+at most ``CKPT_MIN_BYTES`` in all keeps them instead: recomputing costs more than they
+take). The trainer projects only the response positions (``start``).
 
 Padding: the trainer's rows are ``[left-padded prompt | right-padded response]``;
 position ids are ``cumsum(attention_mask) - 1``, so every row gets positions 0, 1, ...
@@ -33,6 +35,10 @@ from dataclasses import dataclass
 import torch
 from torch import Tensor
 from torch.utils.checkpoint import checkpoint
+
+# chunks are checkpointed (recomputed in backward) only when the micro-batch's float32 logits
+# exceed this: 16 MiB is 512 positions x 8k vocabulary, or ~27 positions of Qwen2.5's 152k
+CKPT_MIN_BYTES = 16 * 2**20
 
 
 def _decoder_and_head(model: torch.nn.Module) -> tuple[torch.nn.Module, torch.nn.Module]:
@@ -84,6 +90,7 @@ def token_logprobs(
     with_entropy: bool = False,
     temperature: float = 1.0,
     autocast_dtype: torch.dtype | None = None,
+    start: int = 0,
 ) -> tuple[Tensor, Tensor]:
     """Log-prob of each next token and the entropy of each next-token distribution.
 
@@ -95,19 +102,30 @@ def token_logprobs(
         temperature: divide logits by it (the sampling distribution's log-probs).
         autocast_dtype: run the decoder and the projection under autocast in this
             dtype (``torch.bfloat16``, ``torch.float16``); None = the model's own dtype.
+        start: the first position to project to the vocabulary (the trainer passes the
+            last prompt position: prompt tokens are never scored, so their logits are
+            never computed).
 
     Returns:
-        ``(logp, entropy)``, each ``(B, L - 1)``: position ``t`` scores token ``t + 1``.
-        ``entropy`` is zeros when ``with_entropy`` is False.
+        ``(logp, entropy)``, each ``(B, L - 1 - start)``: index ``i`` is position
+        ``start + i``, which scores token ``start + i + 1``. ``entropy`` is zeros when
+        ``with_entropy`` is False.
+
+    Each chunk's projection is recomputed in backward (activation checkpointing) when the
+    micro-batch's float32 logits would take more than :data:`CKPT_MIN_BYTES` in all; below
+    that they are kept (at the toy's vocabulary the recomputation costs more than the memory
+    it saves).
     """
     decoder, head = _decoder_and_head(model)
     position_ids = (attention_mask.long().cumsum(-1) - 1).clamp(min=0)
     with _autocast(input_ids.device, autocast_dtype):
         out = decoder(input_ids=input_ids, attention_mask=attention_mask, position_ids=position_ids)
-    hidden = out.last_hidden_state[:, :-1]
-    targets = input_ids[:, 1:]
+    hidden = out.last_hidden_state[:, start:-1]
+    targets = input_ids[:, start + 1 :]
     logps, ents = [], []
-    use_ckpt = torch.is_grad_enabled() and hidden.requires_grad
+    grad = torch.is_grad_enabled() and hidden.requires_grad
+    # all the micro-batch's float32 logits: small enough, and they are kept rather than recomputed
+    use_ckpt = grad and hidden.shape[0] * hidden.shape[1] * head.weight.shape[0] * 4 > CKPT_MIN_BYTES
     for s in range(0, hidden.shape[1], chunk):
         h, tgt = hidden[:, s : s + chunk], targets[:, s : s + chunk]
         # checkpoint() records the autocast state and replays it in the recomputation
@@ -179,8 +197,8 @@ class ResponseForward:
     ) -> tuple[Tensor, Tensor, Tensor]:
         ids, att, rmask, width_p = rows_to_tensors(prompts, responses, self.pad_id)
         ids, att = ids.to(self.device), att.to(self.device)
-        logp, ent = token_logprobs(model, ids, att, chunk=self.chunk, with_entropy=with_entropy,
-                                   temperature=self.temperature, autocast_dtype=self.autocast_dtype)
         t = rmask.shape[1]
-        sl = slice(width_p - 1, width_p - 1 + t)
-        return logp[:, sl].float(), ent[:, sl].float(), rmask.to(self.device)
+        logp, ent = token_logprobs(model, ids, att, chunk=self.chunk, with_entropy=with_entropy,
+                                   temperature=self.temperature, autocast_dtype=self.autocast_dtype,
+                                   start=width_p - 1)
+        return logp[:, :t].float(), ent[:, :t].float(), rmask.to(self.device)

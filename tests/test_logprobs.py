@@ -167,3 +167,35 @@ def test_chunked_peak_memory_below_one_full_logits_tensor():
         f"chunked peak {chunked / 2**20:.1f} MiB should stay well below one (B, L, V) float32 tensor "
         f"({logits_bytes / 2**20:.1f} MiB); naive peak {naive / 2**20:.1f} MiB"
     )
+
+
+@pytest.mark.parametrize("ckpt_min_bytes", [0, 2**40])  # every chunk checkpointed / none
+def test_gradients_equal_naive_with_and_without_checkpointing(monkeypatch, ckpt_min_bytes):
+    import dapo_exp.logprobs as L
+
+    monkeypatch.setattr(L, "CKPT_MIN_BYTES", ckpt_min_bytes)
+    ids, attn = batch()
+    g = torch.Generator().manual_seed(3)
+    w = torch.randn(attn[:, 1:].shape, generator=g, dtype=torch.float64)
+
+    def grads(fn):
+        m = tiny_qwen2()
+        lp, _ = fn(m)
+        (lp * w * attn[:, 1:].double()).sum().backward()
+        return {k: p.grad.clone() for k, p in m.named_parameters()}
+
+    got = grads(lambda m: token_logprobs(m, ids, attn, chunk=3, temperature=0.9))
+    ref = grads(lambda m: naive_token_logprobs(m, ids, attn, temperature=0.9))
+    for k in ref:
+        torch.testing.assert_close(got[k], ref[k], rtol=1e-9, atol=1e-12, msg=k)
+
+
+def test_start_projects_only_the_positions_from_start():
+    ids, attn = batch()
+    m = tiny_qwen2()
+    full_lp, full_en = token_logprobs(m, ids, attn, chunk=4, with_entropy=True)
+    for start in (1, 5):
+        lp, en = token_logprobs(m, ids, attn, chunk=4, with_entropy=True, start=start)
+        assert lp.shape == (ids.shape[0], ids.shape[1] - 1 - start)
+        torch.testing.assert_close(lp, full_lp[:, start:], rtol=1e-12, atol=1e-12)
+        torch.testing.assert_close(en, full_en[:, start:], rtol=1e-12, atol=1e-12)
