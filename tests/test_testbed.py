@@ -17,7 +17,7 @@ import torch
 from hydra import compose, initialize_config_dir
 
 from dapo_exp.analysis.studies import STUDIES, study_table
-from dapo_exp.tasks.arith import arith_diagnostics, is_degenerate, on_correct_path, response_style
+from dapo_exp.tasks.arith import STEP_MARKER, arith_diagnostics, is_degenerate, on_correct_path, response_style
 from dapo_exp.tasks.arith_warmstart import GUESS_OFFSETS, warmstart_text
 from dapo_exp.tasks.base import Problem
 
@@ -99,6 +99,15 @@ def test_step_marker_opens_step_solutions_and_is_read_back():
     assert on_correct_path("Steps:\n7+8=15\n15+3=1", P.meta["steps"], truncated=True)
 
 
+def test_a_mangled_marker_is_counted_apart_from_the_marker():
+    from dapo_exp.tasks.arith import is_mangled_marker
+
+    texts = ["Steps:\n7+8=15", "xteps:\n7+8=15", ".teps:\n7+8=15\n15+3=18", "Answer: 27", "teps:\n7+8=15"]
+    assert [is_mangled_marker(t) for t in texts] == [False, True, True, False, False]
+    d = arith_diagnostics([P] * 5, texts, [False] * 5, [False] * 5)
+    assert d["marker_mangled"] == pytest.approx(2 / 5) and d["style_step"] == pytest.approx(1 / 5)
+
+
 def test_a_later_knob_left_at_its_default_keeps_the_cache_key():
     from dapo_exp.tasks.arith_warmstart import _warmstart_key
 
@@ -148,6 +157,7 @@ def test_study_table_pairs_by_seed_and_gives_verdicts():
                       "avg/diag/style_step": 0.1 + 0.01 * seed + (0.05 if on else 0.0),
                       "avg/actor/entropy": 0.3 - (0.02 * seed if on else 0.0),  # lower: opposite
                       "avg/actor/pg_clipfrac_higher": 0.01 + 0.001 * ((seed * 7) % 3) * (1 if on else -1),
+                      "avg/diag/marker_mangled": 0.2,
                       "final/eval/acc_avg": 0.5})
             rows.append(r)
     t = study_table(pd.DataFrame(rows), s).set_index("metric")
@@ -192,8 +202,11 @@ def test_choice_masked_only_masks_step_targets_at_the_stated_rate():
 
 
 # ------------------------------------------------------------------ base policies of the regimes
-def _probe(cfg, n_problems: int = 48, k: int = 8) -> dict[str, float]:
-    """Sample the regime's base policy on training problems at the training sampling settings."""
+def _probe(cfg, n_problems: int = 48, k: int = 8, prefix: str = "") -> dict[str, float]:
+    """Sample the regime's base policy on training problems at the training sampling settings;
+    ``prefix`` is appended to every prompt (the response is then its continuation). Also
+    ``p_marker``: the mean over the prompts of the policy's probability of the
+    :data:`~dapo_exp.tasks.arith.STEP_MARKER`'s first token at the first response position."""
     from dapo_exp.models import load_policy
     from dapo_exp.rollout import make_engine
     from dapo_exp.rollout.engine import SamplingSpec
@@ -205,7 +218,11 @@ def _probe(cfg, n_problems: int = 48, k: int = 8) -> dict[str, float]:
     problems = load_task(cfg.task).train[:n_problems]
     tok, model = load_policy(path, "float32", "cpu", False)
     engine = make_engine(cfg=cfg, model=model, tokenizer=tok, model_path=path)
-    prompts = [[tok.bos_token_id] + tok(p.prompt, add_special_tokens=False)["input_ids"] for p in problems]
+    prompts = [[tok.bos_token_id] + tok(p.prompt + prefix, add_special_tokens=False)["input_ids"] for p in problems]
+    marker = tok(STEP_MARKER, add_special_tokens=False)["input_ids"][0]
+    with torch.no_grad():
+        p_marker = sum(float(model(input_ids=torch.tensor([x])).logits[0, -1].softmax(-1)[marker])
+                       for x in prompts) / len(prompts)
     torch.manual_seed(0)
     gens = engine.generate(prompts, SamplingSpec(n=k, max_new_tokens=cfg.rollout.max_response_len,
                                                  temperature=cfg.rollout.temperature, top_p=cfg.rollout.top_p, seed=7))
@@ -213,21 +230,27 @@ def _probe(cfg, n_problems: int = 48, k: int = 8) -> dict[str, float]:
     results = get_verifier(cfg.task.verifier, 10, 1).verify_batch(texts, [p.answer for p in problems for _ in range(k)])
     correct = [bool(r.correct) for r in results]
     d = arith_diagnostics([p for p in problems for _ in range(k)], texts, list(gens.truncated), correct)
-    return {**d, "acc": sum(correct) / len(correct), "truncated": sum(gens.truncated) / len(correct)}
+    return {**d, "acc": sum(correct) / len(correct), "truncated": sum(gens.truncated) / len(correct), "p_marker": p_marker}
 
 
 # Bands each regime's base policy must sit in (48 problems x 8 samples at training sampling).
 # Measured at the commit that set them (2026-11-22): headroom style_step 0.305, step_acc 0.342,
-# guess_acc 0.158, acc 0.214; clip style_step 0.047, step_acc 0.333, acc 0.219; overlong
-# trunc_on_path 0.070, style_step_long 0.295, truncated 0.169; degeneration degenerate 0.208,
-# style_step 0.648 (pytest -s prints them).
+# guess_acc 0.158, acc 0.214; clip p_marker 0.009, style_step 0.005, guess_acc 0.11, acc 0.11
+# (its step skill: CHOSEN_BANDS); overlong trunc_on_path 0.070, style_step_long 0.295,
+# truncated 0.169; degeneration degenerate 0.208, style_step 0.648 (pytest -s prints them).
 BANDS = {
     # two strategies, the step one more accurate (0.34 vs 0.16 at temperature 1 when set)
     "toy_headroom": {"style_step": (0.15, 0.45), "step_acc": (0.25, 1.0), "guess_acc": (0.0, 0.25), "acc": (0.1, 0.4)},
-    # the step strategy rare (0.047) but with its skill (0.33; without the marker it was 0.12)
-    "toy_clip": {"style_step": (0.01, 0.12), "step_acc": (0.2, 1.0), "acc": (0.03, 0.35)},
+    # the step strategy's first token (the `Steps:` marker) a low-probability token (~1%), guesses
+    # rarely right (every guess target is off: only the policy's slips hit the answer)
+    "toy_clip": {"p_marker": (0.002, 0.03), "style_step": (0.0, 0.05), "guess_acc": (0.0, 0.2), "acc": (0.02, 0.25)},
     "toy_overlong": {"trunc_on_path": (0.03, 0.5), "style_step_long": (0.15, 0.5), "truncated": (0.05, 0.5)},
     "toy_degeneration": {"degenerate": (0.05, 0.4), "style_step": (0.3, 0.8)},
+}
+# The same policies once the rare strategy is chosen (the prompt ends with the STEP_MARKER line;
+# 24 problems x 8 samples): toy_clip's step skill, measured 0.85 (guesses: 0.11).
+CHOSEN_BANDS = {
+    "toy_clip": {"style_step": (0.95, 1.0), "step_acc": (0.6, 1.0)},
 }
 
 
@@ -238,6 +261,15 @@ def test_regime_base_policy_has_what_the_regime_needs(regime, warm_cache):
     print(regime, {k: round(v, 3) for k, v in got.items()})  # pytest -s: the measured base policy
     outside = {k: (round(got[k], 3), band) for k, band in BANDS[regime].items() if not band[0] <= got[k] <= band[1]}
     assert not outside, f"{regime}: base policy outside its bands (value, band): {outside}; all: {got}"
+
+
+@pytest.mark.parametrize("regime", sorted(CHOSEN_BANDS))
+def test_regime_rare_strategy_is_skilled_once_chosen(regime, warm_cache):
+    cfg = _compose(f"experiment={regime}", f"model.cache_dir={warm_cache}", "logger=none")
+    got = _probe(cfg, n_problems=24, prefix=STEP_MARKER + "\n")
+    print(regime, "chosen", {k: round(v, 3) for k, v in got.items()})
+    outside = {k: (round(got[k], 3), band) for k, band in CHOSEN_BANDS[regime].items() if not band[0] <= got[k] <= band[1]}
+    assert not outside, f"{regime}: the chosen strategy outside its bands (value, band): {outside}; all: {got}"
 
 
 def test_toy_ds_is_the_headroom_regime():

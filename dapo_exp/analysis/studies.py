@@ -66,9 +66,14 @@ class Study:
 
 STUDIES: dict[str, Study] = {s.fix: s for s in (
     Study("clip_higher", "clip_higher", "toy_clip", (
-        StudyMetric("avg/diag/style_step", +1, "share of the rare (step-by-step) strategy in the samples"),
-        StudyMetric(f"avg/{rundir.ENTROPY}", +1, "policy entropy (the paper: the symmetric clip collapses it)"),
+        StudyMetric("avg/diag/style_step", +1, "share of samples opening the rare, much better step strategy with "
+                                               "its `Steps:` marker: how fast a ~1% first token with a large "
+                                               "positive advantage grows"),
+        StudyMetric(f"avg/{rundir.ENTROPY}", +1, "policy entropy (the paper: the symmetric clip collapses it; here "
+                                                 "the selected step strategy is itself low-entropy)"),
         StudyMetric(f"avg/{rundir.CLIP_HIGH}", -1, "share of tokens clipped at 1 + eps_high"),
+        StudyMetric("avg/diag/marker_mangled", 0, "step solutions opened by another first token (`xteps:`), "
+                                                  "not in style_step"),
         FINAL_ACC)),
     Study("dynamic_sampling", "dynamic_sampling", "toy_ds", (
         StudyMetric("avg/actor/effective_batch_frac", +1, "share of trained responses with a non-zero advantage: "

@@ -127,6 +127,14 @@ def response_style(text: str) -> str:
     return "step" if first == STEP_MARKER or _STEP_LINE.match(first) else "other"
 
 
+def is_mangled_marker(text: str) -> bool:
+    """The first line is :data:`STEP_MARKER` with a different first character (``xteps:``): once RL
+    pushes the guess's first token down, the toy_clip policy opens its step solutions with other
+    first tokens too, the rest of the marker line and the solution following from any of them."""
+    first = text.lstrip().split("\n", 1)[0].strip()
+    return len(first) == len(STEP_MARKER) and first != STEP_MARKER and first[1:] == STEP_MARKER[1:]
+
+
 def is_degenerate(text: str) -> bool:
     """A repetition loop: some non-empty line appears at least :data:`LOOP_REPEATS` times."""
     lines = [x.strip() for x in text.split("\n") if x.strip()]
@@ -156,7 +164,11 @@ def arith_diagnostics(problems: list[Problem], texts: list[str], truncated: list
     - ``degenerate``: share with a repetition loop (:func:`is_degenerate`);
     - ``trunc_on_path``: share that are truncated while on a correct path (:func:`on_correct_path`):
       would-be-correct reasoning that a length cap turns into a -1;
-    - ``trunc_on_path_of_trunc``: the same as a share of the truncated responses (0 if none).
+    - ``trunc_on_path_of_trunc``: the same as a share of the truncated responses (0 if none);
+    - ``marker_mangled``: share whose first line is the :data:`STEP_MARKER` with another first
+      character (``xteps:``; :func:`is_mangled_marker`): a step solution opened by a token other than
+      the marker's. ``style_step`` counts the exact marker only (the rare first token itself); these
+      count as ``other``.
     """
     n = max(len(texts), 1)
     styles = [response_style(t) for t in texts]
@@ -175,4 +187,5 @@ def arith_diagnostics(problems: list[Problem], texts: list[str], truncated: list
         "degenerate": sum(map(is_degenerate, texts)) / n,
         "trunc_on_path": sum(on_path) / n,
         "trunc_on_path_of_trunc": sum(on_path) / n_trunc if n_trunc else 0.0,
+        "marker_mangled": sum(map(is_mangled_marker, texts)) / n,
     }
