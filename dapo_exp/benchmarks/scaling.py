@@ -19,8 +19,8 @@ micro-batches. ``step / floor`` above 1 is dapo-exp's overhead; below 1 on the g
 side is the static-cache / compiled decode beating ``generate``.
 
 Reported per cell: median s/step of each half and of the floor, and tokens/s =
-(generated + trained response tokens) / step time. One untimed warm-up step per cell (on
-``--decode compiled`` it holds the compile, reported apart) then ``--steps`` timed steps.
+(generated + trained response tokens) / step time. One untimed warm-up step per cell (with a
+compiled decode it holds the compile, reported apart) then ``--steps`` timed steps.
 Timings are only comparable within one run on one quiet machine: the load average is
 printed before and after.
 """
@@ -177,7 +177,8 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     ap.add_argument("--micro-batch", type=int, default=32)
     ap.add_argument("--steps", type=int, default=3, help="timed steps per cell")
     ap.add_argument("--warmup", type=int, default=1, help="untimed steps per cell (the compile happens here)")
-    ap.add_argument("--decode", default="compiled", choices=("generate", "static", "compiled"))
+    ap.add_argument("--decode", default="auto", choices=("auto", "generate", "static", "compiled"),
+                    help="rollout.decode (default auto: compiled on CUDA, generate on CPU)")
     ap.add_argument("--train-compile", action="store_true", help="train.torch_compile=true")
     ap.add_argument("--device", default="cpu")
     ap.add_argument("--threads", type=int, default=None)

@@ -15,9 +15,10 @@ cache), on the toy task's training prompts and its verifier:
   = ``steps_per_generation`` = batch / micro-batch, ``num_iterations=1``), so both take
   the old log-probs from the update forward (no separate recompute);
 - no evaluation, no checkpoints, no W&B;
-- dapo-exp samples with ``--decode`` (default ``compiled``: the static-cache loop with a
-  compiled decode step, :mod:`dapo_exp.rollout.static_decode`; its compile happens in the
-  warm-up steps, which are not timed, and is reported apart), TRL with transformers ``generate``.
+- dapo-exp samples with ``--decode`` (default ``auto``, its own default: transformers
+  ``generate`` on CPU; ``compiled`` is the static-cache loop with a compiled decode step,
+  :mod:`dapo_exp.rollout.static_decode`, whose compile happens in the untimed warm-up steps,
+  reported apart), TRL with transformers ``generate``.
 
 With EOS suppressed most responses end wrong, so most advantages are 0; neither system
 skips any work for that (the forward, backward and optimizer step run all the same).
@@ -279,8 +280,9 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     ap.add_argument("--threads", type=int, default=None, help="torch threads (default: torch's, the cores)")
     ap.add_argument("--seed", type=int, default=0)
     ap.add_argument("--cache-dir", default=None, help="warm-start cache (default: model.cache_dir's)")
-    ap.add_argument("--decode", default="compiled", choices=("generate", "static", "compiled"),
-                    help="dapo-exp's sampling loop, rollout.decode (TRL samples with transformers generate)")
+    ap.add_argument("--decode", default="auto", choices=("auto", "generate", "static", "compiled"),
+                    help="dapo-exp's sampling loop, rollout.decode (default: its default, auto = generate on "
+                         "CPU; TRL samples with transformers generate)")
     ap.add_argument("--train-compile", action="store_true",
                     help="dapo-exp with train.torch_compile=true (the decoder's forward compiled for the update too)")
     args = ap.parse_args(argv)
