@@ -106,7 +106,7 @@ def test_model_without_static_cache_falls_back(tiny, caplog, monkeypatch):
     monkeypatch.setattr(type(model), "_supports_static_cache", False, raising=False)
     with caplog.at_level(logging.WARNING, logger="dapo_exp.rollout.hf_engine"):
         eng = HFEngine(model, tok, gen_batch_size=256, decode="static")
-    assert eng.decode_used == "generate" and "does not support a static KV cache" in caplog.text
+    assert eng.decode_used == "generate" and "_can_compile_fullgraph is False" in caplog.text
 
 
 def test_decode_choice_and_shapes():
@@ -166,3 +166,21 @@ def test_generation_config_the_loop_does_not_implement_means_generate(tiny, capl
         assert HFEngine(model, tok, gen_batch_size=256, decode="static").decode_used == "static"
     finally:
         model.generation_config.repetition_penalty = None
+
+
+def test_model_that_does_not_declare_compile_support_falls_back(tiny, caplog, monkeypatch):
+    model, tok = tiny
+    monkeypatch.setattr(type(model), "_can_compile_fullgraph", False, raising=False)  # the transformers default
+    with caplog.at_level(logging.WARNING, logger="dapo_exp.rollout.hf_engine"):
+        eng = HFEngine(model, tok, gen_batch_size=256, decode="compiled")
+    assert eng.decode_used == "generate" and "_can_compile_fullgraph is False" in caplog.text
+
+
+def test_only_the_last_shapes_keep_a_cache(tiny):
+    from dapo_exp.rollout.static_decode import KEEP_CACHES
+
+    model, tok = tiny
+    eng = HFEngine(model, tok, gen_batch_size=256, decode="static")
+    for n in (1, 2, 3, 5):  # 8, 16, 32 and 64 rows: four shapes
+        eng.generate(_prompts(tok, 1), SamplingSpec(n=8 * n, max_new_tokens=4, seed=0))
+    assert list(eng._decoder._caches) == [(32, 64), (64, 64)][-KEEP_CACHES:]

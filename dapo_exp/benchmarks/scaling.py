@@ -16,7 +16,10 @@ Beside each it times the *floor* of the same work on the same model: a bare tran
 ``generate`` of the same batch (eager, dynamic cache, the same forced length) and one bare
 forward + backward (mean log-prob of the rows) + AdamW step over the same rows in the same
 micro-batches. ``step / floor`` above 1 is dapo-exp's overhead; below 1 on the generation
-side is the static-cache / compiled decode beating ``generate``.
+side is the static-cache / compiled decode beating ``generate``. The floor is a little
+different work, not more: it projects every position to the vocabulary (the trainer only the
+response ones), passes no attention mask (the trainer's left-padded rows need one) and takes
+its micro-batches in order rather than shuffled.
 
 Reported per cell: median s/step of each half and of the floor, and tokens/s =
 (generated + trained response tokens) / step time. One untimed warm-up step per cell (with a
@@ -102,6 +105,13 @@ class Cell:
         att = (torch.arange(width, device=dev)[None, :] >= torch.tensor([width - len(p) for p in flat], device=dev)[:, None]).long()
         dec = model.get_decoder()
         compiled_forward = dec.__dict__.pop("forward", None)  # train.torch_compile's: the floor is bare eager
+        try:
+            return self._bare(model, dev, ids, att, pad, rows, micro)
+        finally:
+            if compiled_forward is not None:
+                dec.forward = compiled_forward
+
+    def _bare(self, model, dev, ids, att, pad, rows, micro) -> dict[str, float]:
         model.eval()
         _sync(dev)
         t0 = time.perf_counter()
@@ -123,8 +133,6 @@ class Cell:
         opt.zero_grad(set_to_none=True)
         _sync(dev)
         t2 = time.perf_counter()
-        if compiled_forward is not None:
-            dec.forward = compiled_forward
         return {"gen": t1 - t0, "train": t2 - t1}
 
     def close(self) -> None:

@@ -57,8 +57,8 @@ class HFEngine:
                                             top_p=spec.top_p, pad=pad, eos_ids=self.eos_ids,
                                             min_new_tokens=self.model.generation_config.min_new_tokens or 0)
             except Exception as e:  # noqa: BLE001 - e.g. inductor without a C++ compiler; eager still works
-                if not self._decoder.compiled:
-                    raise
+                if not self._decoder.compiled or isinstance(e, torch.OutOfMemoryError):
+                    raise  # a bug of the loop itself, or memory that generate would lack too
                 self._fall_back(f"the compiled decode step failed: {type(e).__name__}: {str(e)[:300]}")
         torch.manual_seed(seed)
         out = self.model.generate(
@@ -120,7 +120,8 @@ class HFEngine:
         """Nothing to do: the engine samples from the trainer's module itself."""
 
     def sleep(self) -> None:
-        """Nothing to free: the engine shares the trainer's model."""
+        """Nothing freed: the model is the trainer's, and the static loop keeps its last caches
+        (at most ``KEEP_CACHES``) on purpose: new cache tensors would make CUDA graphs re-record."""
 
     def wake(self) -> None:
         """See :meth:`sleep`."""
@@ -129,6 +130,8 @@ class HFEngine:
         """The model belongs to the trainer; a compiled decode step's graphs (and CUDA graph
         memory) are dropped, so that the next run of a sweep in this process compiles afresh
         instead of piling up compiled entries (dynamo's recompile limit) for dead models."""
-        if self._decoder is not None and self._decoder.compiled:
-            torch._dynamo.reset()
+        if self._decoder is not None:
+            self._decoder.free()
+            if self._decoder.compiled:
+                torch._dynamo.reset()
         self._decoder = None

@@ -9,14 +9,16 @@
   step into a transformers ``StaticCache`` of fixed shape;
 - ``compiled``: the same loop with the one-token forward compiled by ``torch.compile``
   (inductor; ``mode="reduce-overhead"``, i.e. CUDA graphs, on CUDA);
-- ``auto``: ``compiled`` on CUDA, ``generate`` on CPU (where compiling costs ~10-60 s per
-  shape, more than a short run saves; README, benchmark section).
+- ``auto``: ``compiled`` on CUDA, ``generate`` on CPU (where compiling costs 1-76 s per shape
+  and the compiled step was slower than ``generate`` on one of the two CPUs measured; README,
+  benchmark section).
 
 The sampling is transformers' own, op for op: temperature (skipped at 1.0), then the top-p
 filter of ``TopPLogitsWarper`` (skipped at 1.0), a float32 softmax and one
 ``torch.multinomial`` over the whole batch per step, finished rows padded until every row
-has finished. So for a fixed seed ``static`` draws exactly the samples ``generate`` draws
-(same random numbers, same probabilities up to float rounding), and ``compiled`` those of
+has finished. So for a fixed seed ``static`` draws the samples ``generate`` draws
+(same random numbers, same probabilities up to float rounding: identical on CPU in the tests,
+>= 90% of rows identical on CUDA, whose kernels round the two cache layouts differently), and ``compiled`` those of
 ``static`` (the compiled forward's logits differ by float rounding only); tests/test_decode.py
 checks both.
 
@@ -33,6 +35,7 @@ static-cache support) falls back to ``generate`` with a logged warning naming th
 
 from __future__ import annotations
 
+import inspect
 import logging
 from typing import Any, Callable
 
@@ -44,20 +47,24 @@ log = logging.getLogger(__name__)
 
 LEN_BUCKET = 64  # cache lengths are rounded up to a multiple of this (fewer shapes, fewer compiles)
 MIN_ROWS = 8
+KEEP_CACHES = 2  # static caches kept between calls (most recent shapes; e.g. training's and eval's)
 # generation_config settings that generate applies and the static loop does not implement
 UNSUPPORTED_GENERATION = ("repetition_penalty", "no_repeat_ngram_size", "encoder_repetition_penalty",
                           "bad_words_ids", "suppress_tokens", "begin_suppress_tokens", "sequence_bias", "min_p",
                           "typical_p", "epsilon_cutoff", "eta_cutoff", "forced_bos_token_id", "forced_eos_token_id",
-                          "min_length", "renormalize_logits", "guidance_scale")
+                          "min_length", "renormalize_logits", "guidance_scale", "top_h",
+                          "exponential_decay_length_penalty", "num_beams", "num_beam_groups", "diversity_penalty",
+                          "stop_strings", "watermarking_config")
 
 
 def _neutral(key: str, value: Any) -> bool:
     """Whether a generation_config value changes nothing (unset, or the identity setting)."""
     if value is None or value is False or (isinstance(value, (list, tuple, dict)) and not value):
         return True
-    if key in ("repetition_penalty", "encoder_repetition_penalty", "typical_p", "guidance_scale"):
+    if key in ("repetition_penalty", "encoder_repetition_penalty", "typical_p", "guidance_scale", "top_h",
+               "num_beams", "num_beam_groups"):
         return value == 1.0
-    if key in ("no_repeat_ngram_size", "min_length", "epsilon_cutoff", "eta_cutoff", "min_p"):
+    if key in ("no_repeat_ngram_size", "min_length", "epsilon_cutoff", "eta_cutoff", "min_p", "diversity_penalty"):
         return value == 0
     return False
 
@@ -117,8 +124,10 @@ class StaticDecoder:
 
     ``decode(ids, att, ...)`` takes a left-padded batch (as ``generate`` does) and returns the
     new tokens ``[rows, <= max_new_tokens]`` with rows after their EOS filled with ``pad``.
-    One ``StaticCache`` is kept per shape and reset between calls (its tensors keep their
-    addresses, which CUDA graphs need).
+    The ``StaticCache`` of the last :data:`KEEP_CACHES` shapes is kept and reset between calls
+    (its tensors keep their addresses, which CUDA graphs need); :meth:`free` drops them. A
+sweep's runs in one process would pile up compiled entries past dynamo's recompile limit (8,
+after which it runs the step eagerly with a warning); the engine's ``close`` resets dynamo.
     """
 
     def __init__(self, model: torch.nn.Module, compiled: bool) -> None:
@@ -126,6 +135,7 @@ class StaticDecoder:
         self.compiled = compiled
         self._caches: dict[tuple[int, int], Any] = {}
         self._step: Callable[..., torch.Tensor] = self._forward_one
+        self._accepts_logits_to_keep = "logits_to_keep" in inspect.signature(model.forward).parameters
         if compiled:
             mode = "reduce-overhead" if next(model.parameters()).device.type == "cuda" else None
             self._step = torch.compile(self._forward_one, dynamic=False, mode=mode)
@@ -139,8 +149,9 @@ class StaticDecoder:
         model's generation_config.json); the loop implements ``min_new_tokens`` only, so a
         model whose config sets any of :data:`UNSUPPORTED_GENERATION` samples with generate.
         """
-        if not getattr(model, "_can_compile_fullgraph", False) and not getattr(model, "_supports_static_cache", True):
-            return f"{type(model).__name__} does not support a static KV cache"
+        if not getattr(model, "_can_compile_fullgraph", False):
+            return (f"{type(model).__name__} does not declare static-cache / torch.compile support "
+                    "(_can_compile_fullgraph is False)")
         gc = getattr(model, "generation_config", None)
         if gc is not None:
             odd = [k for k in UNSUPPORTED_GENERATION if not _neutral(k, getattr(gc, k, None))]
@@ -165,12 +176,19 @@ class StaticDecoder:
         from transformers import StaticCache
 
         key = (rows, length)
-        cache = self._caches.get(key)
+        cache = self._caches.pop(key, None)
         if cache is None:
-            cache = self._caches[key] = StaticCache(config=self.model.config, max_cache_len=length)
+            cache = StaticCache(config=self.model.config, max_cache_len=length)
         else:
             cache.reset()
+        self._caches[key] = cache  # most recent last
+        while len(self._caches) > KEEP_CACHES:  # the least recently used shape's memory goes
+            self._caches.pop(next(iter(self._caches)))
         return cache
+
+    def free(self) -> None:
+        """Drop the kept caches (the engine's ``close``)."""
+        self._caches.clear()
 
     @torch.no_grad()
     def decode(self, ids: torch.Tensor, att: torch.Tensor, *, max_new_tokens: int, temperature: float,
@@ -187,12 +205,16 @@ class StaticDecoder:
         # positions not yet written), so its shape never changes during the loop
         mask = torch.ones(rows, length, dtype=att.dtype, device=device)
         mask[:, :width] = att
-        pos = (att.cumsum(-1) - 1).masked_fill(att == 0, 1)  # as generate: pads at position 1
+        pos = (att.cumsum(-1) - 1).clamp(min=0)  # real tokens 0, 1, ... as generate; pads are masked anyway
+        # the prefill scores only the last position, as generate does (logits_to_keep=1): no
+        # [rows, width, vocab] tensor
+        keep = {"logits_to_keep": 1} if self._accepts_logits_to_keep else {}
         logits = self.model(input_ids=ids, attention_mask=mask, position_ids=pos,
                             cache_position=torch.arange(width, device=device), past_key_values=cache,
-                            use_cache=True).logits[:, -1]
+                            use_cache=True, **keep).logits[:, -1]
         eos = torch.tensor(sorted(eos_ids), device=device)
         finished = torch.zeros(rows, dtype=torch.bool, device=device)
+        finished[n:] = True  # padding rows: sampled (same random numbers) but never waited for
         last = pos[:, -1:]
         out = []
         sync_every = 1 if device.type == "cpu" else 16  # checking "all finished" syncs the GPU
