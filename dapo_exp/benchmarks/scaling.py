@@ -46,16 +46,12 @@ import torch
 def overrides(*, width: int, n: int, prompts: int, tokens: int, micro: int, decode: str, device: str, out: Path,
               cache_dir: str, train_compile: bool = False) -> list[str]:
     """dapo-exp's config for one cell (the vs_trl benchmark's work, at this width and group size)."""
-    heads = 3
-    return [
-        "fixes=grpo", "clip_higher=enabled", "token_level_loss=enabled", "algo.kl_coef=0", "logger=none",
-        "model.path=tiny", f"model.hidden_size={width}", f"model.num_heads={heads}", "model.warmstart_steps=0",
-        f"model.cache_dir={cache_dir}", f"train.prompts_per_step={prompts}", f"rollout.n={n}",
-        f"rollout.max_response_len={tokens}", "algo.overlong_cache_len=0", f"train.mini_batch_size={prompts * n}",
-        f"train.micro_batch_size={micro}", "train.ppo_epochs=1", f"rollout.gen_batch_size={prompts * n}",
-        f"rollout.decode={decode}", f"train.device={device}", "eval.every=0", "eval.before_training=false",
-        f"train.torch_compile={str(train_compile).lower()}", f"out_dir={out}",
-    ]
+    from dapo_exp.benchmarks.vs_trl import work_overrides
+
+    return [*work_overrides(prompts=prompts, n=n, tokens=tokens, micro=micro, decode=decode, device=device, out=out,
+                            train_compile=train_compile),
+            "model.path=tiny", f"model.hidden_size={width}", "model.num_heads=3", "model.warmstart_steps=0",
+            f"model.cache_dir={cache_dir}", "eval.every=0", "eval.before_training=false"]
 
 
 def _sync(device: torch.device) -> None:
@@ -68,13 +64,10 @@ class Cell:
 
     def __init__(self, cfg: Any, tokens: int) -> None:
         from dapo_exp import train as T
+        from dapo_exp.benchmarks.vs_trl import open_run
 
-        T.preflight(cfg)
-        Path(cfg.out_dir).mkdir(parents=True, exist_ok=True)
         self.T, self.tokens, self.step_no = T, tokens, 0
-        self.run = T.build_run(cfg, Path(cfg.out_dir), "scaling", cleanup=[])
-        T.resume(self.run)
-        self.run.model.generation_config.min_new_tokens = tokens
+        self.run = open_run(cfg, tokens, "scaling")
         self.params = sum(p.numel() for p in self.run.model.parameters())
 
     def step(self) -> dict[str, float]:

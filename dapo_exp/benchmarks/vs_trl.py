@@ -134,17 +134,38 @@ def tiny_model_path(args: argparse.Namespace) -> str:
     return policy_path(compose_config([f"model.cache_dir={args.cache_dir}"] if args.cache_dir else []))
 
 
-def dapo_overrides(args: argparse.Namespace, *, model_path: str, out: Path) -> list[str]:
-    """dapo-exp's config for the benchmark's work (see the module docstring)."""
-    batch = args.prompts * args.responses
+def work_overrides(*, prompts: int, n: int, tokens: int, micro: int, decode: str, device: str, out: Path,
+                   train_compile: bool) -> list[str]:
+    """The benchmarks' work as dapo-exp config (see the module docstring): one on-policy update of
+    ``prompts x n`` responses of ``tokens`` tokens, token-mean loss, clip 0.2 / 0.28, no KL.
+    Shared with :mod:`dapo_exp.benchmarks.scaling`."""
     return [
         "fixes=grpo", "clip_higher=enabled", "token_level_loss=enabled", "algo.kl_coef=0", "logger=none",
-        f"seed={args.seed}", f"model.path={model_path}", f"train.prompts_per_step={args.prompts}",
-        f"rollout.n={args.responses}", f"rollout.max_response_len={args.tokens}", "algo.overlong_cache_len=0",
-        f"train.mini_batch_size={batch}", f"train.micro_batch_size={args.micro_batch}", "train.ppo_epochs=1",
-        f"rollout.gen_batch_size={batch}", f"rollout.decode={args.decode}", "train.device=cpu", f"out_dir={out}",
-        f"train.torch_compile={str(args.train_compile).lower()}",
+        f"train.prompts_per_step={prompts}", f"rollout.n={n}", f"rollout.max_response_len={tokens}",
+        "algo.overlong_cache_len=0", f"train.mini_batch_size={prompts * n}", f"train.micro_batch_size={micro}",
+        "train.ppo_epochs=1", f"rollout.gen_batch_size={prompts * n}", f"rollout.decode={decode}",
+        f"train.device={device}", f"train.torch_compile={str(train_compile).lower()}", f"out_dir={out}",
     ]
+
+
+def dapo_overrides(args: argparse.Namespace, *, model_path: str, out: Path) -> list[str]:
+    """dapo-exp's config for the benchmark's work (see the module docstring)."""
+    return [*work_overrides(prompts=args.prompts, n=args.responses, tokens=args.tokens, micro=args.micro_batch,
+                            decode=args.decode, device="cpu", out=out, train_compile=args.train_compile),
+            f"seed={args.seed}", f"model.path={model_path}"]
+
+
+def open_run(cfg: Any, tokens: int, label: str) -> Any:
+    """The trainer's run for ``cfg``, as ``python run.py`` builds it, with EOS suppressed until
+    ``tokens`` new tokens (so every step does the same work). Shared with the scaling benchmark."""
+    from dapo_exp import train as T
+
+    T.preflight(cfg)
+    Path(cfg.out_dir).mkdir(parents=True, exist_ok=True)
+    run = T.build_run(cfg, Path(cfg.out_dir), label, cleanup=[])
+    T.resume(run)
+    run.model.generation_config.min_new_tokens = tokens
+    return run
 
 
 class DapoSide:
@@ -153,12 +174,8 @@ class DapoSide:
     def __init__(self, cfg: Any, tokens: int, tally: Tally) -> None:
         from dapo_exp import train as T
 
-        T.preflight(cfg)
         self.T, self.tally, self.step_no = T, tally, 0
-        Path(cfg.out_dir).mkdir(parents=True, exist_ok=True)
-        self.run = T.build_run(cfg, Path(cfg.out_dir), "vs_trl", cleanup=[])
-        T.resume(self.run)
-        self.run.model.generation_config.min_new_tokens = tokens  # EOS suppressed until the cap
+        self.run = open_run(cfg, tokens, "vs_trl")
         self.run.optimizer.register_step_post_hook(tally.count_update)
 
     def steps(self, n: int) -> list[float]:

@@ -35,10 +35,9 @@ class HFEngine:
         self.decode_used = resolve_decode(decode, next(model.parameters()).device)
         self._decoder: StaticDecoder | None = None
         if self.decode_used != "generate":
-            compiled = self.decode_used == "compiled"
-            reason = StaticDecoder.fallback_reason(model, compiled)
+            reason = StaticDecoder.fallback_reason(model)
             if reason is None:
-                self._decoder = StaticDecoder(model, compiled=compiled)
+                self._decoder = StaticDecoder(model, compiled=self.decode_used == "compiled")
             else:
                 self._fall_back(reason)
 
