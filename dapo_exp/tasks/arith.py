@@ -113,6 +113,11 @@ LONG_STEPS = 4  # a "long" problem: 4+ steps (5+ operands), whose solution passe
 STEP_MARKER = "Steps:"  # an optional first line of a step-by-step solution (model.warmstart_step_marker)
 
 
+def _first_line(text: str) -> str:
+    """A response's first line, stripped (its strategy is read from it)."""
+    return text.lstrip().split("\n", 1)[0].strip()
+
+
 def _drop_marker(text: str) -> str:
     head, _, rest = text.lstrip().partition("\n")
     return rest if head.strip() == STEP_MARKER else text
@@ -121,7 +126,7 @@ def _drop_marker(text: str) -> str:
 def response_style(text: str) -> str:
     """``guess`` (first line ``Answer: ...``), ``step`` (first line an ``a+b=c`` step, or the
     :data:`STEP_MARKER` line) or ``other``."""
-    first = text.lstrip().split("\n", 1)[0].strip()
+    first = _first_line(text)
     if first.startswith("Answer"):
         return "guess"
     return "step" if first == STEP_MARKER or _STEP_LINE.match(first) else "other"
@@ -131,7 +136,7 @@ def is_mangled_marker(text: str) -> bool:
     """The first line is :data:`STEP_MARKER` with a different first character (``xteps:``): once RL
     pushes the guess's first token down, the toy_clip policy opens its step solutions with other
     first tokens too, the rest of the marker line and the solution following from any of them."""
-    first = text.lstrip().split("\n", 1)[0].strip()
+    first = _first_line(text)
     return len(first) == len(STEP_MARKER) and first != STEP_MARKER and first[1:] == STEP_MARKER[1:]
 
 
