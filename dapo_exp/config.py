@@ -31,8 +31,8 @@ LOGGER_BACKENDS = ("wandb", "none")
 WANDB_MODES = ("offline", "online", "disabled")
 DEVICES = ("auto", "cpu", "cuda")
 DTYPES = ("float32", "bfloat16", "float16", "auto")
-# rollout.decode: the HF engine's sampling loop (dapo_exp/rollout/static_decode.py)
-DECODE_MODES = ("generate", "static", "compiled", "auto")
+# rollout.decode: the HF engine's sampling loop (dapo_exp/rollout/static_decode.py, fused_decode.py)
+DECODE_MODES = ("generate", "static", "compiled", "fused", "auto")
 BACKENDS = ("native", "verl")
 LAUNCHES = ("local", "slurm")
 
@@ -174,7 +174,7 @@ class RolloutConfig:
     top_p: float = 1.0
     # sequences per HF generate call
     gen_batch_size: int = 256
-    # the HF engine's sampling loop: generate | static | compiled | auto (compiled on CUDA)
+    # the HF engine's sampling loop: generate | static | compiled | fused | auto (compiled on CUDA, fused on CPU)
     decode: str = "auto"
     # vLLM on GPU: memory fraction, sleep during training, no CUDA graphs
     vllm_gpu_memory_utilization: float = 0.5
@@ -211,6 +211,11 @@ class TrainConfig:
     torch_compile: bool = False
     # positions projected to the vocabulary at a time when computing log-probs
     logprob_chunk: int = 1024
+    # responses that share a prompt in a micro-batch share its forward (the prompt runs once per
+    # group, its key/value cache is reused by the G responses; same log-probs and gradients up to
+    # float rounding). Llama / Qwen2 / Qwen3 layouts without sliding windows or gradient
+    # checkpointing; other models score every row in full whatever this says
+    share_prompt_forward: bool = True
 
 
 @dataclass

@@ -121,7 +121,12 @@ def token_logprobs(
     with _autocast(input_ids.device, autocast_dtype):
         out = decoder(input_ids=input_ids, attention_mask=attention_mask, position_ids=position_ids)
     hidden = out.last_hidden_state[:, start:-1]
-    targets = input_ids[:, start + 1 :]
+    return _project(head, hidden, input_ids[:, start + 1 :], chunk, with_entropy, temperature, autocast_dtype)
+
+
+def _project(head: torch.nn.Module, hidden: Tensor, targets: Tensor, chunk: int, with_entropy: bool,
+             temperature: float, autocast_dtype: torch.dtype | None) -> tuple[Tensor, Tensor]:
+    """Log-prob of ``targets`` and entropy from ``hidden`` (``(B, T, H)``), ``chunk`` positions at a time."""
     logps, ents = [], []
     grad = torch.is_grad_enabled() and hidden.requires_grad
     # all the micro-batch's float32 logits: small enough, and they are kept rather than recomputed
@@ -129,7 +134,7 @@ def token_logprobs(
     for s in range(0, hidden.shape[1], chunk):
         h, tgt = hidden[:, s : s + chunk], targets[:, s : s + chunk]
         # checkpoint() records the autocast state and replays it in the recomputation
-        with _autocast(input_ids.device, autocast_dtype):
+        with _autocast(hidden.device, autocast_dtype):
             if use_ckpt:
                 lp, en = checkpoint(_chunk_stats, head, h, tgt, temperature, with_entropy, use_reentrant=False)
             else:
@@ -137,6 +142,78 @@ def token_logprobs(
         logps.append(lp)
         ents.append(en)
     return torch.cat(logps, dim=1), torch.cat(ents, dim=1)
+
+
+# model families whose decoder takes a plain (full-attention) key/value cache in a training
+# forward; others, and any model with sliding-window layers, score every row in full
+SHARED_PROMPT_FAMILIES = ("llama", "qwen2", "qwen3")
+
+
+def can_share_prompts(model: torch.nn.Module) -> bool:
+    """Whether :func:`shared_prompt_logprobs` applies to ``model`` (see :data:`SHARED_PROMPT_FAMILIES`;
+    not with gradient checkpointing, which drops the cache in training)."""
+    cfg = getattr(model, "config", None)
+    return (getattr(cfg, "model_type", None) in SHARED_PROMPT_FAMILIES
+            and not getattr(cfg, "use_sliding_window", False)
+            and all(t == "full_attention" for t in getattr(cfg, "layer_types", None) or ())
+            and not getattr(model, "is_gradient_checkpointing", False))
+
+
+def cache_kv(cache) -> list[tuple[Tensor, Tensor]]:
+    """Each layer's ``(keys, values)`` ``[B, KV heads, length, D]`` of a transformers ``DynamicCache``."""
+    if hasattr(cache, "layers"):  # transformers >= 4.56
+        return [(layer.keys, layer.values) for layer in cache.layers]
+    return list(zip(cache.key_cache, cache.value_cache))
+
+
+def shared_prompt_logprobs(
+    model: torch.nn.Module,
+    prompt_ids: Tensor,
+    prompt_mask: Tensor,
+    row_prompt: Tensor,
+    response_ids: Tensor,
+    response_mask: Tensor,
+    chunk: int = 1024,
+    with_entropy: bool = False,
+    temperature: float = 1.0,
+    autocast_dtype: torch.dtype | None = None,
+) -> tuple[Tensor, Tensor]:
+    """What :func:`token_logprobs` gives for the response positions, with each distinct prompt run
+    through the decoder once instead of once per response.
+
+    A group's G responses share their prompt; here the ``U`` distinct left-padded prompts
+    (``prompt_ids``, ``prompt_mask``: ``(U, P)``) go through the decoder with a key/value cache,
+    the cache rows are gathered for the ``B`` responses (``row_prompt``: ``(B,)``, each row's
+    prompt index), and the right-padded responses (``(B, T)``) run on that cache. Gradients flow
+    through the gathered cache back to the prompt forward, summed over a group, as they would from
+    B separate prompt forwards. Positions, masks and the scored hidden states are those of
+    :func:`token_logprobs`'s ``[prompt | response]`` rows, so the result is the same up to float
+    rounding (tests/test_logprobs.py).
+
+    Returns ``(logp, entropy)``, each ``(B, T)``: index ``t`` scores response token ``t``.
+    """
+    from transformers import DynamicCache
+
+    decoder, head = _decoder_and_head(model)
+    prompt_pos = (prompt_mask.long().cumsum(-1) - 1).clamp(min=0)
+    cache = DynamicCache()
+    with _autocast(prompt_ids.device, autocast_dtype):
+        out_p = decoder(input_ids=prompt_ids, attention_mask=prompt_mask, position_ids=prompt_pos,
+                        past_key_values=cache, use_cache=True)
+        rows = DynamicCache()
+        for i, (k, v) in enumerate(cache_kv(cache)):
+            rows.update(k.index_select(0, row_prompt), v.index_select(0, row_prompt), i)
+        mask = torch.cat([prompt_mask.index_select(0, row_prompt), response_mask], dim=1)
+        # positions continue from each prompt's real length (a response's padding comes after its
+        # tokens and is never attended to by them)
+        pos = prompt_mask.long().sum(-1).index_select(0, row_prompt)[:, None] + torch.arange(
+            response_ids.shape[1], device=response_ids.device)
+        out_r = decoder(input_ids=response_ids, attention_mask=mask, position_ids=pos, past_key_values=rows,
+                        use_cache=True)
+    # the prompt's last position scores response token 0; response position t scores token t + 1
+    hidden = torch.cat([out_p.last_hidden_state[:, -1:].index_select(0, row_prompt),
+                        out_r.last_hidden_state[:, :-1]], dim=1)
+    return _project(head, hidden, response_ids, chunk, with_entropy, temperature, autocast_dtype)
 
 
 def naive_token_logprobs(
@@ -177,9 +254,37 @@ def rows_to_tensors(
     return ids, att, rmask, width_p
 
 
+def shared_prompt_tensors(
+    prompts: list[list[int]], responses: list[list[int]], pad_id: int
+) -> tuple[Tensor, Tensor, Tensor, Tensor, Tensor, Tensor]:
+    """The inputs of :func:`shared_prompt_logprobs`: the distinct prompts left-padded
+    ``(U, P)`` with their mask, each row's prompt index ``(B,)``, the right-padded responses
+    ``(B, T)`` with their attention mask, and the response mask (float, as :func:`rows_to_tensors`)."""
+    index: dict[tuple[int, ...], int] = {}
+    row_prompt = torch.tensor([index.setdefault(tuple(p), len(index)) for p in prompts], dtype=torch.long)
+    unique = list(index)
+    width_p = max(len(p) for p in unique)
+    width_r = max(1, max(len(r) for r in responses))
+    p_ids = torch.full((len(unique), width_p), pad_id, dtype=torch.long)
+    p_att = torch.zeros_like(p_ids)
+    for i, p in enumerate(unique):
+        p_ids[i, width_p - len(p) :] = torch.tensor(p, dtype=torch.long)
+        p_att[i, width_p - len(p) :] = 1
+    r_ids = torch.full((len(prompts), width_r), pad_id, dtype=torch.long)
+    r_att = torch.zeros_like(r_ids)
+    for i, r in enumerate(responses):
+        if r:
+            r_ids[i, : len(r)] = torch.tensor(r, dtype=torch.long)
+            r_att[i, : len(r)] = 1
+    return p_ids, p_att, row_prompt, r_ids, r_att, r_att.float()
+
+
 @dataclass(frozen=True)
 class ResponseForward:
-    """How the trainer scores responses: padding id, device, chunk, temperature, autocast dtype.
+    """How the trainer scores responses: padding id, device, chunk, temperature, autocast dtype,
+    and whether responses that share a prompt share its forward (``share_prompts``,
+    ``train.share_prompt_forward``: :func:`shared_prompt_logprobs`, for the families of
+    :func:`can_share_prompts` when a micro-batch repeats a prompt).
 
     ``fwd(model, prompts, responses, with_entropy=...)`` returns
     ``(logp (B, T), entropy (B, T), response_mask (B, T))`` of the response tokens, float32,
@@ -191,14 +296,21 @@ class ResponseForward:
     chunk: int = 1024
     temperature: float = 1.0
     autocast_dtype: torch.dtype | None = None
+    share_prompts: bool = False
 
     def __call__(
         self, model: torch.nn.Module, prompts: list[list[int]], responses: list[list[int]], *, with_entropy: bool = False
     ) -> tuple[Tensor, Tensor, Tensor]:
+        opts = {"chunk": self.chunk, "with_entropy": with_entropy, "temperature": self.temperature,
+                "autocast_dtype": self.autocast_dtype}
+        if self.share_prompts and len({tuple(p) for p in prompts}) < len(prompts) and can_share_prompts(model):
+            p_ids, p_att, row_prompt, r_ids, r_att, rmask = shared_prompt_tensors(prompts, responses, self.pad_id)
+            d = self.device
+            logp, ent = shared_prompt_logprobs(model, p_ids.to(d), p_att.to(d), row_prompt.to(d), r_ids.to(d),
+                                               r_att.to(d), **opts)
+            return logp.float(), ent.float(), rmask.to(d)
         ids, att, rmask, width_p = rows_to_tensors(prompts, responses, self.pad_id)
         ids, att = ids.to(self.device), att.to(self.device)
         t = rmask.shape[1]
-        logp, ent = token_logprobs(model, ids, att, chunk=self.chunk, with_entropy=with_entropy,
-                                   temperature=self.temperature, autocast_dtype=self.autocast_dtype,
-                                   start=width_p - 1)
+        logp, ent = token_logprobs(model, ids, att, start=width_p - 1, **opts)
         return logp[:, :t].float(), ent[:, :t].float(), rmask.to(self.device)

@@ -110,7 +110,7 @@ def test_model_without_static_cache_falls_back(tiny, caplog, monkeypatch):
 
 
 def test_decode_choice_and_shapes():
-    assert resolve_decode("auto", torch.device("cpu")) == "generate"
+    assert resolve_decode("auto", torch.device("cpu")) == "fused"
     assert resolve_decode("auto", torch.device("cuda")) == "compiled"
     assert resolve_decode("static", torch.device("cpu")) == "static"
     with pytest.raises(ValueError, match="rollout.decode='fast'"):

@@ -10,7 +10,7 @@ import pytest
 import torch
 from transformers import Qwen2Config, Qwen2ForCausalLM
 
-from dapo_exp.logprobs import naive_token_logprobs, token_logprobs
+from dapo_exp.logprobs import naive_token_logprobs, rows_to_tensors, token_logprobs
 
 LENGTHS = [13, 9, 4]  # unequal, right-padded to 13
 V = 97
@@ -199,3 +199,104 @@ def test_start_projects_only_the_positions_from_start():
         assert lp.shape == (ids.shape[0], ids.shape[1] - 1 - start)
         torch.testing.assert_close(lp, full_lp[:, start:], rtol=1e-12, atol=1e-12)
         torch.testing.assert_close(en, full_en[:, start:], rtol=1e-12, atol=1e-12)
+
+
+# --------------------------------------------------------------------------- #
+# Shared prompt forward (train.share_prompt_forward)                            #
+# --------------------------------------------------------------------------- #
+def _groups(seed=5):
+    """3 prompts of unequal lengths x 4 responses each, ragged (one empty), group-major."""
+    g = torch.Generator().manual_seed(seed)
+    prompts, responses = [], []
+    for plen in (5, 2, 7):
+        p = torch.randint(2, V, (plen,), generator=g).tolist()
+        for j in range(4):
+            prompts.append(p)
+            n = 0 if (plen, j) == (2, 1) else int(torch.randint(1, 9, (1,), generator=g))
+            responses.append(torch.randint(2, V, (n,), generator=g).tolist())
+    return prompts, responses
+
+
+def _scored(share, m, prompts, responses, w=None):
+    from dapo_exp.logprobs import ResponseForward
+
+    m.zero_grad()
+    fwd = ResponseForward(pad_id=0, device=torch.device("cpu"), chunk=3, temperature=0.9, share_prompts=share)
+    lp, en, mask = fwd(m, prompts, responses, with_entropy=True)
+    if w is None:
+        w = torch.randn(lp.shape, generator=torch.Generator().manual_seed(2), dtype=torch.float64)
+    (lp.double() * w * mask).sum().backward()
+    return lp.double() * mask, en.double() * mask, {k: p.grad.clone() for k, p in m.named_parameters()}
+
+
+def test_shared_prompt_forward_equals_full_rows():
+    """Same log-probs, entropy and gradients as scoring every [prompt | response] row in full."""
+    prompts, responses = _groups()
+    m = tiny_qwen2(layers=2)
+    lp, en, grads = _scored(True, m, prompts, responses)
+    lp0, en0, grads0 = _scored(False, m, prompts, responses)
+    torch.testing.assert_close(lp, lp0, rtol=1e-12, atol=1e-12)
+    torch.testing.assert_close(en, en0, rtol=1e-12, atol=1e-12)
+    # transformers' RMSNorm computes in float32 even in a float64 model, so a group's summed
+    # gradient is rounded once where the full rows round each row: float32 rounding, no more
+    for k in grads0:
+        torch.testing.assert_close(grads[k], grads0[k], rtol=1e-5, atol=1e-6, msg=k)
+    assert any(g.abs().max() > 1e-3 for g in grads0.values())
+
+
+def test_shared_prompt_forward_without_repeats_is_exact():
+    """Each row its own prompt (no group sum): the two ways agree to float64 rounding."""
+    from dapo_exp.logprobs import shared_prompt_logprobs, shared_prompt_tensors
+
+    prompts, responses = _groups()
+    m = tiny_qwen2(layers=2)
+    p_ids, p_att, row_prompt, r_ids, r_att, rmask = shared_prompt_tensors(prompts, responses, 0)
+    assert p_ids.shape[0] == 3 and row_prompt.tolist() == [0] * 4 + [1] * 4 + [2] * 4
+    w = torch.randn(rmask.shape, generator=torch.Generator().manual_seed(2), dtype=torch.float64)
+
+    def grads(fn):
+        m.zero_grad()
+        lp, en = fn()
+        (lp * w * rmask).sum().backward()
+        return lp * rmask, {k: p.grad.clone() for k, p in m.named_parameters()}
+
+    got_lp, got = grads(lambda: shared_prompt_logprobs(m, p_ids[row_prompt], p_att[row_prompt],
+                                                       torch.arange(len(prompts)), r_ids, r_att, chunk=3))
+    ids, att, _, width_p = rows_to_tensors(prompts, responses, 0)
+    ref_lp, ref = grads(lambda: token_logprobs(m, ids, att, chunk=3, start=width_p - 1))
+    torch.testing.assert_close(got_lp, ref_lp, rtol=1e-12, atol=1e-12)
+    for k in ref:
+        torch.testing.assert_close(got[k], ref[k], rtol=1e-9, atol=1e-12, msg=k)
+
+
+def test_shared_prompt_forward_is_used_only_where_it_applies(monkeypatch):
+    import dapo_exp.logprobs as L
+
+    calls = []
+    real = L.shared_prompt_logprobs
+    monkeypatch.setattr(L, "shared_prompt_logprobs", lambda *a, **k: calls.append(1) or real(*a, **k))
+    prompts, responses = _groups()
+    m = tiny_qwen2(layers=1)
+    fwd = L.ResponseForward(pad_id=0, device=torch.device("cpu"), share_prompts=True)
+    fwd(m, prompts, responses)
+    assert calls == [1]
+    fwd(m, [p + [i] for i, p in enumerate(prompts)], responses)  # no prompt repeats: nothing to share
+    L.ResponseForward(pad_id=0, device=torch.device("cpu"))(m, prompts, responses)  # switched off
+    m.gradient_checkpointing_enable()  # transformers drops the cache under checkpointing in training
+    assert not L.can_share_prompts(m)
+    fwd(m.train(), prompts, responses)
+    assert calls == [1]
+    m.gradient_checkpointing_disable()
+    m.config.use_sliding_window = True
+    assert not L.can_share_prompts(m)
+
+
+def test_trainer_throughput_benchmark_runs_with_shared_prompts(capsys):
+    from dapo_exp.benchmarks import trainer_throughput
+
+    trainer_throughput.main(["--batch", "8", "--prompt", "5", "--response", "6", "--group", "4", "--steps", "1",
+                             "--share-prompts"])
+    out = capsys.readouterr().out
+    assert "--group 4 --share-prompts" in out and "| 0.4M | 0.3M | 8 x (5 + 6) |" in out
+    with pytest.raises(SystemExit):
+        trainer_throughput.parse_args(["--batch", "8", "--group", "3"])

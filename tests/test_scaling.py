@@ -9,7 +9,7 @@ def test_one_cell_times_the_step_and_its_floor(capsys):
     rows = scaling.main(["--widths", "96", "--responses", "2", "--prompts", "2", "--micro-batch", "4",
                          "--tokens", "8", "--steps", "1", "--warmup", "1"])
     (r,) = rows
-    assert r["responses"] == 4 and r["decode"] == "generate"  # auto on CPU
+    assert r["responses"] == 4 and r["decode"] == "fused"  # auto on CPU
     assert r["gen_s"] > 0 and r["train_s"] > 0 and r["floor_gen_s"] > 0 and r["floor_train_s"] > 0
     assert r["step_s"] == r["gen_s"] + r["train_s"] and r["floor_s"] == r["floor_gen_s"] + r["floor_train_s"]
     # 4 responses x 8 forced tokens generated and trained

@@ -419,6 +419,8 @@ OTHER_RULES: dict[str, Rule] = {
     "train.bf16": Rule(f"`{_A}fsdp_config.dtype` (+ ref): the compute dtype, as the native autocast", _compute_dtype),
     "train.torch_compile": to(_A + "use_torch_compile"),
     "train.logprob_chunk": native_only("the native trainer's log-prob chunking (memory)"),
+    "train.share_prompt_forward": unused("the native trainer's shared prompt forward, a speed knob with the same "
+                                         "result (verl packs rows its own way)"),
     # optim
     "optim.lr": Rule(f"`{_A}optim.lr` (`lr_scheduler_type=constant`)",
                      lambda v, ctx: {_A + "optim.lr": v, _A + "optim.lr_scheduler_type": "constant"}),

@@ -42,6 +42,8 @@ from typing import Any
 
 import torch
 
+from dapo_exp.config import DECODE_MODES
+
 
 def overrides(*, width: int, n: int, prompts: int, tokens: int, micro: int, decode: str, device: str, out: Path,
               cache_dir: str, train_compile: bool = False) -> list[str]:
@@ -178,8 +180,8 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     ap.add_argument("--micro-batch", type=int, default=32)
     ap.add_argument("--steps", type=int, default=3, help="timed steps per cell")
     ap.add_argument("--warmup", type=int, default=1, help="untimed steps per cell (the compile happens here)")
-    ap.add_argument("--decode", default="auto", choices=("auto", "generate", "static", "compiled"),
-                    help="rollout.decode (default auto: compiled on CUDA, generate on CPU)")
+    ap.add_argument("--decode", default="auto", choices=DECODE_MODES,
+                    help="rollout.decode (default auto: compiled on CUDA, fused on CPU)")
     ap.add_argument("--train-compile", action="store_true", help="train.torch_compile=true")
     ap.add_argument("--device", default="cpu")
     ap.add_argument("--threads", type=int, default=None)

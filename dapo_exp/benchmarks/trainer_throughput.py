@@ -8,6 +8,11 @@ prints training tokens/s, peak memory and, on CUDA, model FLOPs utilisation
 
     python -m dapo_exp.benchmarks.trainer_throughput --shape 0.4M --batch 16 --prompt 32 --response 64
     python -m dapo_exp.benchmarks.trainer_throughput --shape qwen2.5-0.5b --batch 8 --prompt 256 --response 1024  # GPU
+    python -m dapo_exp.benchmarks.trainer_throughput --batch 32 --prompt 13 --group 8 --share-prompts
+
+``--group G`` repeats each prompt over G consecutive rows (a GRPO group; default 1: every row
+its own prompt); ``--share-prompts`` runs each distinct prompt once per micro-batch
+(``train.share_prompt_forward``). Tokens/s counts every row's prompt and response either way.
 
 Peak memory: ``torch.cuda.max_memory_allocated`` on CUDA; on CPU the growth of the
 process's peak resident set (``ru_maxrss``) during the timed steps.
@@ -44,7 +49,7 @@ def build(shape: str, device: torch.device):
     return Qwen2ForCausalLM(cfg).to(device)
 
 
-def main() -> None:
+def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--shape", default="0.4M", choices=sorted(SHAPES))
     ap.add_argument("--batch", type=int, default=16, help="rows per micro-batch")
@@ -54,8 +59,16 @@ def main() -> None:
     ap.add_argument("--chunk", type=int, default=1024, help="train.logprob_chunk")
     ap.add_argument("--device", default="auto")
     ap.add_argument("--grad-ckpt", action="store_true")
-    args = ap.parse_args()
+    ap.add_argument("--group", type=int, default=1, help="rows per distinct prompt (must divide --batch)")
+    ap.add_argument("--share-prompts", action="store_true", help="train.share_prompt_forward=true")
+    args = ap.parse_args(argv)
+    if args.group < 1 or args.batch % args.group:
+        ap.error(f"--group {args.group} must be >= 1 and divide --batch {args.batch}")
+    return args
 
+
+def main(argv: list[str] | None = None) -> None:
+    args = parse_args(argv)
     device = torch.device("cuda" if args.device == "auto" and torch.cuda.is_available() else
                           ("cpu" if args.device == "auto" else args.device))
     model = build(args.shape, device)
@@ -66,13 +79,15 @@ def main() -> None:
     opt = torch.optim.AdamW(model.parameters(), lr=1e-6)
     vocab = model.config.vocab_size
     g = torch.Generator().manual_seed(0)
-    prompts = [torch.randint(2, vocab, (args.prompt,), generator=g).tolist() for _ in range(args.batch)]
+    prompts = [p for _ in range(args.batch // args.group)
+               for p in [torch.randint(2, vocab, (args.prompt,), generator=g).tolist()] * args.group]
     responses = [torch.randint(2, vocab, (args.response,), generator=g).tolist() for _ in range(args.batch)]
     from functools import partial
 
     from dapo_exp.logprobs import ResponseForward
 
-    fwd = ResponseForward(0, device, args.chunk, 1.0, torch.bfloat16 if device.type == "cuda" else None)
+    fwd = ResponseForward(0, device, args.chunk, 1.0, torch.bfloat16 if device.type == "cuda" else None,
+                          share_prompts=args.share_prompts)
     surrogate = partial(objective.clipped_surrogate, eps_low=0.2, eps_high=0.28)
 
     def step() -> None:
@@ -116,7 +131,7 @@ def main() -> None:
           f"threads {torch.get_num_threads()}")
     print(f"# command: python -m dapo_exp.benchmarks.trainer_throughput --shape {args.shape} --batch {args.batch} "
           f"--prompt {args.prompt} --response {args.response} --steps {args.steps} --chunk {args.chunk}"
-          f"{' --grad-ckpt' if args.grad_ckpt else ''}")
+          f"{' --grad-ckpt' if args.grad_ckpt else ''} --group {args.group}{' --share-prompts' if args.share_prompts else ''}")
     print("| shape | params | rows x (prompt + response) | tokens/s (old logp + update) | peak memory | MFU |")
     print("|---|---|---|---|---|---|")
     print(f"| {args.shape} | {n_params / 1e6:.1f}M | {args.batch} x ({args.prompt} + {args.response}) | "

@@ -15,10 +15,14 @@ cache), on the toy task's training prompts and its verifier:
   = ``steps_per_generation`` = batch / micro-batch, ``num_iterations=1``), so both take
   the old log-probs from the update forward (no separate recompute);
 - no evaluation, no checkpoints, no W&B;
-- dapo-exp samples with ``--decode`` (default ``auto``, its own default: transformers
-  ``generate`` on CPU; ``compiled`` is the static-cache loop with a compiled decode step,
+- dapo-exp samples with ``--decode`` (default ``auto``, its own default: the fused Llama /
+  Qwen2 step of :mod:`dapo_exp.rollout.fused_decode` on CPU, the samples ``generate`` draws;
+  ``compiled`` is the static-cache loop with a compiled decode step,
   :mod:`dapo_exp.rollout.static_decode`, whose compile happens in the untimed warm-up steps,
-  reported apart), TRL with transformers ``generate``.
+  reported apart), TRL with transformers ``generate``;
+- dapo-exp runs with its defaults otherwise, e.g. ``train.share_prompt_forward=true`` (a
+  group's prompt goes through the decoder once in the update; same log-probs and gradients up
+  to float rounding), which ``--no-share-prompts`` turns off.
 
 With EOS suppressed most responses end wrong, so most advantages are 0; neither system
 skips any work for that (the forward, backward and optimizer step run all the same).
@@ -58,6 +62,8 @@ from typing import Any, Callable
 
 import numpy as np
 import torch
+
+from dapo_exp.config import DECODE_MODES
 
 
 # --------------------------------------------------------------------------- #
@@ -152,7 +158,8 @@ def dapo_overrides(args: argparse.Namespace, *, model_path: str, out: Path) -> l
     """dapo-exp's config for the benchmark's work (see the module docstring)."""
     return [*work_overrides(prompts=args.prompts, n=args.responses, tokens=args.tokens, micro=args.micro_batch,
                             decode=args.decode, device="cpu", out=out, train_compile=args.train_compile),
-            f"seed={args.seed}", f"model.path={model_path}"]
+            f"seed={args.seed}", f"model.path={model_path}",
+            f"train.share_prompt_forward={str(not args.no_share_prompts).lower()}"]
 
 
 def open_run(cfg: Any, tokens: int, label: str) -> Any:
@@ -297,9 +304,11 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     ap.add_argument("--threads", type=int, default=None, help="torch threads (default: torch's, the cores)")
     ap.add_argument("--seed", type=int, default=0)
     ap.add_argument("--cache-dir", default=None, help="warm-start cache (default: model.cache_dir's)")
-    ap.add_argument("--decode", default="auto", choices=("auto", "generate", "static", "compiled"),
-                    help="dapo-exp's sampling loop, rollout.decode (default: its default, auto = generate on "
+    ap.add_argument("--decode", default="auto", choices=DECODE_MODES,
+                    help="dapo-exp's sampling loop, rollout.decode (default: its default, auto = fused on "
                          "CPU; TRL samples with transformers generate)")
+    ap.add_argument("--no-share-prompts", action="store_true",
+                    help="dapo-exp with train.share_prompt_forward=false (every row's prompt run in full)")
     ap.add_argument("--train-compile", action="store_true",
                     help="dapo-exp with train.torch_compile=true (the decoder's forward compiled for the update too)")
     args = ap.parse_args(argv)
@@ -342,7 +351,8 @@ def report(args: argparse.Namespace, trl: Tally, dapo: Tally, *, threads: int, l
     print(f"work per step: {args.prompts} prompts x {args.responses} responses x {args.tokens} new tokens, micro-batch "
           f"{args.micro_batch}, one update; {args.warmup} warm-up steps each, then {args.blocks} blocks x {args.steps} "
           f"steps (ABBA); dapo-exp samples with rollout.decode={dapo.decode} (asked: {args.decode}), "
-          f"train.torch_compile={str(args.train_compile).lower()}; TRL samples with "
+          f"train.torch_compile={str(args.train_compile).lower()}, train.share_prompt_forward="
+          f"{str(not args.no_share_prompts).lower()}; TRL samples with "
           f"transformers generate; dapo-exp's warm-up steps (compile included) "
           f"{fmt(f'{x:.2f}' for x in dapo.warmup)} s")
     for name, t in (("TRL", trl), ("dapo-exp", dapo)):

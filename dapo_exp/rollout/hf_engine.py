@@ -6,10 +6,11 @@ generated in chunks of ``gen_batch_size`` sequences with the KV cache; each chun
 is seeded from ``(spec.seed, chunk index)`` so that a resumed run samples exactly
 what an uninterrupted one would.
 
-``decode`` (``rollout.decode``) picks the sampling loop: transformers ``generate``, or the
-static-cache loop of :mod:`dapo_exp.rollout.static_decode`, eager or with a compiled decode
-step (``auto``: compiled on CUDA). Same samples either way for a fixed seed (up to float
-rounding); a compiled path that cannot be built falls back to ``generate`` with a logged
+``decode`` (``rollout.decode``) picks the sampling loop: transformers ``generate``, the fused
+Llama / Qwen2 step of :mod:`dapo_exp.rollout.fused_decode`, or the static-cache loop of
+:mod:`dapo_exp.rollout.static_decode`, eager or with a compiled decode step (``auto``: compiled
+on CUDA, fused on CPU). Same samples either way for a fixed seed (up to float rounding); a loop
+that cannot run the model (or a compile that fails) falls back to ``generate`` with a logged
 warning that names the reason, and ``decode_used`` says which loop ran.
 """
 
@@ -21,6 +22,7 @@ import time
 import torch
 
 from dapo_exp.rollout.engine import Generations, SamplingSpec
+from dapo_exp.rollout.fused_decode import FusedDecoder
 from dapo_exp.rollout.static_decode import StaticDecoder, resolve_decode
 
 log = logging.getLogger(__name__)
@@ -33,8 +35,14 @@ class HFEngine:
         self.gen_batch_size = gen_batch_size
         self.eos_ids = self._eos_ids(model, tokenizer)
         self.decode_used = resolve_decode(decode, next(model.parameters()).device)
-        self._decoder: StaticDecoder | None = None
-        if self.decode_used != "generate":
+        self._decoder: StaticDecoder | FusedDecoder | None = None
+        if self.decode_used == "fused":
+            reason = FusedDecoder.fallback_reason(model)
+            if reason is None:
+                self._decoder = FusedDecoder(model)
+            else:
+                self._fall_back(reason)
+        elif self.decode_used != "generate":
             reason = StaticDecoder.fallback_reason(model)
             if reason is None:
                 self._decoder = StaticDecoder(model, compiled=self.decode_used == "compiled")

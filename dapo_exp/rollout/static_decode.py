@@ -9,7 +9,8 @@
   step into a transformers ``StaticCache`` of fixed shape;
 - ``compiled``: the same loop with the one-token forward compiled by ``torch.compile``
   (inductor; ``mode="reduce-overhead"``, i.e. CUDA graphs, on CUDA);
-- ``auto``: ``compiled`` on CUDA, ``generate`` on CPU (where compiling costs 1-76 s per shape
+- ``fused``: :mod:`dapo_exp.rollout.fused_decode`, a hand-fused eager step for Llama / Qwen2;
+- ``auto``: ``compiled`` on CUDA, ``fused`` on CPU (where compiling costs 1-76 s per shape
   and the compiled step was slower than ``generate`` on one of the two CPUs measured; README,
   benchmark section).
 
@@ -48,7 +49,7 @@ log = logging.getLogger(__name__)
 LEN_BUCKET = 64  # cache lengths are rounded up to a multiple of this (fewer shapes, fewer compiles)
 MIN_ROWS = 8
 KEEP_CACHES = 2  # static caches kept between calls (most recent shapes; e.g. training's and eval's)
-# generation_config settings that generate applies and the static loop does not implement
+# generation_config settings that generate applies and the static and fused loops do not implement
 UNSUPPORTED_GENERATION = ("repetition_penalty", "no_repeat_ngram_size", "encoder_repetition_penalty",
                           "bad_words_ids", "suppress_tokens", "begin_suppress_tokens", "sequence_bias", "min_p",
                           "typical_p", "epsilon_cutoff", "eta_cutoff", "forced_bos_token_id", "forced_eos_token_id",
@@ -70,12 +71,30 @@ def _neutral(key: str, value: Any) -> bool:
 
 
 def resolve_decode(mode: str, device: torch.device) -> str:
-    """``auto`` -> ``compiled`` on CUDA, ``generate`` elsewhere; other modes unchanged."""
+    """``auto`` -> ``compiled`` on CUDA, ``fused`` elsewhere; other modes unchanged."""
     if mode not in DECODE_MODES:
         raise ValueError(f"rollout.decode={mode!r}: choose one of {', '.join(DECODE_MODES)}")
     if mode == "auto":
-        return "compiled" if device.type == "cuda" else "generate"
+        return "compiled" if device.type == "cuda" else "fused"
     return mode
+
+
+def generation_config_issue(model: torch.nn.Module) -> str | None:
+    """What in the model's ``generation_config`` a hand-written sampling loop (static or fused)
+    does not implement (None: nothing).
+
+    ``generate`` applies the model's ``generation_config`` defaults that the engine does not set
+    itself (a repetition penalty, say, from a model's generation_config.json); the loops implement
+    ``min_new_tokens`` only, so a model whose config sets any of :data:`UNSUPPORTED_GENERATION`
+    samples with generate.
+    """
+    gc = getattr(model, "generation_config", None)
+    if gc is not None:
+        odd = [k for k in UNSUPPORTED_GENERATION if not _neutral(k, getattr(gc, k, None))]
+        if odd:
+            return ("the model's generation_config sets " + ", ".join(f"{k}={getattr(gc, k)!r}" for k in odd)
+                    + ", which transformers generate applies and the hand-written loop does not")
+    return None
 
 
 def padded_rows(n: int) -> int:
@@ -119,6 +138,28 @@ def sample_next(logits: torch.Tensor, temperature: float, top_p: float, banned: 
     return torch.multinomial(probs, num_samples=1).squeeze(1)
 
 
+def sampling_loop(logits: torch.Tensor, step: Callable[[int, torch.Tensor], torch.Tensor], finished: torch.Tensor, *,
+                  max_new_tokens: int, temperature: float, top_p: float, pad: int, eos_ids: set[int],
+                  min_new_tokens: int = 0) -> torch.Tensor:
+    """The token loop of the hand-written decoders (static and fused): sample from ``logits``,
+    ``pad`` after a row's EOS, stop at ``max_new_tokens`` or when every row not already
+    ``finished`` has ended; ``step(t, tokens)`` feeds the ``t``-th sampled tokens and returns
+    the next logits. Returns ``[rows, <= max_new_tokens]``."""
+    device = logits.device
+    eos = torch.tensor(sorted(eos_ids), device=device)
+    out = []
+    sync_every = 1 if device.type == "cpu" else 16  # checking "all finished" syncs the GPU
+    for t in range(max_new_tokens):
+        nxt = sample_next(logits, temperature, top_p, eos if t < min_new_tokens else None)
+        nxt = torch.where(finished, torch.full_like(nxt, pad), nxt)
+        out.append(nxt)
+        finished = finished | torch.isin(nxt, eos)
+        if t + 1 == max_new_tokens or ((t + 1) % sync_every == 0 and bool(finished.all())):
+            break
+        logits = step(t, nxt)
+    return torch.stack(out, 1)
+
+
 class StaticDecoder:
     """The static-cache sampling loop over ``model`` (eager or with a compiled decode step).
 
@@ -144,21 +185,12 @@ after which it runs the step eagerly with a warning); the engine's ``close`` res
     def fallback_reason(model: torch.nn.Module) -> str | None:
         """Why this model cannot use the static loop (None: it can).
 
-        Besides static-cache support: ``generate`` applies the model's ``generation_config``
-        defaults that the engine does not set itself (a repetition penalty, say, from a
-        model's generation_config.json); the loop implements ``min_new_tokens`` only, so a
-        model whose config sets any of :data:`UNSUPPORTED_GENERATION` samples with generate.
+        Static-cache / compile support, and :func:`generation_config_issue`.
         """
         if not getattr(model, "_can_compile_fullgraph", False):
             return (f"{type(model).__name__} does not declare static-cache / torch.compile support "
                     "(_can_compile_fullgraph is False)")
-        gc = getattr(model, "generation_config", None)
-        if gc is not None:
-            odd = [k for k in UNSUPPORTED_GENERATION if not _neutral(k, getattr(gc, k, None))]
-            if odd:
-                return ("the model's generation_config sets " + ", ".join(f"{k}={getattr(gc, k)!r}" for k in odd)
-                        + ", which transformers generate applies and the static loop does not")
-        return None  # (StaticCache and torch.compile exist in every version pyproject.toml allows)
+        return generation_config_issue(model)  # (StaticCache and torch.compile exist in every allowed version)
 
     def _forward_one(self, tok: torch.Tensor, pos: torch.Tensor, cache_pos: torch.Tensor,
                      mask: torch.Tensor, cache: Any) -> torch.Tensor:
@@ -206,20 +238,14 @@ after which it runs the step eagerly with a warning); the engine's ``close`` res
         logits = self.model(input_ids=ids, attention_mask=mask, position_ids=pos,
                             cache_position=torch.arange(width, device=device), past_key_values=cache,
                             use_cache=True, **keep).logits[:, -1]
-        eos = torch.tensor(sorted(eos_ids), device=device)
         finished = torch.zeros(rows, dtype=torch.bool, device=device)
         finished[n:] = True  # padding rows: sampled (same random numbers) but never waited for
         last = pos[:, -1:]
-        out = []
-        sync_every = 1 if device.type == "cpu" else 16  # checking "all finished" syncs the GPU
-        for t in range(max_new_tokens):
-            nxt = sample_next(logits, temperature, top_p, eos if t < min_new_tokens else None)
-            nxt = torch.where(finished, torch.full_like(nxt, pad), nxt)
-            out.append(nxt)
-            finished = finished | torch.isin(nxt, eos)
-            if t + 1 == max_new_tokens or ((t + 1) % sync_every == 0 and bool(finished.all())):
-                break
-            last = last + 1
-            logits = self._step(nxt[:, None], last, torch.tensor([width + t], device=device), mask, cache)
-            logits = logits.clone()  # a CUDA graph's output buffer is overwritten by its next replay
-        return torch.stack(out, 1)[:n]
+
+        def step(t: int, nxt: torch.Tensor) -> torch.Tensor:
+            logits = self._step(nxt[:, None], last + (t + 1), torch.tensor([width + t], device=device), mask, cache)
+            return logits.clone()  # a CUDA graph's output buffer is overwritten by its next replay
+
+        out = sampling_loop(logits, step, finished, max_new_tokens=max_new_tokens, temperature=temperature,
+                            top_p=top_p, pad=pad, eos_ids=eos_ids, min_new_tokens=min_new_tokens)
+        return out[:n]
