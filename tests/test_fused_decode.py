@@ -22,10 +22,10 @@ def tok():
 def _llama(tok, **kw):
     from transformers import LlamaConfig, LlamaForCausalLM
 
+    kw = {"max_position_embeddings": 128, **kw}
     cfg = LlamaConfig(vocab_size=len(tok), hidden_size=48, intermediate_size=80, num_hidden_layers=2,
-                      num_attention_heads=4, num_key_value_heads=2, max_position_embeddings=128,
-                      tie_word_embeddings=False, bos_token_id=tok.bos_token_id, eos_token_id=tok.eos_token_id,
-                      pad_token_id=tok.pad_token_id, **kw)
+                      num_attention_heads=4, num_key_value_heads=2, tie_word_embeddings=False,
+                      bos_token_id=tok.bos_token_id, eos_token_id=tok.eos_token_id, pad_token_id=tok.pad_token_id, **kw)
     torch.manual_seed(1)
     model = LlamaForCausalLM(cfg).eval()
     model.generation_config.pad_token_id = tok.pad_token_id
@@ -47,11 +47,14 @@ def _gen(model, tok, decode, **spec):
     return eng, eng.generate(_prompts(tok), SamplingSpec(**s))
 
 
-@pytest.mark.parametrize("family", ["qwen2", "llama", "llama_biases"])
+@pytest.mark.parametrize("family", ["qwen2", "llama", "llama_biases", "llama_dynamic_rope"])
 @pytest.mark.parametrize("spec", [{}, {"temperature": 0.7, "top_p": 0.8}])
 def test_fused_loop_samples_what_generate_samples(tok, family, spec):
     model = {"qwen2": lambda: _qwen2(tok), "llama": lambda: _llama(tok),
-             "llama_biases": lambda: _llama(tok, attention_bias=True, mlp_bias=True)}[family]()
+             "llama_biases": lambda: _llama(tok, attention_bias=True, mlp_bias=True),
+             # frequencies that depend on the length seen so far: the rotary module is called per step
+             "llama_dynamic_rope": lambda: _llama(tok, max_position_embeddings=16, rope_parameters={
+                 "rope_type": "dynamic", "factor": 2.0, "rope_theta": 10000.0})}[family]()
     _, ref = _gen(model, tok, "generate", **spec)
     eng, got = _gen(model, tok, "fused", **spec)
     assert eng.decode_used == "fused"

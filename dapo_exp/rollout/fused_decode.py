@@ -14,8 +14,11 @@ a short straight-line sequence of tensor ops on the model's own weights:
 - RMSNorm, RoPE (the model's own ``rotary_emb`` module, so every RoPE scaling type is the
   model's), SiLU and the residuals follow transformers' Llama/Qwen2 code op for op.
 
-The prompt is prefilled by the model's own forward (``logits_to_keep=1``), whose cache is then
-copied into the preallocated one, and sampling is :func:`~dapo_exp.rollout.static_decode.sample_next`,
+The prompt is prefilled by the model's own forward (``logits_to_keep=1``), once per distinct
+row (a group's G rows repeat one prompt), whose cache is then copied into the preallocated one
+for every row; RoPE's cos / sin come from one call of the model's rotary module over every
+position the loop will feed (per step for the ``dynamic`` and ``longrope`` types, whose
+frequencies depend on the length seen so far). Sampling is :func:`~dapo_exp.rollout.static_decode.sample_next`,
 transformers' sampling op for op. So for a fixed seed ``fused`` draws the samples ``generate``
 draws, up to float rounding (identical rows on the toy; tests/test_decode.py checks it).
 
@@ -68,6 +71,7 @@ class _State:
     mask: Tensor  # [rows, 1, 1, capacity]: -inf at left padding
     pos: Tensor  # [rows, 1]: the position of the last token fed
     length: int  # positions written
+    rope: tuple[Tensor, Tensor] | None  # cos, sin [1, positions, D] of every position, or None: per step
 
 
 def _rms(x: Tensor, weight: Tensor, eps: float) -> Tensor:
@@ -170,21 +174,31 @@ class FusedDecoder:
         from transformers import DynamicCache
 
         rows, width = ids.shape
-        layers = self._layers()
+        dec, layers = self.model.get_decoder(), self._layers()
+        # a group's G rows repeat one prompt: each distinct row is prefilled once
+        uniq, inverse = torch.unique(torch.cat([ids, att], dim=1), dim=0, return_inverse=True)
+        u_ids, u_att = uniq[:, :width], uniq[:, width:]
         cache = DynamicCache()
-        pos = (att.cumsum(-1) - 1).clamp(min=0)
-        logits = self.model(input_ids=ids, attention_mask=att, position_ids=pos, past_key_values=cache,
-                            use_cache=True, logits_to_keep=1).logits[:, -1]
+        u_pos = (u_att.cumsum(-1) - 1).clamp(min=0)
+        logits = self.model(input_ids=u_ids, attention_mask=u_att, position_ids=u_pos, past_key_values=cache,
+                            use_cache=True, logits_to_keep=1).logits[:, -1].index_select(0, inverse)
         cap, dtype = width + new_tokens, layers[0].wqkv.dtype
         keys = [ids.new_empty((rows, self.kv_heads, cap, self.head_dim), dtype=dtype) for _ in layers]
         values = [torch.empty_like(k) for k in keys]
         for i, (k0, v0) in enumerate(cache_kv(cache)):
-            keys[i][:, :, :width] = k0
-            values[i][:, :, :width] = v0
+            keys[i][:, :, :width] = k0.index_select(0, inverse)
+            values[i][:, :, :width] = v0.index_select(0, inverse)
         # left padding is never attended to; later positions are written before they are read
         mask = ids.new_zeros((rows, 1, 1, cap), dtype=dtype)
         mask[:, 0, 0, :width].masked_fill_(att == 0, float("-inf"))
-        return _State(layers, keys, values, mask, pos[:, -1:], width), logits
+        pos = u_pos[:, -1:].index_select(0, inverse)
+        # cos / sin of every position the loop will feed, from the model's own rotary module
+        # (one call; types whose frequencies depend on the length seen so far are called per step)
+        table = None
+        if getattr(dec.rotary_emb, "rope_type", "default") not in ("dynamic", "longrope"):
+            x = dec.embed_tokens.weight[:1]
+            table = dec.rotary_emb(x, torch.arange(int(pos.max()) + new_tokens + 1, device=ids.device)[None])
+        return _State(layers, keys, values, mask, pos, width, table), logits
 
     @torch.no_grad()
     def _step(self, st: _State, tokens: Tensor) -> Tensor:
@@ -197,7 +211,10 @@ class FusedDecoder:
         c = st.length  # the cache position this token's keys and values go to
         st.length += 1
         x = F.embedding(tokens, dec.embed_tokens.weight)  # [rows, hidden]
-        cos, sin = dec.rotary_emb(x, st.pos)  # [rows, 1, D]
+        if st.rope is None:
+            cos, sin = dec.rotary_emb(x, st.pos)  # [rows, 1, D]
+        else:
+            cos, sin = (t[0].index_select(0, st.pos[:, 0])[:, None] for t in st.rope)
         for i, L in enumerate(st.layers):
             h = _rms(x, L.ln1, L.eps1)
             qkv = _linear(h, L.wqkv, L.bqkv)
