@@ -20,7 +20,7 @@ for every row; RoPE's cos / sin come from one call of the model's rotary module 
 position the loop will feed (per step for the ``dynamic`` and ``longrope`` types, whose
 frequencies depend on the length seen so far). Sampling is :func:`~dapo_exp.rollout.static_decode.sample_next`,
 transformers' sampling op for op. So for a fixed seed ``fused`` draws the samples ``generate``
-draws, up to float rounding (identical rows on the toy; tests/test_decode.py checks it).
+draws, up to float rounding (identical rows on the toy; tests/test_fused_decode.py checks it).
 
 The fused weights are rebuilt at every call (the trainer updates the weights between calls):
 a copy of the decoder's matrices, small next to a batch's generation.
