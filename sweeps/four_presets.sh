@@ -5,9 +5,10 @@
 # Launcher: hydra/launcher=parallel: the runs side by side, jobs x threads = cores
 #           (conf/hydra/launcher/parallel.yaml); a launcher given as an extra override wins
 #           (hydra/launcher=basic: one after another; hydra/launcher=slurm below).
-# Cost:     CPU toy (default config = the testbed's headroom regime, 2 cores; 2026-11-22, d281f88,
-#           warm start cached): 310.9 s for the 12 runs one after another (hydra/launcher=basic),
-#           225.2 s with the parallel launcher (1.38x; sweeps/README.md).
+# Cost:     CPU toy (default config = the testbed's headroom regime, 2 cores; 2026-11-22, 374b14f,
+#           warm start cached): 173.8-182.2 s for the 12 runs with the parallel launcher, 223.2 s
+#           one after another (hydra/launcher=basic), 288.5-306.5 s one after another with the
+#           loops of before issue 14 (1.66-1.68x; sweeps/README.md).
 #           One GPU, toy config: ~1 min per run -> ~10-15 min (estimate). A 0.5B-1.5B model on
 #           task=dapo_math: hours per run (estimate: measure one run first).
 # Seeds:    from the pilot, `python -m dapo_exp.analysis plan sweeps/results/2026-11-22-four_presets/table.csv

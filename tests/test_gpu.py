@@ -62,3 +62,27 @@ def test_compiled_decode_with_cuda_graphs_samples_what_eager_samples():
     ref = HFEngine(model, tok, gen_batch_size=256, decode="generate").generate(prompts, spec).response_ids
     agree = sum(a == b for a, b in zip(ref, out["static"][0])) / len(ref)
     assert agree >= 0.9  # CUDA kernels may round differently between the two cache layouts; most rows identical
+
+
+def test_fused_decode_and_shared_prompt_forward_on_cuda():
+    """rollout.decode=fused and train.share_prompt_forward on CUDA, against generate and full rows."""
+    from dapo_exp.logprobs import ResponseForward
+    from dapo_exp.models import build_char_tokenizer, build_tiny_model
+    from dapo_exp.rollout.engine import SamplingSpec
+    from dapo_exp.rollout.hf_engine import HFEngine
+
+    tok = build_char_tokenizer()
+    model = build_tiny_model(tok, hidden_size=96, num_layers=3, num_heads=3, seed=0).cuda().eval()
+    prompts = [tok(t)["input_ids"] for t in ("3+4=", "12+7+1=", "9=", "5+5+5+5+5=")]
+    spec = SamplingSpec(n=8, max_new_tokens=40, temperature=0.9, top_p=0.95, seed=3)
+    eng = HFEngine(model, tok, gen_batch_size=256, decode="fused")
+    got = eng.generate(prompts, spec)
+    assert eng.decode_used == "fused"
+    ref = HFEngine(model, tok, gen_batch_size=256, decode="generate").generate(prompts, spec)
+    agree = sum(a == b for a, b in zip(ref.response_ids, got.response_ids)) / len(ref.response_ids)
+    assert agree >= 0.9  # CUDA kernels round the two paths differently; most rows identical
+    rows = [p for p in prompts for _ in range(8)]
+    scored = {share: ResponseForward(tok.pad_token_id, torch.device("cuda"), share_prompts=share)(
+        model, rows, got.response_ids, with_entropy=True) for share in (False, True)}
+    (lp0, en0, mask), (lp1, en1, _) = scored[False], scored[True]
+    assert torch.allclose(lp1 * mask, lp0 * mask, atol=1e-4) and torch.allclose(en1 * mask, en0 * mask, atol=1e-4)
