@@ -213,8 +213,9 @@ class TrainConfig:
     logprob_chunk: int = 1024
     # responses that share a prompt in a micro-batch share its forward (the prompt runs once per
     # group, its key/value cache is reused by the G responses; same log-probs and gradients up to
-    # float rounding). Llama / Qwen2 / Qwen3 layouts without sliding windows or gradient
-    # checkpointing; other models score every row in full whatever this says
+    # float rounding). transformers' Llama / Qwen2 / Qwen3 without sliding windows, gradient
+    # checkpointing, attention dropout or train.torch_compile, in micro-batches where prompts
+    # repeat; otherwise every row is scored in full whatever this says
     share_prompt_forward: bool = True
 
 

@@ -150,13 +150,17 @@ SHARED_PROMPT_FAMILIES = ("llama", "qwen2", "qwen3")
 
 
 def can_share_prompts(model: torch.nn.Module) -> bool:
-    """Whether :func:`shared_prompt_logprobs` applies to ``model`` (see :data:`SHARED_PROMPT_FAMILIES`;
-    not with gradient checkpointing, which drops the cache in training)."""
+    """Whether :func:`shared_prompt_logprobs` applies to ``model``: transformers' own implementation
+    of one of :data:`SHARED_PROMPT_FAMILIES` (not remote code that only declares the family), full
+    attention only, no gradient checkpointing (which drops the cache in training), and no attention
+    dropout in training (one draw per prompt instead of one per row would correlate a group's noise)."""
     cfg = getattr(model, "config", None)
     return (getattr(cfg, "model_type", None) in SHARED_PROMPT_FAMILIES
+            and type(model).__module__.startswith("transformers.models.")
             and not getattr(cfg, "use_sliding_window", False)
             and all(t == "full_attention" for t in getattr(cfg, "layer_types", None) or ())
-            and not getattr(model, "is_gradient_checkpointing", False))
+            and not getattr(model, "is_gradient_checkpointing", False)
+            and not (model.training and (getattr(cfg, "attention_dropout", 0.0) or 0.0) > 0))
 
 
 def cache_kv(cache) -> list[tuple[Tensor, Tensor]]:
@@ -303,7 +307,8 @@ class ResponseForward:
     ) -> tuple[Tensor, Tensor, Tensor]:
         opts = {"chunk": self.chunk, "with_entropy": with_entropy, "temperature": self.temperature,
                 "autocast_dtype": self.autocast_dtype}
-        if self.share_prompts and len({tuple(p) for p in prompts}) < len(prompts) and can_share_prompts(model):
+        # worth a second decoder call only when prompts repeat (a micro-batch of whole groups)
+        if self.share_prompts and 2 * len({tuple(p) for p in prompts}) <= len(prompts) and can_share_prompts(model):
             p_ids, p_att, row_prompt, r_ids, r_att, rmask = shared_prompt_tensors(prompts, responses, self.pad_id)
             d = self.device
             logp, ent = shared_prompt_logprobs(model, p_ids.to(d), p_att.to(d), row_prompt.to(d), r_ids.to(d),

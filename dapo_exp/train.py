@@ -270,7 +270,9 @@ def build_run(cfg: DictConfig, out: Path, label: str, cleanup: list) -> Run:
     warm = o.warmup_steps
     scheduler = torch.optim.lr_scheduler.LambdaLR(optimizer, lambda s: min(1.0, (s + 1) / warm) if warm else 1.0)
     fwd = ResponseForward(tokenizer.pad_token_id, device, cfg.train.logprob_chunk, cfg.rollout.temperature,
-                          autocast_dtype(cfg, device), share_prompts=cfg.train.share_prompt_forward)
+                          autocast_dtype(cfg, device),
+                          # a compiled decoder forward would recompile for every micro-batch's two shapes
+                          share_prompts=cfg.train.share_prompt_forward and not cfg.train.torch_compile)
     return Run(cfg=cfg, out=out, label=label, device=device, task=task, tokenizer=tokenizer, model=model,
                model_path=model_path, ref_model=ref_model, verifier=verifier, engine=engine,
                train_prompts=train_prompts, eval_prompts=eval_prompts, answers=[p.answer for p in task.train],

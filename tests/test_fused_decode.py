@@ -55,6 +55,8 @@ def test_fused_loop_samples_what_generate_samples(tok, family, spec):
              # frequencies that depend on the length seen so far: the rotary module is called per step
              "llama_dynamic_rope": lambda: _llama(tok, max_position_embeddings=16, rope_parameters={
                  "rope_type": "dynamic", "factor": 2.0, "rope_theta": 10000.0})}[family]()
+    if family == "llama_dynamic_rope":  # (a transformers that ignored the key would test default RoPE)
+        assert model.model.rotary_emb.rope_type == "dynamic"
     _, ref = _gen(model, tok, "generate", **spec)
     eng, got = _gen(model, tok, "fused", **spec)
     assert eng.decode_used == "fused"
@@ -104,6 +106,27 @@ def test_the_weights_are_read_at_every_call(tok):
     assert after == ref.response_ids and after != before
 
 
+def test_fused_weights_are_built_once_per_rollout_and_dropped_after(tok, monkeypatch):
+    model = _qwen2(tok)
+    eng = HFEngine(model, tok, gen_batch_size=8, decode="fused")  # 32 rows: 4 chunks
+    builds = []
+    real = FusedDecoder._build_layers
+    monkeypatch.setattr(FusedDecoder, "_build_layers", lambda self: builds.append(1) or real(self))
+    got = eng.generate(_prompts(tok), SamplingSpec(n=8, max_new_tokens=8, seed=3))
+    assert len(builds) == 1 and eng._decoder._fused is None
+    ref = HFEngine(model, tok, gen_batch_size=8, decode="generate").generate(
+        _prompts(tok), SamplingSpec(n=8, max_new_tokens=8, seed=3))
+    assert got.response_ids == ref.response_ids
+
+
+def _remote_llama(tok):
+    from transformers import LlamaForCausalLM
+
+    model = _llama(tok)
+    model.__class__ = type("RemoteLlamaForCausalLM", (LlamaForCausalLM,), {"__module__": __name__})
+    return model
+
+
 def _gpt2(tok):
     from transformers import GPT2Config, GPT2LMHeadModel
 
@@ -115,6 +138,7 @@ def _gpt2(tok):
     (_gpt2, "model_type 'gpt2' is not one of the fused families"),
     (lambda tok: _llama(tok, hidden_act="gelu"), "hidden_act='gelu'"),
     (lambda tok: _llama(tok, pretraining_tp=2), "pretraining_tp=2"),
+    (_remote_llama, "is not transformers' own llama implementation"),
 ])
 def test_models_it_does_not_fuse_fall_back_to_generate_and_say_why(tok, caplog, make, reason):
     model = make(tok)

@@ -82,7 +82,14 @@ def test_fused_decode_and_shared_prompt_forward_on_cuda():
     agree = sum(a == b for a, b in zip(ref.response_ids, got.response_ids)) / len(ref.response_ids)
     assert agree >= 0.9  # CUDA kernels round the two paths differently; most rows identical
     rows = [p for p in prompts for _ in range(8)]
-    scored = {share: ResponseForward(tok.pad_token_id, torch.device("cuda"), share_prompts=share)(
-        model, rows, got.response_ids, with_entropy=True) for share in (False, True)}
-    (lp0, en0, mask), (lp1, en1, _) = scored[False], scored[True]
-    assert torch.allclose(lp1 * mask, lp0 * mask, atol=1e-4) and torch.allclose(en1 * mask, en0 * mask, atol=1e-4)
+    for dtype, tol in ((None, 1e-4), (torch.bfloat16, 5e-2)):  # float32, and bf16 autocast as CUDA trains
+        out = {}
+        for share in (False, True):
+            model.zero_grad()
+            fwd = ResponseForward(tok.pad_token_id, torch.device("cuda"), autocast_dtype=dtype, share_prompts=share)
+            lp, en, mask = fwd(model, rows, got.response_ids, with_entropy=True)
+            (lp * mask).sum().backward()
+            grad = torch.cat([p.grad.flatten() for p in model.parameters() if p.grad is not None])
+            out[share] = (lp * mask, en * mask, grad)
+        for a, b in zip(out[False], out[True]):
+            assert torch.allclose(a, b, atol=tol, rtol=tol), dtype

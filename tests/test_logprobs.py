@@ -229,12 +229,28 @@ def _scored(share, m, prompts, responses, w=None):
     return lp.double() * mask, en.double() * mask, {k: p.grad.clone() for k, p in m.named_parameters()}
 
 
-def test_shared_prompt_forward_equals_full_rows():
+def tiny_qwen3(seed=0):
+    from transformers import Qwen3Config, Qwen3ForCausalLM
+
+    cfg = Qwen3Config(vocab_size=V, hidden_size=32, intermediate_size=64, num_hidden_layers=2, num_attention_heads=2,
+                      num_key_value_heads=1, head_dim=16, max_position_embeddings=512, tie_word_embeddings=False)
+    torch.manual_seed(seed)
+    return Qwen3ForCausalLM(cfg).to(torch.float64)
+
+
+@pytest.mark.parametrize("family", ["qwen2", "qwen3"])
+def test_shared_prompt_forward_equals_full_rows(family, monkeypatch):
     """Same log-probs, entropy and gradients as scoring every [prompt | response] row in full."""
+    import dapo_exp.logprobs as L
+
+    calls = []
+    real = L.shared_prompt_logprobs
+    monkeypatch.setattr(L, "shared_prompt_logprobs", lambda *a, **k: calls.append(1) or real(*a, **k))
     prompts, responses = _groups()
-    m = tiny_qwen2(layers=2)
+    m = tiny_qwen2(layers=2) if family == "qwen2" else tiny_qwen3()
     lp, en, grads = _scored(True, m, prompts, responses)
     lp0, en0, grads0 = _scored(False, m, prompts, responses)
+    assert calls == [1]  # the shared path ran (once), the full rows did not use it
     torch.testing.assert_close(lp, lp0, rtol=1e-12, atol=1e-12)
     torch.testing.assert_close(en, en0, rtol=1e-12, atol=1e-12)
     # transformers' RMSNorm computes in float32 even in a float64 model, so a group's summed
@@ -287,6 +303,15 @@ def test_shared_prompt_forward_is_used_only_where_it_applies(monkeypatch):
     fwd(m.train(), prompts, responses)
     assert calls == [1]
     m.gradient_checkpointing_disable()
+    # a micro-batch where a single prompt repeats (groups scattered by train.token_budget): not worth it
+    fwd(m, [prompts[0]] + [p + [i] for i, p in enumerate(prompts[1:])], responses)
+    assert calls == [1]
+    m.config.attention_dropout = 0.1  # one dropout draw per prompt would correlate a group's noise
+    assert not L.can_share_prompts(m.train()) and L.can_share_prompts(m.eval())
+    m.config.attention_dropout = 0.0
+    remote = tiny_qwen2(layers=1)  # remote code declaring the family: not transformers' own layer
+    remote.__class__ = type("RemoteQwen2", (type(remote),), {"__module__": __name__})
+    assert not L.can_share_prompts(remote)
     m.config.use_sliding_window = True
     assert not L.can_share_prompts(m)
 

@@ -22,8 +22,8 @@ frequencies depend on the length seen so far). Sampling is :func:`~dapo_exp.roll
 transformers' sampling op for op. So for a fixed seed ``fused`` draws the samples ``generate``
 draws, up to float rounding (identical rows on the toy; tests/test_fused_decode.py checks it).
 
-The fused weights are rebuilt at every call (the trainer updates the weights between calls):
-a copy of the decoder's matrices, small next to a batch's generation.
+The fused weights are built once per rollout (a copy of the decoder's matrices, dropped when the
+rollout ends; rebuilt whenever a parameter has changed, e.g. by an optimizer step).
 
 Only families whose decoder layer is exactly Llama's are fused (``model_type`` llama or qwen2,
 no sliding window, SiLU MLP, no q/k norms, no tensor-parallel pretraining split);
@@ -113,6 +113,7 @@ class FusedDecoder:
         self.kv_heads = getattr(cfg, "num_key_value_heads", None) or self.heads
         self.head_dim = attn.head_dim
         self.scaling = attn.scaling
+        self._fused: tuple[tuple, list[_Layer]] | None = None
 
     @staticmethod
     def fallback_reason(model: torch.nn.Module) -> str | None:
@@ -121,6 +122,9 @@ class FusedDecoder:
         kind = getattr(cfg, "model_type", None)
         if kind not in FUSED_FAMILIES:
             return f"model_type {kind!r} is not one of the fused families ({', '.join(FUSED_FAMILIES)})"
+        own = f"transformers.models.{kind}.modeling_{kind}"
+        if type(model).__module__ != own:  # e.g. remote code that declares the family with its own layer
+            return f"{type(model).__module__}.{type(model).__name__} is not transformers' own {kind} implementation"
         if getattr(cfg, "hidden_act", "silu") != "silu":
             return f"hidden_act={cfg.hidden_act!r} (the fused MLP is SiLU-gated)"
         if getattr(cfg, "pretraining_tp", 1) not in (None, 1):
@@ -133,6 +137,8 @@ class FusedDecoder:
             for name in ("embed_tokens", "norm", "rotary_emb"):
                 getattr(dec, name)
             for layer in layers:
+                if type(layer).__module__ != own:
+                    return f"decoder layer {type(layer).__module__}.{type(layer).__name__} is not transformers' own"
                 a, m = layer.self_attn, layer.mlp
                 for name in ("q_proj", "k_proj", "v_proj", "o_proj", "head_dim", "scaling"):
                     getattr(a, name)
@@ -149,6 +155,14 @@ class FusedDecoder:
         return generation_config_issue(model)
 
     def _layers(self) -> list[_Layer]:
+        """The fused weights, rebuilt when any parameter changed since the last build (an optimizer
+        step bumps every updated tensor's version), so a rollout's chunks share one build."""
+        key = tuple((p.data_ptr(), p._version) for p in self.model.parameters())
+        if self._fused is None or self._fused[0] != key:
+            self._fused = (key, self._build_layers())
+        return self._fused[1]
+
+    def _build_layers(self) -> list[_Layer]:
         out = []
         for layer in self.model.get_decoder().layers:
             a, m = layer.self_attn, layer.mlp
@@ -165,7 +179,9 @@ class FusedDecoder:
         return out
 
     def free(self) -> None:
-        """Nothing is kept between calls."""
+        """Drop the fused weights (the engine does after each rollout: a copy of the decoder's
+        matrices is not kept through training)."""
+        self._fused = None
 
     @torch.no_grad()
     def _prefill(self, ids: Tensor, att: Tensor, new_tokens: int) -> tuple[_State, Tensor]:

@@ -119,6 +119,8 @@ class HFEngine:
                     truncated.append(False)
         if was_training:
             self.model.train()
+        if isinstance(self._decoder, FusedDecoder):
+            self._decoder.free()  # its weight copy is not kept through training
         secs = time.perf_counter() - t0
         n_tok = sum(len(r) for r in responses)
         return Generations(responses, truncated, None, {"gen_tokens": n_tok, "gen_seconds": secs})
