@@ -149,6 +149,12 @@ def _project(head: torch.nn.Module, hidden: Tensor, targets: Tensor, chunk: int,
 SHARED_PROMPT_FAMILIES = ("llama", "qwen2", "qwen3")
 
 
+def full_attention_only(config) -> bool:
+    """No sliding-window layers in a transformers config (``use_sliding_window``, ``layer_types``)."""
+    return (not getattr(config, "use_sliding_window", False)
+            and all(t == "full_attention" for t in getattr(config, "layer_types", None) or ()))
+
+
 def can_share_prompts(model: torch.nn.Module) -> bool:
     """Whether :func:`shared_prompt_logprobs` applies to ``model``: transformers' own implementation
     of one of :data:`SHARED_PROMPT_FAMILIES` (not remote code that only declares the family), full
@@ -157,8 +163,7 @@ def can_share_prompts(model: torch.nn.Module) -> bool:
     cfg = getattr(model, "config", None)
     return (getattr(cfg, "model_type", None) in SHARED_PROMPT_FAMILIES
             and type(model).__module__.startswith("transformers.models.")
-            and not getattr(cfg, "use_sliding_window", False)
-            and all(t == "full_attention" for t in getattr(cfg, "layer_types", None) or ())
+            and full_attention_only(cfg)
             and not getattr(model, "is_gradient_checkpointing", False)
             and not (model.training and (getattr(cfg, "attention_dropout", 0.0) or 0.0) > 0))
 
@@ -233,6 +238,21 @@ def naive_token_logprobs(
     return logp, ent
 
 
+def pad_rows(seqs: list[list[int]], pad_id: int, *, left: bool, min_width: int = 0) -> tuple[Tensor, Tensor]:
+    """Token lists as one ``(B, width)`` tensor padded on the ``left`` (prompts) or the right
+    (responses) with ``pad_id``, and its 0/1 attention mask; ``width`` is the longest list (at
+    least ``min_width``)."""
+    width = max(min_width, max(len(x) for x in seqs))
+    ids = torch.full((len(seqs), width), pad_id, dtype=torch.long)
+    att = torch.zeros_like(ids)
+    for i, x in enumerate(seqs):
+        if x:
+            cols = slice(width - len(x), width) if left else slice(0, len(x))
+            ids[i, cols] = torch.tensor(x, dtype=torch.long)
+            att[i, cols] = 1
+    return ids, att
+
+
 def rows_to_tensors(
     prompts: list[list[int]], responses: list[list[int]], pad_id: int
 ) -> tuple[Tensor, Tensor, Tensor, int]:
@@ -242,20 +262,9 @@ def rows_to_tensors(
     the response token ``t`` of row ``b`` sits at column ``P + t``, so its
     log-prob is at index ``P - 1 + t`` of :func:`token_logprobs`.
     """
-    width_p = max(len(p) for p in prompts)
-    width_r = max(1, max(len(r) for r in responses))
-    b = len(prompts)
-    ids = torch.full((b, width_p + width_r), pad_id, dtype=torch.long)
-    att = torch.zeros_like(ids)
-    rmask = torch.zeros((b, width_r), dtype=torch.float32)
-    for i, (p, r) in enumerate(zip(prompts, responses)):
-        ids[i, width_p - len(p) : width_p] = torch.tensor(p, dtype=torch.long)
-        att[i, width_p - len(p) : width_p] = 1
-        if r:
-            ids[i, width_p : width_p + len(r)] = torch.tensor(r, dtype=torch.long)
-            att[i, width_p : width_p + len(r)] = 1
-            rmask[i, : len(r)] = 1.0
-    return ids, att, rmask, width_p
+    p_ids, p_att = pad_rows(prompts, pad_id, left=True)
+    r_ids, r_att = pad_rows(responses, pad_id, left=False, min_width=1)
+    return torch.cat([p_ids, r_ids], 1), torch.cat([p_att, r_att], 1), r_att.float(), p_ids.shape[1]
 
 
 def shared_prompt_tensors(
@@ -266,20 +275,8 @@ def shared_prompt_tensors(
     ``(B, T)`` with their attention mask, and the response mask (float, as :func:`rows_to_tensors`)."""
     index: dict[tuple[int, ...], int] = {}
     row_prompt = torch.tensor([index.setdefault(tuple(p), len(index)) for p in prompts], dtype=torch.long)
-    unique = list(index)
-    width_p = max(len(p) for p in unique)
-    width_r = max(1, max(len(r) for r in responses))
-    p_ids = torch.full((len(unique), width_p), pad_id, dtype=torch.long)
-    p_att = torch.zeros_like(p_ids)
-    for i, p in enumerate(unique):
-        p_ids[i, width_p - len(p) :] = torch.tensor(p, dtype=torch.long)
-        p_att[i, width_p - len(p) :] = 1
-    r_ids = torch.full((len(prompts), width_r), pad_id, dtype=torch.long)
-    r_att = torch.zeros_like(r_ids)
-    for i, r in enumerate(responses):
-        if r:
-            r_ids[i, : len(r)] = torch.tensor(r, dtype=torch.long)
-            r_att[i, : len(r)] = 1
+    p_ids, p_att = pad_rows([list(p) for p in index], pad_id, left=True)
+    r_ids, r_att = pad_rows(responses, pad_id, left=False, min_width=1)
     return p_ids, p_att, row_prompt, r_ids, r_att, r_att.float()
 
 

@@ -39,7 +39,7 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor
 
-from dapo_exp.logprobs import cache_kv
+from dapo_exp.logprobs import cache_kv, full_attention_only
 from dapo_exp.rollout.static_decode import generation_config_issue, sampling_loop
 
 FUSED_FAMILIES = ("llama", "qwen2")
@@ -129,7 +129,7 @@ class FusedDecoder:
             return f"hidden_act={cfg.hidden_act!r} (the fused MLP is SiLU-gated)"
         if getattr(cfg, "pretraining_tp", 1) not in (None, 1):
             return f"pretraining_tp={cfg.pretraining_tp} (a split projection the fused step does not do)"
-        if getattr(cfg, "use_sliding_window", False) or any(t != "full_attention" for t in getattr(cfg, "layer_types", None) or ()):
+        if not full_attention_only(cfg):
             return "sliding-window attention layers"
         try:
             dec = model.get_decoder()

@@ -21,6 +21,7 @@ import time
 
 import torch
 
+from dapo_exp.logprobs import pad_rows
 from dapo_exp.rollout.engine import Generations, SamplingSpec
 from dapo_exp.rollout.fused_decode import FusedDecoder
 from dapo_exp.rollout.static_decode import StaticDecoder, resolve_decode
@@ -36,18 +37,14 @@ class HFEngine:
         self.eos_ids = self._eos_ids(model, tokenizer)
         self.decode_used = resolve_decode(decode, next(model.parameters()).device)
         self._decoder: StaticDecoder | FusedDecoder | None = None
-        if self.decode_used == "fused":
-            reason = FusedDecoder.fallback_reason(model)
-            if reason is None:
-                self._decoder = FusedDecoder(model)
-            else:
+        if self.decode_used != "generate":
+            fused = self.decode_used == "fused"
+            reason = (FusedDecoder if fused else StaticDecoder).fallback_reason(model)
+            if reason is not None:
                 self._fall_back(reason)
-        elif self.decode_used != "generate":
-            reason = StaticDecoder.fallback_reason(model)
-            if reason is None:
-                self._decoder = StaticDecoder(model, compiled=self.decode_used == "compiled")
             else:
-                self._fall_back(reason)
+                self._decoder = (FusedDecoder(model) if fused
+                                 else StaticDecoder(model, compiled=self.decode_used == "compiled"))
 
     def _fall_back(self, reason: str) -> None:
         log.warning("rollout.decode=%s: falling back to transformers generate: %s", self.decode_used, reason)
@@ -102,12 +99,7 @@ class HFEngine:
         t0 = time.perf_counter()
         for c, start in enumerate(range(0, len(flat), self.gen_batch_size)):
             chunk = flat[start : start + self.gen_batch_size]
-            width = max(len(p) for p in chunk)
-            ids = torch.full((len(chunk), width), pad, dtype=torch.long)
-            att = torch.zeros((len(chunk), width), dtype=torch.long)
-            for i, p in enumerate(chunk):
-                ids[i, width - len(p) :] = torch.tensor(p)
-                att[i, width - len(p) :] = 1
+            ids, att = pad_rows(chunk, pad, left=True)
             new = self._sample_chunk(ids.to(device), att.to(device), spec, spec.seed * 1_000_003 + c)
             for row in new.tolist():
                 cut = next((j for j, t in enumerate(row) if t in self.eos_ids), None)
