@@ -88,14 +88,15 @@ def build_tiny_model(tokenizer: Any, hidden_size: int, num_layers: int, num_head
 _DTYPES = {"float32": torch.float32, "bfloat16": torch.bfloat16, "float16": torch.float16}
 
 
-def load_tokenizer(path: str, trust_remote_code: bool = False):
+def load_tokenizer(path: str, trust_remote_code: bool = False, local_files_only: bool = False):
     """``AutoTokenizer``, except for a local tokenizer saved as a plain ``tokenizers`` backend.
 
     transformers 5 maps a ``qwen2`` config to ``Qwen2Tokenizer`` and rebuilds its
     byte-level pre-tokenizer even when ``tokenizer_config.json`` names the generic
     class, which silently drops the newlines of our character-level tokenizer; a
     tokenizer saved as ``TokenizersBackend`` / ``PreTrainedTokenizerFast`` is
-    therefore loaded as exactly what ``tokenizer.json`` says.
+    therefore loaded as exactly what ``tokenizer.json`` says. ``local_files_only``: a hub
+    id is read from the Hugging Face cache without asking the hub.
     """
     from transformers import AutoTokenizer, PreTrainedTokenizerFast
 
@@ -104,7 +105,8 @@ def load_tokenizer(path: str, trust_remote_code: bool = False):
         cls = json.loads(tok_cfg.read_text()).get("tokenizer_class")
         if cls in ("TokenizersBackend", "PreTrainedTokenizerFast"):
             return PreTrainedTokenizerFast.from_pretrained(path)
-    return AutoTokenizer.from_pretrained(path, trust_remote_code=trust_remote_code)
+    extra = {"local_files_only": True} if local_files_only else {}
+    return AutoTokenizer.from_pretrained(path, trust_remote_code=trust_remote_code, **extra)
 
 
 def load_policy(path: str, dtype: str = "float32", device: str = "cpu", trust_remote_code: bool = False):
@@ -115,19 +117,25 @@ def load_policy(path: str, dtype: str = "float32", device: str = "cpu", trust_re
     """
     from transformers import AutoModelForCausalLM
 
-    tokenizer = load_tokenizer(path, trust_remote_code)
+    # a hub id: one short request first, so that an unreachable hub is one clear error
+    # (ModelSourceError) instead of a minute of retries and a chained traceback
+    cache_only = check_hub_model(path) == "cache"
+    tokenizer = load_tokenizer(path, trust_remote_code, local_files_only=cache_only)
     if tokenizer.pad_token_id is None:
         tokenizer.pad_token = tokenizer.eos_token
     tokenizer.padding_side = "left"
     torch_dtype = "auto" if dtype == "auto" else _DTYPES[dtype]
-    model = AutoModelForCausalLM.from_pretrained(path, dtype=torch_dtype, trust_remote_code=trust_remote_code)
+    extra = {"local_files_only": True} if cache_only else {}
+    model = AutoModelForCausalLM.from_pretrained(path, dtype=torch_dtype, trust_remote_code=trust_remote_code,
+                                                 **extra)
     model.to(device)
     model.eval()
     return tokenizer, model
 
 
 class ModelSourceError(ConfigError, FileNotFoundError):
-    """``model.path`` names a local directory that does not exist or holds no model."""
+    """``model.path`` names a local directory that does not exist or holds no model, or a hub
+    id that can be neither downloaded (hub unreachable) nor found in the Hugging Face cache."""
 
 
 # What a model directory (``save_pretrained`` of the model and of its tokenizer) must hold.
@@ -145,19 +153,102 @@ _MODEL_DIR = (
 )
 
 
+_OFFLINE_MODEL_HINT = (
+    "Offline, point model.path at a local directory holding the model (model.path=/path/to/model_dir, "
+    "e.g. one written by `hf download <id> --local-dir /path/to/model_dir` on a machine with network), "
+    "or set HF_HUB_OFFLINE=1 to use a copy already in the Hugging Face cache"
+)
+HUB_TIMEOUT_S = 5.0  # seconds to wait for the hub's answer about a model before calling it unreachable
+# (endpoint, model id) -> "hub" | "cache": one request per model per process
+_HUB_STATUS: dict[tuple[str, str], str] = {}
+
+
+def _looks_local(path: str) -> bool:
+    return path.startswith(("/", "./", "../", "~")) or os.path.isdir(os.path.expanduser(path))
+
+
+def _one_line(exc: BaseException, limit: int = 200) -> str:
+    text = " ".join(str(exc).split())
+    return f"{type(exc).__name__}: {text[:limit]}" if text else type(exc).__name__
+
+
+def _in_hf_cache(model_id: str) -> bool:
+    """True if the Hugging Face cache holds ``config.json`` of ``model_id`` (a previous download)."""
+    try:
+        from huggingface_hub import try_to_load_from_cache
+
+        return isinstance(try_to_load_from_cache(model_id, "config.json"), str)
+    except Exception:  # noqa: BLE001 - an id the cache cannot even name: not cached
+        return False
+
+
+def check_hub_model(path: str) -> str:
+    """Where a Hugging Face model id will be loaded from: ``"local"`` (not a hub id: ``tiny`` or
+    a local path), ``"hub"`` (the hub answered) or ``"cache"`` (the hub cannot be reached, or
+    ``HF_HUB_OFFLINE=1``, and the Hugging Face cache holds the model).
+
+    One request to the hub (``HF_ENDPOINT``), with a :data:`HUB_TIMEOUT_S` time-out and no
+    retries, remembered for the process. If the hub cannot be reached and the cache does not
+    hold the model, raises :class:`ModelSourceError` with one line naming ``model.path=<local dir>``
+    as the fix (``transformers`` would otherwise retry for about a minute and end in a long
+    chained traceback). An HTTP answer (not found, gated, ...) counts as reachable: loading
+    reports it.
+    """
+    if path == "tiny" or _looks_local(path):
+        return "local"
+    from huggingface_hub import constants
+
+    endpoint = os.environ.get("HF_ENDPOINT") or constants.ENDPOINT
+    key = (endpoint, path)
+    if key in _HUB_STATUS:
+        return _HUB_STATUS[key]
+    if _hub_offline():
+        if not _in_hf_cache(path):
+            raise ModelSourceError(
+                f"model.path={path!r}: HF_HUB_OFFLINE is set and the Hugging Face cache does not hold this model. "
+                f"{_OFFLINE_MODEL_HINT}"
+            )
+        _HUB_STATUS[key] = "cache"
+        return "cache"
+    from huggingface_hub import HfApi
+    from huggingface_hub.utils import HfHubHTTPError
+
+    try:
+        HfApi(endpoint=endpoint).model_info(path, timeout=HUB_TIMEOUT_S)
+        status = "hub"
+    except HfHubHTTPError:
+        status = "hub"  # the hub answered (not found, gated, ...): from_pretrained reports it
+    except Exception as exc:  # noqa: BLE001 - connection refused, DNS, time-out: unreachable
+        if not _in_hf_cache(path):
+            raise ModelSourceError(
+                f"model.path={path!r}: cannot reach the Hugging Face hub at {endpoint} "
+                f"({_one_line(exc)}) and the Hugging Face cache does not hold this model. {_OFFLINE_MODEL_HINT}"
+            ) from None
+        log.warning("model.path=%s: the Hugging Face hub at %s cannot be reached (%s); loading the cached copy",
+                    path, endpoint, _one_line(exc))
+        status = "cache"
+    _HUB_STATUS[key] = status
+    return status
+
+
+def _hub_offline() -> bool:
+    return any(os.environ.get(v, "").strip().lower() in ("1", "true", "yes", "on")
+               for v in ("HF_HUB_OFFLINE", "TRANSFORMERS_OFFLINE"))
+
+
 def check_model_source(path: str) -> None:
     """Fail early, before any compute, when ``model.path`` is a local directory that does not
     exist or does not hold a model (config, weights and tokenizer files).
 
     Strings that look like a local path (absolute, ``./``, ``~``, or an existing directory)
-    are checked; other strings are treated as HF hub ids and are only checked when loading.
+    are checked; other strings are treated as HF hub ids and are only checked when loading
+    (:func:`check_hub_model`, called by :func:`load_policy`: one short request to the hub).
     Raises :class:`ModelSourceError` (a ``ConfigError`` and a ``FileNotFoundError``).
     """
     if path == "tiny":
         return
     expanded = os.path.expanduser(path)
-    looks_local = path.startswith(("/", "./", "../", "~")) or os.path.isdir(expanded)
-    if not looks_local:
+    if not _looks_local(path):
         return
     if not os.path.isdir(expanded):
         raise ModelSourceError(f"model.path={path!r}: no such local directory; {_MODEL_DIR}")

@@ -250,6 +250,13 @@ class RunLockedError(RuntimeError):
     """Another live process holds the run directory's lock."""
 
 
+class RunDirError(RunLockedError):
+    """The run directory cannot be written (read-only, or its lock file cannot be opened).
+
+    A :class:`RunLockedError`, so that callers treat it as a run they must not touch:
+    ``run.py`` prints it as one ``error:`` line, a sweep skips the job."""
+
+
 class RunLock:
     """An exclusive lock on a run directory: ``<run>/.lock``, held with ``fcntl.flock``.
 
@@ -257,25 +264,50 @@ class RunLock:
     with a message naming the holder's pid, host and start time. The kernel drops the
     lock when its process dies, so a lock left by a killed run is simply taken over
     (and said so). On filesystems without ``flock`` the lock is a no-op with a warning.
+
+    The lock file's content only names the holder; whether someone holds it is the
+    flock's answer. So a damaged lock file (not UTF-8, not a JSON object: a torn write,
+    a stray editor) is taken over with a warning when no process holds the flock, and
+    refused, naming the path, when one does. A run directory (or lock file) that cannot
+    be opened for writing is one :class:`RunDirError` line naming the path.
     """
 
     def __init__(self, run_dir: str | os.PathLike) -> None:
         self.path = Path(run_dir) / LOCK
         self._f = None
 
+    def _open(self):
+        try:
+            self.path.parent.mkdir(parents=True, exist_ok=True)
+            return open(self.path, "a+b")  # bytes: whatever the file holds, reading it cannot fail
+        except OSError as exc:
+            what = exc.strerror or type(exc).__name__
+            if isinstance(exc, IsADirectoryError):
+                fix = f"remove {self.path} (a directory where the lock file goes), then re-run"
+            else:
+                fix = (f"make {self.path.parent} writable for this user (or remove an unwritable {self.path.name} "
+                       f"there), or point the run elsewhere (out_dir / hydra.run.dir)")
+            raise RunDirError(f"cannot write the run directory {self.path.parent}: opening {self.path} failed "
+                              f"({what}); {fix}") from None
+
     def acquire(self) -> "RunLock":
         import fcntl
         import socket
         import time
 
-        self.path.parent.mkdir(parents=True, exist_ok=True)
-        f = open(self.path, "a+", encoding="utf-8")
+        f = self._open()
+        locked = True
         try:
             fcntl.flock(f, fcntl.LOCK_EX | fcntl.LOCK_NB)
         except BlockingIOError:
             f.seek(0)
             holder = _holder(f.read())
             f.close()
+            if holder is None:  # held, but the file does not say by whom
+                raise RunLockedError(
+                    f"{self.path.parent} is in use by another process (its lock file {self.path} is unreadable, so "
+                    f"it does not say which; `fuser {self.path}` does); wait for it to end or stop it, then re-run"
+                ) from None
             raise RunLockedError(
                 f"{self.path.parent} is in use by pid {holder.get('pid', '?')} on {holder.get('host', '?')} "
                 f"(since {holder.get('started', '?')}); wait for it to end or stop it, then re-run"
@@ -284,16 +316,27 @@ class RunLock:
             import logging
 
             logging.getLogger(__name__).warning("cannot lock %s (%s); running without a lock", self.path, exc)
+            locked = False
         f.seek(0)
         previous = _holder(f.read())
-        if previous.get("pid"):
+        if previous is None:
+            nobody = "no process holds it" if locked else "this filesystem cannot tell whether a process holds it"
+            print(f"[dapo-exp] warning: taking over {self.path.parent.name}: its lock file {self.path} was "
+                  f"unreadable (damaged) and {nobody}; rewriting it", flush=True)
+        elif previous.get("pid"):
             print(f"[dapo-exp] taking over {self.path.parent.name}: its last writer (pid {previous['pid']} on "
                   f"{previous.get('host', '?')}) is gone", flush=True)
-        f.seek(0)
-        f.truncate()
-        f.write(json.dumps({"pid": os.getpid(), "host": socket.gethostname(),
-                            "started": time.strftime("%Y-%m-%d %H:%M:%S")}))
-        f.flush()
+        try:
+            f.seek(0)
+            f.truncate()
+            f.write(json.dumps({"pid": os.getpid(), "host": socket.gethostname(),
+                                "started": time.strftime("%Y-%m-%d %H:%M:%S")}).encode("utf-8"))
+            f.flush()
+        except OSError as exc:
+            f.close()
+            raise RunDirError(f"cannot write the run directory {self.path.parent}: writing {self.path} failed "
+                              f"({exc.strerror or type(exc).__name__}); free space or make it writable, "
+                              f"then re-run") from None
         self._f = f
         return self
 
@@ -314,9 +357,13 @@ class RunLock:
         self.release()
 
 
-def _holder(text: str) -> dict[str, Any]:
-    try:
-        obj = json.loads(text)
-    except ValueError:
+def _holder(data: bytes) -> dict[str, Any] | None:
+    """Who the lock file names: ``{}`` if it is empty (released cleanly or never written), the
+    JSON object it holds, or None if it is damaged (not UTF-8, not JSON, not an object)."""
+    if not data.strip():
         return {}
-    return obj if isinstance(obj, dict) else {}
+    try:
+        obj = json.loads(data.decode("utf-8"))
+    except ValueError:  # UnicodeDecodeError and JSONDecodeError both
+        return None
+    return obj if isinstance(obj, dict) else None

@@ -1,9 +1,9 @@
-"""Math data loading: the shared AIME parquet, DAPO-Math in the official schema, GSM8K / MATH-500 mappings."""
+"""Math data loading: an AIME-shaped parquet (built here; the shared copy optional), DAPO-Math in the
+official schema, GSM8K / MATH-500 mappings."""
 
 from __future__ import annotations
 
 import json
-import os
 from pathlib import Path
 
 import pandas as pd
@@ -22,23 +22,24 @@ from dapo_exp.tasks.math_data import (
     strip_template,
 )
 from dapo_exp.tasks.verifier import get_verifier
+from fixtures_aime import MINI_AIME, MINI_AIME_COPIES, write_aime_parquet
 
-REPO = Path(__file__).resolve().parents[1]
-AIME_CANDIDATES = [
-    os.environ.get("DAPO_AIME_PARQUET", ""),
-    "/work/shared/data/aime-2024.parquet",
-    str(REPO.parent / "shared" / "data" / "aime-2024.parquet"),
-]
-AIME = next((p for p in AIME_CANDIDATES if p and os.path.isfile(p)), None)
-needs_aime = pytest.mark.skipif(
-    AIME is None, reason="AIME 2024 parquet not found (set DAPO_AIME_PARQUET or put it in ../shared/data)"
-)
+# The shared AIME 2024 parquet (960 rows: 30 problems x 32 copies), next to the checkout;
+# only the optional test below reads it. Everything else uses the AIME-shaped file the
+# `aime_parquet` fixture builds, so the suite depends on no file outside the repository.
+SHARED_AIME = Path(__file__).resolve().parents[2] / "shared" / "data" / "aime-2024.parquet"
 
 # The 30 answers of AIME 2024 I and II (public), as a multiset.
 AIME24_ANSWERS = sorted(
     [204, 25, 809, 116, 104, 294, 540, 197, 480, 113, 371, 385, 110, 104, 721]
     + [73, 236, 45, 33, 80, 55, 699, 127, 902, 468, 601, 23, 321, 211, 315]
 )
+
+
+@pytest.fixture(scope="module")
+def aime_parquet(tmp_path_factory) -> str:
+    """A miniature ``aime-2024.parquet`` (the file name maps its ids to ``aime24-<index>``)."""
+    return str(write_aime_parquet(tmp_path_factory.mktemp("aime") / "aime-2024.parquet"))
 
 
 def test_template_is_the_papers():
@@ -53,9 +54,27 @@ def test_template_is_the_papers():
     assert strip_template("bare") == "bare"
 
 
-@needs_aime
+def test_aime_shaped_parquet_collapses_to_its_problems(aime_parquet):
+    src = resolve_source(aime_parquet, "eval", "task.eval_source")
+    assert src.name == "aime24"  # a local copy of the known file keeps the hub's ids
+    problems, stats = load_problems(src, "eval")
+    n = len(MINI_AIME)
+    assert stats == {"rows": n * MINI_AIME_COPIES, "malformed_skipped": 0,
+                     "duplicates_dropped": n * (MINI_AIME_COPIES - 1), "conflicting_duplicates": 0, "problems": n}
+    assert [p.id for p in problems] == [f"aime24-{i}" for i in range(n)]  # sorted by index
+    assert [(p.meta["problem"], p.answer) for p in problems] == [(t, a) for _, t, a in MINI_AIME]
+    for p in problems:
+        assert p.prompt == apply_template(p.meta["problem"])  # the official content is templated
+    # the paper's verifier accepts the reference answers
+    v = get_verifier("math_dapo")
+    assert all(r.correct for r in v.verify_batch([f"...\nAnswer: {p.answer}" for p in problems],
+                                                 [p.answer for p in problems]))
+
+
+@pytest.mark.skipif(not SHARED_AIME.is_file(),
+                    reason=f"optional: the shared AIME 2024 parquet is not at ../shared/data ({SHARED_AIME.name})")
 def test_shared_aime_parquet_collapses_to_30_problems():
-    src = resolve_source(AIME, "eval", "task.eval_source")
+    src = resolve_source(str(SHARED_AIME), "eval", "task.eval_source")
     problems, stats = load_problems(src, "eval")
     assert stats == {"rows": 960, "malformed_skipped": 0, "duplicates_dropped": 930,
                      "conflicting_duplicates": 0, "problems": 30}
@@ -185,19 +204,20 @@ def test_source_errors_name_the_path_or_id(tmp_path):
     assert resolve_source("hf:me/my-set@validation").split == "validation"
 
 
-@needs_aime
-def test_load_task_dispatch_and_eval_limit(tmp_path):
+def test_load_task_dispatch_and_eval_limit(tmp_path, aime_parquet):
     train = tmp_path / "mini-dapo.parquet"
     _write_dapo_parquet(train)
-    cfg = TaskConfig(name="dapo_math", train_source=str(train), eval_source=AIME, eval_limit=5)
+    n = len(MINI_AIME)
+    cfg = TaskConfig(name="dapo_math", train_source=str(train), eval_source=aime_parquet, eval_limit=5)
     data = load_task(cfg)
     assert data.name == "dapo_math"
     assert len(data.train) == 3 and [p.id for p in data.eval] == [f"aime24-{i}" for i in range(5)]
     assert data.stats["train_duplicates_dropped"] == 3 and data.stats["train_malformed_skipped"] == 3
-    assert data.stats["eval_duplicates_dropped"] == 930 and data.stats["eval_limit_dropped"] == 25
+    assert data.stats["eval_duplicates_dropped"] == n * (MINI_AIME_COPIES - 1)
+    assert data.stats["eval_limit_dropped"] == n - 5
     # a dict works as well as the dataclass or a DictConfig
-    data = load_task({"name": "math500", "train_source": str(train), "eval_source": AIME})
-    assert len(data.eval) == 30 and "eval_limit_dropped" not in data.stats
+    data = load_task({"name": "math500", "train_source": str(train), "eval_source": aime_parquet})
+    assert len(data.eval) == n and "eval_limit_dropped" not in data.stats
     assert len(data.train) == 3
 
 

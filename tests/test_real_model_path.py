@@ -1,8 +1,8 @@
 """The non-toy path end to end, without a hub: a Qwen2 model with a real byte-level BPE
 tokenizer and a chat template (random weights, built here, saved to a directory), loaded
 through ``model.path=<dir>`` exactly as a user loads Qwen2.5, trained for two steps on
-``task=dapo_math`` from a local parquet in the official schema, evaluated on AIME 2024
-problems from the shared parquet."""
+``task=dapo_math`` from a local parquet in the official schema, evaluated on a local
+AIME-shaped parquet (``tests/fixtures_aime.py``; no file outside the repository)."""
 
 import json
 from pathlib import Path
@@ -13,9 +13,7 @@ import pytest
 from dapo_exp import rundir
 from dapo_exp.tasks.math_data import apply_template
 from dapo_exp.train import train
-
-ROOT = Path(__file__).resolve().parents[1]
-AIME = ROOT.parent / "shared" / "data" / "aime-2024.parquet"
+from fixtures_aime import write_aime_parquet
 
 CHAT_TEMPLATE = (
     "{% for m in messages %}<|im_start|>{{ m['role'] }}\n{{ m['content'] }}<|im_end|>\n{% endfor %}"
@@ -71,13 +69,13 @@ def write_dapo_parquet(path: Path) -> None:
 
 
 @pytest.mark.slow
-@pytest.mark.skipif(not AIME.exists(), reason=f"shared AIME parquet not found at {AIME}")
 def test_qwen_like_model_trains_on_dapo_math_with_aime_eval(tmp_path, small_cfg):
     model_dir, data = tmp_path / "qwen-like", tmp_path / "dapo-math.parquet"
     build_qwen_like(model_dir)
     write_dapo_parquet(data)
+    aime = write_aime_parquet(tmp_path / "aime-2024.parquet")
     cfg = small_cfg(
-        tmp_path / "run", "task=dapo_math", f"task.train_source={data}", f"task.eval_source={AIME}",
+        tmp_path / "run", "task=dapo_math", f"task.train_source={data}", f"task.eval_source={aime}",
         "task.eval_limit=3", f"model.path={model_dir}", "model.name=hf", "rollout.max_response_len=12",
         "algo.overlong_cache_len=4", "train.prompts_per_step=2", "rollout.n=2", "train.mini_batch_size=4",
         "train.micro_batch_size=2", "eval.k=2", "fixes=full", "algo.ds_on_cap=partial", "algo.ds_max_rounds=2",
@@ -105,3 +103,108 @@ def test_chat_template_is_used_for_prompts(tmp_path):
     assert text.startswith("<|im_start|>user\n") and text.endswith("<|im_start|>assistant\n")
     raw = tok.decode(render_prompt("What is 1 + 1?", tok, use_chat_template=False))
     assert raw == "What is 1 + 1?"
+
+
+# --------------------------------------------------------------------------- #
+# A hub id with no network: one short request, then one clear line              #
+# --------------------------------------------------------------------------- #
+def _closed_port() -> int:
+    import socket
+
+    with socket.socket() as s:  # bound, then released: nothing listens there
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+@pytest.fixture
+def no_hub(monkeypatch):
+    """The hub at a closed local port, an empty view of the HF cache, a fresh probe memo;
+    counts the hub requests and fails if transformers is asked to load anything."""
+    import huggingface_hub
+    import transformers
+
+    from dapo_exp import models
+
+    endpoint = f"http://127.0.0.1:{_closed_port()}"
+    monkeypatch.setenv("HF_ENDPOINT", endpoint)
+    for var in ("HF_HUB_OFFLINE", "TRANSFORMERS_OFFLINE"):
+        monkeypatch.delenv(var, raising=False)
+    monkeypatch.setattr(models, "_HUB_STATUS", {})
+    monkeypatch.setattr(models, "_in_hf_cache", lambda model_id: False)
+    calls = []
+    real_info = huggingface_hub.HfApi.model_info
+
+    def counted(self, *a, **k):
+        calls.append(k.get("timeout"))
+        return real_info(self, *a, **k)
+
+    monkeypatch.setattr(huggingface_hub.HfApi, "model_info", counted)
+
+    def refuse(*a, **k):
+        raise AssertionError("transformers was asked to load from an unreachable hub")
+
+    monkeypatch.setattr(transformers.AutoTokenizer, "from_pretrained", refuse)
+    monkeypatch.setattr(transformers.AutoModelForCausalLM, "from_pretrained", refuse)
+    return endpoint, calls
+
+
+def test_hub_model_offline_fails_fast_in_one_line(no_hub):
+    import time
+
+    from dapo_exp.config import ConfigError
+    from dapo_exp.models import HUB_TIMEOUT_S, ModelSourceError, load_policy
+
+    endpoint, calls = no_hub
+    t0 = time.monotonic()
+    with pytest.raises(ModelSourceError) as err:
+        load_policy("Qwen/Qwen2.5-0.5B")
+    elapsed = time.monotonic() - t0
+    msg = str(err.value)
+    assert elapsed < 10, f"took {elapsed:.1f} s"  # transformers' own retries took ~61 s
+    assert calls == [HUB_TIMEOUT_S] and HUB_TIMEOUT_S <= 10  # one request, short time-out
+    assert isinstance(err.value, ConfigError)  # run.py prints it as one `error:` line, exit 2
+    assert "\n" not in msg and len(msg) < 800
+    assert msg.startswith("model.path='Qwen/Qwen2.5-0.5B': cannot reach the Hugging Face hub at " + endpoint)
+    assert "model.path=/path/to/model_dir" in msg and "HF_HUB_OFFLINE=1" in msg
+    assert err.value.__cause__ is None and err.value.__suppress_context__  # no chained traceback
+
+
+def test_hub_model_offline_uses_the_cached_copy_without_asking_again(no_hub, monkeypatch, caplog):
+    import transformers
+
+    from dapo_exp import models
+
+    _, calls = no_hub
+    monkeypatch.setattr(models, "_in_hf_cache", lambda model_id: model_id == "Qwen/Qwen2.5-0.5B")
+    seen = []
+
+    class Stop(Exception):
+        pass
+
+    def fake_tokenizer(path, trust_remote_code=False, local_files_only=False):
+        seen.append(("tokenizer", local_files_only))
+        return transformers.PreTrainedTokenizerFast(tokenizer_object=models.build_char_tokenizer()._tokenizer,
+                                                    eos_token="<eos>")
+
+    def fake_model(path, **kwargs):
+        seen.append(("model", kwargs.get("local_files_only", False)))
+        raise Stop
+
+    monkeypatch.setattr(models, "load_tokenizer", fake_tokenizer)
+    monkeypatch.setattr(transformers.AutoModelForCausalLM, "from_pretrained", fake_model)
+    with caplog.at_level("WARNING", logger="dapo_exp.models"), pytest.raises(Stop):
+        models.load_policy("Qwen/Qwen2.5-0.5B")
+    assert seen == [("tokenizer", True), ("model", True)]  # read from the cache, no hub retries
+    assert "loading the cached copy" in caplog.text
+    assert models.check_hub_model("Qwen/Qwen2.5-0.5B") == "cache" and len(calls) == 1  # asked once
+
+
+def test_hub_offline_env_without_cached_model_is_one_line(no_hub, monkeypatch):
+    from dapo_exp.models import ModelSourceError, check_hub_model
+
+    _, calls = no_hub
+    monkeypatch.setenv("HF_HUB_OFFLINE", "1")
+    with pytest.raises(ModelSourceError, match=r"HF_HUB_OFFLINE is set .*model.path=/path/to/model_dir"):
+        check_hub_model("Qwen/Qwen2.5-0.5B")
+    assert calls == []  # offline: the hub is not asked at all
+    assert check_hub_model("tiny") == "local" and check_hub_model("./some/dir") == "local"

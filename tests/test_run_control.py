@@ -204,3 +204,84 @@ def test_a_multirun_without_a_sweep_name_is_named_after_what_it_sweeps():
     assert default_sweep_name(["fixes=grpo"]) is None  # a single run
     many = default_sweep_name(["-m", "seed=" + ",".join(map(str, range(100)))])
     assert len(many) <= MAX_DIRNAME and many != default_sweep_name(["-m", "seed=" + ",".join(map(str, range(99)))])
+
+
+DAMAGED_LOCKS = {
+    "not UTF-8": b"\xff\xfe\x00garbage\x80\x81",
+    "not JSON": b"pid=1234 host=x",
+    "JSON, not an object": b"[1, 2, 3]",
+    "torn JSON": b'{"pid": 12',
+}
+
+
+@pytest.mark.parametrize("damage", list(DAMAGED_LOCKS))
+def test_a_damaged_lock_nobody_holds_is_taken_over_with_one_warning(tmp_path, capsys, damage):
+    (tmp_path / rundir.LOCK).write_bytes(DAMAGED_LOCKS[damage])
+    with RunLock(tmp_path):
+        assert json.loads((tmp_path / rundir.LOCK).read_text())["pid"] == os.getpid()
+    out = capsys.readouterr().out.strip().splitlines()
+    assert len(out) == 1 and out[0].startswith("[dapo-exp] warning: taking over"), out
+    assert str(tmp_path / rundir.LOCK) in out[0] and "unreadable" in out[0] and "no process holds it" in out[0]
+    with RunLock(tmp_path):  # released cleanly: the next run takes it silently
+        pass
+    assert capsys.readouterr().out == ""
+
+
+def test_a_damaged_lock_held_by_a_live_process_is_refused_naming_the_path(tmp_path):
+    import fcntl
+
+    lock = tmp_path / rundir.LOCK
+    lock.write_bytes(DAMAGED_LOCKS["not UTF-8"])
+    code = ("import fcntl, sys, time; f = open(sys.argv[1], 'rb'); fcntl.flock(f, fcntl.LOCK_EX); "
+            "print('held', flush=True); time.sleep(60)")
+    holder = subprocess.Popen([sys.executable, "-c", code, str(lock)], stdout=subprocess.PIPE, text=True)
+    try:
+        assert holder.stdout.readline().strip() == "held"
+        with pytest.raises(RunLockedError) as err:
+            RunLock(tmp_path).acquire()
+        msg = str(err.value)
+        assert "\n" not in msg and f"{tmp_path} is in use by another process" in msg
+        assert f"its lock file {lock} is unreadable" in msg and "wait for it to end or stop it" in msg
+        assert lock.read_bytes() == DAMAGED_LOCKS["not UTF-8"]  # a held lock is not touched
+    finally:
+        holder.kill()
+        holder.wait()
+    with open(lock, "rb") as f:  # the holder is gone: the flock is free again
+        fcntl.flock(f, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        fcntl.flock(f, fcntl.LOCK_UN)
+
+
+def test_a_read_only_run_directory_fails_in_one_line_naming_the_path(tmp_path, monkeypatch):
+    import builtins
+
+    run_dir = tmp_path / "run"
+    run_dir.mkdir()
+    lock = run_dir / rundir.LOCK
+    if os.geteuid() != 0:  # a real read-only directory
+        run_dir.chmod(0o555)
+    else:  # root ignores the mode bits: the open fails as it would for another user
+        real_open = builtins.open
+
+        def read_only_open(file, mode="r", *a, **k):
+            if Path(file) == lock and any(c in mode for c in "wa+x"):
+                raise PermissionError(errno.EACCES, "Permission denied", str(file))
+            return real_open(file, mode, *a, **k)
+
+        monkeypatch.setattr(builtins, "open", read_only_open)
+    try:
+        with pytest.raises(rundir.RunDirError) as err:
+            RunLock(run_dir).acquire()
+    finally:
+        run_dir.chmod(0o755)
+    msg = str(err.value)
+    assert isinstance(err.value, RunLockedError)  # run.py prints it as one `error:` line; a sweep skips the job
+    assert "\n" not in msg and err.value.__cause__ is None and err.value.__suppress_context__
+    assert msg.startswith(f"cannot write the run directory {run_dir}: opening {lock} failed (Permission denied)")
+    assert f"make {run_dir} writable" in msg
+    assert not lock.exists()
+
+
+def test_a_directory_where_the_lock_file_goes_is_one_line(tmp_path):
+    (tmp_path / rundir.LOCK).mkdir()
+    with pytest.raises(rundir.RunDirError, match=rf"opening {tmp_path / rundir.LOCK} failed .*; remove "):
+        RunLock(tmp_path).acquire()

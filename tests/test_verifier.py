@@ -262,13 +262,13 @@ def test_math_verify_equivalence_and_time_bound():
 
         # a hanging parse is killed at the limit, also when called from another thread
         t0 = time.perf_counter()
-        hung = v.verify("Answer: 10^10^10^10", "1")
+        hung = v.verify("Answer: 10^{10^{10^{10}}}", "1")  # sympy evaluates the tower: hangs
         assert time.perf_counter() - t0 <= timeout + 2.0
         assert (hung.correct, hung.timed_out) == (False, True)
         assert v.pool.n_killed == 1
 
         box = {}
-        thread = threading.Thread(target=lambda: box.update(r=v.verify_batch(["Answer: 9^9^9^9^9", "Answer: 1/2"],
+        thread = threading.Thread(target=lambda: box.update(r=v.verify_batch(["Answer: 9^{9^{9^{9^{9}}}}", "Answer: 1/2"],
                                                                              ["1", "0.5"])))
         t0 = time.perf_counter()
         thread.start()
@@ -283,3 +283,60 @@ def test_math_verify_equivalence_and_time_bound():
         assert all(isinstance(r, VerifyResult) and not r.correct for r in res)
     finally:
         v.close()
+
+
+# --------------------------------------------------------------------------- #
+# Hedged answers: only the one final answer counts, under both verifiers          #
+# --------------------------------------------------------------------------- #
+HEDGES = [
+    # (response, ground truth): each names the truth somewhere, none commits to it alone
+    ("Answer: 7 or 8", "8"),
+    ("Answer: 8, no wait, 7", "7"),
+    ("Answer: 7e100", "7"),
+    ("Answer: \\frac{1}{2} or 3", "3"),
+]
+# more hedges math-verify's parser would otherwise resolve to one side
+HEDGES_MORE = [
+    ("Answer: 8 or 7", "7"),
+    ("Answer: 7 \\text{ or } 8", "8"),
+    ("Answer: 7 and 8", "7"),
+    ("Answer: 8; 7", "7"),
+    ("Answer: 7 8", "8"),
+    ("Answer: 8 \\approx 7", "8"),
+    ("Answer: 7}{8", "7"),
+    ("Answer: \\boxed{7} \\boxed{8}", "8"),
+    ("Answer: 7 \\pm 1", "8"),
+]
+
+
+@pytest.mark.parametrize("response,truth", HEDGES)
+def test_hedged_answers_are_wrong_under_math_dapo(response, truth):
+    res = get_verifier("math_dapo").verify(response, truth)
+    assert (res.correct, res.timed_out) == (False, False), res
+
+
+@needs_math_verify
+def test_hedged_answers_are_wrong_under_math_verify():
+    v = get_verifier("math_verify", timeout_s=5.0, workers=1)
+    try:
+        cases = HEDGES + HEDGES_MORE
+        res = v.verify_batch([r for r, _ in cases], [t for _, t in cases])
+        assert [(r.correct, r.timed_out) for r in res] == [(False, False)] * len(cases), \
+            [c for c, r in zip(cases, res) if r.correct]
+        # the committed answer alone is still right, and so are its legitimate equivalents
+        good = [("Answer: 8", "8"), ("Answer: 1/2", "\\frac{1}{2}"), ("Answer: 0.5", "\\frac{1}{2}"),
+                ("Answer: 204.", "204"), ("Answer: x = \\frac{1}{2}", "0.5"), ("Answer: \\{7,8\\}", "\\{8,7\\}")]
+        res = v.verify_batch([r for r, _ in good], [t for _, t in good])
+        assert [r.correct for r in res] == [True] * len(good)
+    finally:
+        v.close()
+
+
+@needs_math_verify
+def test_math_verify_scorer_has_no_raw_text_fallback():
+    from dapo_exp.tasks.verifier import _score_math_verify
+
+    for response, truth in HEDGES:
+        raw = extract_last_answer(response)
+        assert _score_math_verify(raw, truth) == (False, None), response
+    assert _score_math_verify("1/2", "\\frac{1}{2}") == (True, None)

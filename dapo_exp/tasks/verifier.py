@@ -13,7 +13,9 @@ in how they compare it:
 - ``math_verify``: the same extracted answer, compared by symbolic equivalence with
   HF's ``math-verify`` (``1/2`` = ``\\frac{1}{2}`` = ``0.5``). Everything ``math_dapo``
   accepts it accepts too (equal normalised strings short-cut to correct). A response
-  without an ``Answer:`` line is wrong under both (the template asks for one).
+  without an ``Answer:`` line is wrong under both (the template asks for one). Only that
+  one final answer is compared, never a number pulled out of the raw text, so hedges
+  (``7 or 8``, ``8, no wait, 7``, ``7e100``, ``\\frac{1}{2} or 3``) are wrong under both.
 
 Model output is untrusted. The verifier never raises on any response content (a
 ``bytes``, ``None`` or megabyte string included), never evaluates code, and each item
@@ -115,25 +117,60 @@ def _score_math_dapo(response: str, answer: str) -> tuple[bool, str | None]:
     return (pred is not None and pred == _normalized_truth(answer)), pred
 
 
+# Relations that math-verify resolves by keeping one side (``8 \\approx 7`` parses as 8):
+# an answer holding one is a hedge, not a value, and is wrong (math_dapo: no string match).
+_ONE_SIDED_RELATIONS = ("\\approx",)
+
+
+def _braces_balanced(text: str) -> bool:
+    """True if the unescaped ``{``/``}`` of ``text`` nest properly (so that ``\\boxed{text}``
+    is one box: ``7}{8`` or ``7}\\boxed{8`` would otherwise close it early)."""
+    depth = 0
+    for m in re.finditer(r"\\.|[{}]", text, re.DOTALL):
+        tok = m.group(0)
+        if tok == "{":
+            depth += 1
+        elif tok == "}":
+            depth -= 1
+            if depth < 0:
+                return False
+    return depth == 0
+
+
+def _math_verify_pred_text(answer_text: str) -> str | None:
+    """The one final answer that ``math_verify`` compares: the raw ``Answer:`` capture,
+    normalised as ``math_dapo`` normalises it (units, ``x =``, ``$``, ``\\boxed{}`` stripped),
+    less one sentence-ending ``.``; None when it is empty or not a single expression."""
+    norm = math_dapo.normalize_final_answer(answer_text)
+    if norm.endswith(".") and not norm.endswith(".."):
+        norm = norm[:-1].rstrip()
+    if not norm or not _braces_balanced(norm) or any(r in norm for r in _ONE_SIDED_RELATIONS):
+        return None
+    return norm
+
+
 def _score_math_verify(answer_text: str, answer: str) -> tuple[bool, str | None]:
     """Symbolic equivalence of an extracted answer (raw ``Answer:`` capture) and the ground truth.
 
     Runs only inside a worker (``math-verify``'s own signal-based timeouts are off; the
     pool's deadline replaces them). The ground truth is parsed as ``\\boxed{gt}``; the
-    answer is tried as ``\\boxed{<math_dapo-normalised answer>}`` (units, ``x =``, ``$``
-    already stripped) and then as written; correct if either parse is equivalent.
+    answer only as ``\\boxed{<math_dapo-normalised answer>}`` with LaTeX extraction alone,
+    i.e. as the single final answer ``math_dapo`` would compare. There is deliberately no
+    fallback to parsing the raw text: ``math-verify``'s free-text extraction pulls a number
+    out of a hedge (``7 or 8`` -> 8, ``8, no wait, 7`` -> 7, ``7e100`` -> 7), which would
+    reward the hedge. Answers that are not one expression (unbalanced braces, ``\\approx``)
+    are wrong.
     """
-    from math_verify import parse, verify
+    from math_verify import LatexExtractionConfig, parse, verify
 
     gold = parse("\\boxed{" + answer + "}", parsing_timeout=None) or parse(answer, parsing_timeout=None)
     if not gold:
         return False, None
-    norm = math_dapo.normalize_final_answer(answer_text)
-    for text in ("\\boxed{" + norm + "}", answer_text):
-        pred = parse(text, parsing_timeout=None)
-        if pred and verify(gold, pred, timeout_seconds=None):
-            return True, None
-    return False, None
+    norm = _math_verify_pred_text(answer_text)
+    if norm is None:
+        return False, None
+    pred = parse("\\boxed{" + norm + "}", extraction_config=[LatexExtractionConfig()], parsing_timeout=None)
+    return bool(pred and verify(gold, pred, timeout_seconds=None)), None
 
 
 SCORERS: dict[str, Callable[[str, str], tuple[bool, str | None]]] = {
