@@ -152,15 +152,25 @@ def make_run(
     steps: int = STEPS,
     sweep: str = "demo",
     wall_time_s: float | None = None,
+    config_overrides: dict[str, Any] | None = None,
+    overrides: list[str] | None = None,
 ) -> dict[str, Any]:
     """Write one run directory; return what was written (config, summary, history lines).
 
     status ``finished`` or ``failed``: a summary.json; ``killed``: no summary.json,
     metrics up to half the steps and Hydra's ``.hydra/config.yaml``.
+    ``config_overrides``: dotted config keys set in the resolved config (``{"train.steps": 0}``);
+    ``overrides``: the job's Hydra overrides, written to ``.hydra/overrides.yaml`` as Hydra does.
     """
     run_dir = Path(run_dir)
     run_dir.mkdir(parents=True, exist_ok=True)
     cfg = resolved_config(preset, seed, sweep)
+    for key, value in (config_overrides or {}).items():
+        node = cfg
+        *parents, leaf = key.split(".")
+        for k in parents:
+            node = node.setdefault(k, {})
+        node[leaf] = value
     last = steps if status != "killed" else steps // 2
     cum = {"rollouts": 0.0, "tokens": 0.0}
     lines: list[dict[str, Any]] = []
@@ -186,6 +196,8 @@ def make_run(
                 f.write(json.dumps(s) + "\n")
     (run_dir / ".hydra").mkdir(exist_ok=True)
     OmegaConf.save(OmegaConf.create(cfg), run_dir / ".hydra" / "config.yaml")
+    if overrides is not None:
+        OmegaConf.save(OmegaConf.create(list(overrides)), run_dir / ".hydra" / "overrides.yaml")
     summary = None
     if status != "killed":
         from dapo_exp.hydra_setup import run_label

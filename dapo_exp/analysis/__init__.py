@@ -21,6 +21,7 @@ Modules: ``runs`` (local runs, the frames), ``wandb_reader`` (W&B online and
 offline), ``stats`` (t intervals), ``table``, ``curves``, ``samples`` (rollout
 inspection), ``design`` (two-level designs, aliasing), ``effects`` (which fix
 mattered), ``bootstrap`` (seeds, problems, samples), ``planning`` (seeds needed),
+``verdicts`` (what "no difference shown" ruled out: MDE, equivalence, r; the one-seed line),
 ``wandb_writer`` (the analysis as a W&B run), ``report`` (everything at once),
 ``cli``, ``callback``.
 
@@ -77,6 +78,7 @@ _EXPORTS = {
     "bootstrap": ("SampleCube", "eval_cube", "replicate_means", "config_intervals", "problem_share",
                   "crossed_components"),
     "planning": ("plan", "format_plan", "pilot_variances", "seeds_paired", "seeds_unpaired", "half_widths"),
+    "verdicts": ("compare", "mde_paired", "mde_unpaired", "rerun_command", "one_seed_line"),
     "wandb_writer": ("log_summary_run", "summary_group"),
     "report": ("AnalysisResult", "run_analysis"),
 }

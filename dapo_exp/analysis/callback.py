@@ -9,6 +9,10 @@ analysis is logged too, as one run with job_type "analysis" in the sweep's group
 and the runs' project and mode. It never raises: a failing analysis prints a
 warning and the sweep's result stands.
 
+After the table it names the jobs of this sweep that failed (:func:`failed_jobs`: a
+``summary.json`` with status ``failed`` written since the sweep started); ``run.py`` then
+exits non-zero, the other jobs having finished.
+
 This module imports only Hydra at import time (Hydra instantiates callbacks for
 every run, single runs included); the analysis (pandas, matplotlib) is imported
 when a multirun ends. Nothing here imports torch or the trainer.
@@ -16,8 +20,11 @@ when a multirun ends. Nothing here imports torch or the trainer.
 
 from __future__ import annotations
 
+import json
 import sys
+import time
 import traceback
+from pathlib import Path
 from typing import Any
 
 from hydra.experimental.callback import Callback
@@ -37,6 +44,10 @@ class AnalysisCallback(Callback):
         self.band = band
         # None: log to W&B when the runs do (logger.backend == "wandb"); True / False: always / never
         self.wandb = wandb
+        self.started = time.time()  # reset by on_multirun_start
+
+    def on_multirun_start(self, config: Any, **kwargs: Any) -> None:
+        self.started = time.time()
 
     def _wandb_log(self, config: Any) -> dict | None:
         logger = config.get("logger") if hasattr(config, "get") else None
@@ -70,6 +81,10 @@ class AnalysisCallback(Callback):
                 wandb_log=self._wandb_log(config),
             )
             print("\n[analysis] " + result.text(), flush=True)
+            failed = failed_jobs(sweep_dir, self.started)
+            if failed:
+                print(f"[analysis] {len(failed)} job(s) of this sweep FAILED (not in the table): "
+                      + "; ".join(f"{d}: {e}" for d, e in failed), flush=True)
         except Exception as exc:  # noqa: BLE001 - the analysis must never fail a sweep
             print(
                 f"[analysis] WARNING: the analysis of the sweep failed ({type(exc).__name__}: {exc}); "
@@ -78,6 +93,24 @@ class AnalysisCallback(Callback):
                 flush=True,
             )
             traceback.print_exc(file=sys.stderr)
+
+
+def failed_jobs(sweep_dir: str, since: float) -> list[tuple[str, str]]:
+    """``(job directory, error)`` of every job under ``sweep_dir`` whose ``summary.json`` says ``failed``
+    and was written at or after ``since`` (a time.time()): the jobs of the sweep started then that
+    failed, not those of an earlier run of the same sweep directory."""
+    out = []
+    for summary in sorted(Path(sweep_dir).glob("*/summary.json")):
+        try:
+            if summary.stat().st_mtime < since - 1e-3:
+                continue
+            data = json.loads(summary.read_text())
+        except (OSError, ValueError):
+            continue
+        if isinstance(data, dict) and data.get("status") == "failed":
+            error = " ".join(str(data.get("error") or "?").split())
+            out.append((str(summary.parent), error[:200]))
+    return out
 
 
 def _nothing_ran(config: Any) -> bool:

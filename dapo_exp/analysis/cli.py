@@ -5,15 +5,25 @@ entity/project[/group]``): writes table.md / table.csv / table.tex, runs.csv,
 effects.md / .csv / .tex (when switches vary), figures/curves_vs_*.{png,svg} and
 figures/effects_forest.{png,svg} under ``--out``, and prints the tables.
 
+``--margin M`` (default 5 pp): the equivalence margin of the differences to the baseline; each
+"no difference shown" then gives its MDE and "equivalent within ±M" or "not shown equivalent"
+(:mod:`dapo_exp.analysis.verdicts`). A sweep with one seed per configuration gets a first line
+saying nothing can be concluded and the command that adds the seeds ``plan`` recommends.
+
 Subcommands:
 
 - ``python -m dapo_exp.analysis plan <pilot sweep dir | table.csv> --delta 5``: seeds needed
-  for power 0.8 and the half-widths N seeds would give (:mod:`dapo_exp.analysis.planning`);
+  for power 0.8, paired and unpaired, the seeds to add and the half-widths N seeds would give
+  (:mod:`dapo_exp.analysis.planning`); ``--paired-sd SD`` (a measured sd of per-seed differences,
+  pp; from one seed per configuration a default measured on the fractional sweep stands in)
+  and ``--correlation R`` (for unpaired counts without a between-seed sd);
 - ``python -m dapo_exp.analysis design fractional|full``: the configurations of a two-level
   design as Hydra overrides, one line each (:mod:`dapo_exp.analysis.design`);
 - ``python -m dapo_exp.analysis study <sweep dir> --study clip_higher``: one fix against its
   ablation on its testbed regime, the mechanism metrics paired by seed
-  (:mod:`dapo_exp.analysis.studies`); writes study.md / study.csv and the curves.
+  (:mod:`dapo_exp.analysis.studies`); writes study.md / study.csv and the curves. ``--margin M``
+  (accuracy, points) and ``--margin-for METRIC=M`` (other metrics, their unit) set the equivalence
+  margins; the study's positive control is reported when its runs are in the sweep.
 """
 
 from __future__ import annotations
@@ -67,6 +77,13 @@ def build_parser() -> argparse.ArgumentParser:
         help="effects: main effects and two-way interactions (default) or main effects only",
     )
     p.add_argument(
+        "--margin",
+        type=float,
+        default=None,
+        help="equivalence margin in percentage points for the differences to the baseline (two one-sided tests; "
+        "default 5): 'no difference shown' then says 'equivalent within ±m' or 'not shown equivalent'",
+    )
+    p.add_argument(
         "--wandb-log",
         action="store_true",
         help="log the table, effects and figures as a W&B run (job_type analysis) in the sweep's group",
@@ -92,15 +109,36 @@ def design_main(argv: list[str]) -> int:
     return 0
 
 
+def _number_or_map(text: str | None, option: str):
+    """``4.4`` -> 4.4; ``a=1,b=2`` -> {"a": 1.0, "b": 2.0}; None -> None (ValueError when malformed)."""
+    if text is None:
+        return None
+    try:
+        if "=" not in text:
+            return float(text)
+        return {k.strip(): float(v) for k, v in (item.rsplit("=", 1) for item in text.split(",") if item)}
+    except ValueError:
+        raise ValueError(f"{option} {text!r}: give a number or key=number[,key=number]") from None
+
+
 def plan_main(argv: list[str]) -> int:
-    from dapo_exp.analysis.planning import DEFAULT_METRICS, DEFAULT_N, format_plan, plan
+    from dapo_exp.analysis.planning import DEFAULT_DELTA, DEFAULT_METRICS, DEFAULT_N, format_plan, plan
 
     p = argparse.ArgumentParser(
         prog="python -m dapo_exp.analysis plan",
         description="Seeds needed to detect a difference of --delta with power 0.8, from a pilot sweep's variances.",
     )
     p.add_argument("pilot", nargs="+", help="pilot sweep directory (or run dirs), or a table.csv of the analysis")
-    p.add_argument("--delta", type=float, required=True, help="difference to detect, in the table's unit (pp for accuracy)")
+    p.add_argument("--delta", type=float, default=DEFAULT_DELTA,
+                   help=f"difference to detect, in the table's unit (pp for accuracy; default {DEFAULT_DELTA:g})")
+    p.add_argument("--paired-sd", default=None, metavar="SD",
+                   help="sd of per-seed differences between two configurations, in the table's unit (pp for "
+                        "accuracy), e.g. measured on another sweep: one number for every metric, or "
+                        "key=sd,key=sd; replaces the pilot's (default: the pilot's, or, from one seed per "
+                        "configuration, the one measured on the 2026-11-22 fractional sweep)")
+    p.add_argument("--correlation", type=float, default=0.0, metavar="R",
+                   help="correlation of two configurations' per-seed values, for the unpaired counts when the pilot "
+                        "has no between-seed sd: sd per arm = paired sd / sqrt(2 (1 - R)) (default 0)")
     p.add_argument("--power", type=float, default=0.8)
     p.add_argument("--alpha", type=float, default=0.05)
     p.add_argument("--metrics", default=",".join(DEFAULT_METRICS), help="table metric keys, comma-separated")
@@ -108,8 +146,9 @@ def plan_main(argv: list[str]) -> int:
     args = p.parse_args(argv)
     src = args.pilot[0] if len(args.pilot) == 1 else args.pilot
     try:
+        paired_sd = _number_or_map(args.paired_sd, "--paired-sd")
         out = plan(src, args.delta, metrics=args.metrics.split(","), ns=[int(x) for x in args.n.split(",")],
-                   power=args.power, alpha=args.alpha)
+                   power=args.power, alpha=args.alpha, paired_sd=paired_sd, correlation=args.correlation)
     except (FileNotFoundError, ValueError) as exc:
         print(f"error: {exc}", file=sys.stderr)
         return 2
@@ -127,13 +166,28 @@ def study_main(argv: list[str]) -> int:
     p.add_argument("paths", nargs="+", help="the study's sweep directory (or run dirs)")
     p.add_argument("--study", required=True, choices=sorted(STUDIES), help="which fix's study")
     p.add_argument("--out", help="output directory (default: <sweep dir>/study)")
+    p.add_argument("--margin", type=float, default=None,
+                   help="equivalence margin for held-out accuracy, in points (two one-sided tests; default 5)")
+    p.add_argument("--margin-for", action="append", default=[], metavar="METRIC=M",
+                   help="equivalence margin of another metric, in that metric's own unit (shares 0-1, tokens, "
+                        "nats), e.g. avg/diag/style_step=0.02; repeat or comma-separate")
     args = p.parse_args(argv)
     from dapo_exp.analysis.runs import load_runs
 
     study = STUDIES[args.study]
     runs = load_runs(args.paths[0] if len(args.paths) == 1 else args.paths)
+    from dapo_exp.analysis.verdicts import DEFAULT_MARGIN
+
     try:
-        table = study_table(runs, study)
+        margins = {}
+        for item in ",".join(args.margin_for).split(","):
+            if item:
+                m = _number_or_map(item, "--margin-for")
+                if not isinstance(m, dict):
+                    raise ValueError(f"--margin-for {item!r}: give METRIC=M")
+                margins.update(m)
+        table = study_table(runs, study, margin=DEFAULT_MARGIN if args.margin is None else args.margin,
+                            margins=margins)
     except ValueError as exc:
         print(f"error: {exc}", file=sys.stderr)
         return 2
@@ -181,6 +235,7 @@ def main(argv: list[str] | None = None) -> int:
             bootstrap={"B": args.bootstrap_reps, "seed": args.bootstrap_seed,
                        "levels": tuple(x for x in args.bootstrap_levels.split(",") if x)},
             effects_model=args.effects_model,
+            margin=args.margin,
             wandb_log={"project": args.wandb_project, "mode": args.wandb_mode, "group": args.wandb_group}
             if args.wandb_log
             else None,

@@ -219,11 +219,16 @@ def fit_effects(
 
     if ci == "bootstrap" and len(table):
         _bootstrap_effects(runs, table, terms, estimable[first:], confidence, B, seed, levels, notes)
+    _holm_column(table)
+    return Effects(table, info, m, model, ci, confidence, int(len(runs)), n_seeds, df_resid, notes)
+
+
+def _holm_column(table: pd.DataFrame) -> None:
+    """``p_holm``: Holm-adjusted p over the terms that have a p-value (in place)."""
     ok = table["p"].notna() if len(table) else pd.Series([], dtype=bool)
     table["p_holm"] = np.nan
     if ok.any():
         table.loc[ok, "p_holm"] = holm(table.loc[ok, "p"].to_numpy())
-    return Effects(table, info, m, model, ci, confidence, int(len(runs)), n_seeds, df_resid, notes)
 
 
 def _term_rows(terms, names, first, info, model, estimable, P, n_cols, res, cis, df_resid) -> list[dict]:

@@ -23,6 +23,15 @@ two-sided alpha 0.05 and power 0.8 (``statsmodels.stats.power``):
   fractional design with N seeds (``t_{15(N-1)} 2 sd_e / sqrt(16 N)``, sd_e = sd_paired / sqrt(2)
   the residual sd once the seed block is removed; sd where there is no paired estimate).
 
+**From one seed.** A pilot with one seed per configuration measures no spread. The paired sd is
+then the one given (``paired_sd``, ``--paired-sd``, in the table's unit: pp for accuracy) or the
+default of :data:`DEFAULT_PAIRED_SD` (measured on the 2026-11-22 fractional sweep); a given one also
+replaces a pilot's. Unpaired counts use the pilot's between-seed sd of each arm, or, without one,
+``sd_arm = sd_paired / sqrt(2 (1 - r))`` from the paired sd and the correlation ``r`` of the arms'
+per-seed values (``correlation``, ``--correlation``, default 0: pairing assumed to buy nothing), so
+that the unpaired difference has ``sd_diff_unpaired = sqrt(2) sd_arm``. The plan then says how many
+seeds to add and the command that adds them (:func:`dapo_exp.analysis.verdicts.rerun_command`).
+
 The pilot is a sweep directory (per-seed values from its runs) or a ``table.csv`` written by the
 analysis (its ``<metric>_sd`` columns, or, for tables written before those existed, the sd backed
 out of the t interval: ``s = half-width sqrt(n) / t_{n-1}``).
@@ -40,11 +49,19 @@ import pandas as pd
 from scipy import stats
 
 from dapo_exp.analysis.table import DIFF_KEY, TABLE_METRICS, TableMetric, baseline_label, order_labels
+# the power solvers and the default paired sd live with the verdicts (the table's one-seed line uses them)
+from dapo_exp.analysis.verdicts import (  # noqa: F401  (part of this module's API)
+    DEFAULT_PAIRED_DF,
+    DEFAULT_PAIRED_SD,
+    seeds_paired,
+    seeds_unpaired,
+)
 
 ALPHA = 0.05
 POWER = 0.8
 DEFAULT_METRICS = ("final_acc", "best_acc")
 DEFAULT_N = (2, 3, 5, 10, 20)
+DEFAULT_DELTA = 5.0  # pp: the default equivalence margin of the analysis (dapo_exp.analysis.verdicts)
 FRACTIONAL_RUNS = 16  # configurations of the 2^(5-1) design
 
 
@@ -90,7 +107,8 @@ def variances_from_runs(path: str | os.PathLike | Sequence, metrics: Sequence[st
                     dn.append(len(d))
         psd, pdf = _pool(dsd, dn)
         rows.append({"metric": m.key, "header": m.header, "configs": len(per), "sd": sd, "df": df,
-                     "sd_paired": psd, "df_paired": pdf, "baseline": base})
+                     "sd_paired": psd, "df_paired": pdf, "baseline": base,
+                     "seeds": int(min((len(s) for s in per.values()), default=0))})
     return pd.DataFrame(rows).set_index("metric")
 
 
@@ -121,7 +139,7 @@ def variances_from_table(csv: str | os.PathLike, metrics: Sequence[str] = DEFAUL
             psd, pdf = _pool([sd_of(f"d_{DIFF_KEY}", r) for _, r in paired.iterrows()],
                              [int(r[f"d_{DIFF_KEY}_n"]) for _, r in paired.iterrows()])
         rows.append({"metric": m.key, "header": m.header, "configs": len(t), "sd": sd, "df": df,
-                     "sd_paired": psd, "df_paired": pdf, "baseline": base})
+                     "sd_paired": psd, "df_paired": pdf, "baseline": base, "seeds": int(min(ns, default=0))})
     return pd.DataFrame(rows).set_index("metric")
 
 
@@ -130,32 +148,6 @@ def pilot_variances(source, metrics: Sequence[str] = DEFAULT_METRICS) -> pd.Data
     if isinstance(source, (str, os.PathLike)) and str(source).endswith(".csv"):
         return variances_from_table(source, metrics)
     return variances_from_runs(source, metrics)
-
-
-def seeds_unpaired(delta: float, sd: float, power: float = POWER, alpha: float = ALPHA) -> int:
-    """Seeds per configuration for a two-sample t test to detect ``delta`` with ``power``."""
-    from statsmodels.stats.power import TTestIndPower
-
-    return _solve(TTestIndPower(), delta, sd, power, alpha, ratio=1.0)
-
-
-def seeds_paired(delta: float, sd_diff: float, power: float = POWER, alpha: float = ALPHA) -> int:
-    """Seeds (pairs) for a paired t test (one-sample t on per-seed differences)."""
-    from statsmodels.stats.power import TTestPower
-
-    return _solve(TTestPower(), delta, sd_diff, power, alpha)
-
-
-def _solve(analysis, delta, sd, power, alpha, **kw) -> int:
-    if not (np.isfinite(sd) and sd > 0 and delta > 0):
-        return -1
-    es = delta / sd
-    # power at n = 2 (the least that gives an interval) already enough
-    nobs = "nobs1" if kw else "nobs"  # TTestIndPower names the group size nobs1
-    if analysis.power(effect_size=es, alpha=alpha, **{nobs: 2}, **kw) >= power:
-        return 2
-    n = analysis.solve_power(effect_size=es, alpha=alpha, power=power, alternative="two-sided", **{nobs: None}, **kw)
-    return int(math.ceil(float(np.squeeze(n)) - 1e-9))
 
 
 def upper_sd(sd: float, df: int, level: float = 0.8) -> float:
@@ -179,24 +171,80 @@ def half_widths(sd: float, sd_paired: float, n: int, confidence: float = 0.95) -
     }
 
 
-def plan(source, delta: float, *, metrics: Sequence[str] = DEFAULT_METRICS, ns: Sequence[int] = DEFAULT_N,
-         power: float = POWER, alpha: float = ALPHA) -> pd.DataFrame:
-    """One row per metric: the pilot's variances, seeds needed, and half-widths at each N in ``ns``."""
-    v = pilot_variances(source, metrics)
+def _given(paired_sd, key: str) -> float | None:
+    if paired_sd is None:
+        return None
+    if isinstance(paired_sd, dict):
+        v = paired_sd.get(key)
+        return None if v is None else float(v)
+    return float(paired_sd)
+
+
+def _sds(r, key: str, given: float | None, correlation: float) -> tuple:
+    """(sd_paired, its df, where from, sd per arm, its df, where from) for one metric of a pilot."""
+    if given is not None:
+        sdp, sdp_df, sdp_from = given, 0, "--paired-sd"
+    elif np.isfinite(r["sd_paired"]):
+        sdp, sdp_df, sdp_from = float(r["sd_paired"]), int(r["df_paired"]), "pilot"
+    elif key in DEFAULT_PAIRED_SD:
+        sdp, sdp_df = DEFAULT_PAIRED_SD[key][0], DEFAULT_PAIRED_DF
+        sdp_from = f"default ({DEFAULT_PAIRED_SD[key][1]})"
+    else:
+        sdp, sdp_df, sdp_from = float("nan"), 0, "none (give --paired-sd)"
+    if np.isfinite(r["sd"]):
+        return sdp, sdp_df, sdp_from, float(r["sd"]), int(r["df"]), "pilot"
+    if np.isfinite(sdp):
+        return (sdp, sdp_df, sdp_from, sdp / math.sqrt(2 * (1 - correlation)), sdp_df,
+                f"paired sd / sqrt(2 (1 - r)), r = {correlation:g}")
+    return sdp, sdp_df, sdp_from, float("nan"), 0, "none"
+
+
+def plan(source, delta: float = DEFAULT_DELTA, *, metrics: Sequence[str] = DEFAULT_METRICS,
+         ns: Sequence[int] = DEFAULT_N, power: float = POWER, alpha: float = ALPHA,
+         paired_sd: float | dict[str, float] | None = None, correlation: float = 0.0) -> pd.DataFrame:
+    """One row per metric: the pilot's variances, the sds used, seeds needed (paired and unpaired),
+    seeds to add, and half-widths at each N in ``ns``.
+
+    ``paired_sd``: the sd of per-seed differences to use (one number for every metric, or per metric
+    key), e.g. measured elsewhere; it replaces the pilot's. Without it and without a pilot estimate
+    (one seed per configuration): :data:`DEFAULT_PAIRED_SD`. ``correlation``: r between the arms'
+    per-seed values, for the unpaired counts when the pilot has no between-seed sd.
+    """
+    if not -1.0 < correlation < 1.0:
+        raise ValueError(f"correlation {correlation}: must lie in (-1, 1)")
+    data = None
+    if not (isinstance(source, (str, os.PathLike)) and str(source).endswith(".csv")):
+        from dapo_exp.analysis.runs import RunSet, load_runs
+
+        data = source if isinstance(source, RunSet) else load_runs(source)
+        if not len(data.runs):
+            raise FileNotFoundError(f"no runs found in {source}")
+    v = pilot_variances(data if data is not None else source, metrics)
     rows = []
     for key, r in v.iterrows():
         row = r.to_dict()
         row["delta"] = delta
-        row["n_unpaired"] = seeds_unpaired(delta, r["sd"], power, alpha)
-        row["n_paired"] = seeds_paired(delta, r["sd_paired"], power, alpha)
-        row["n_unpaired_sd80"] = seeds_unpaired(delta, upper_sd(r["sd"], int(r["df"])), power, alpha)
-        row["n_paired_sd80"] = seeds_paired(delta, upper_sd(r["sd_paired"], int(r["df_paired"])), power, alpha)
+        sdp, sdp_df, sdp_from, sda, sda_df, sda_from = _sds(r, key, _given(paired_sd, key), correlation)
+        row.update({"sd_paired_used": sdp, "sd_paired_from": sdp_from, "sd_arm": sda, "sd_arm_from": sda_from,
+                    "correlation": correlation})
+        row["n_unpaired"] = seeds_unpaired(delta, sda, power, alpha)
+        row["n_paired"] = seeds_paired(delta, sdp, power, alpha)
+        row["n_unpaired_sd80"] = seeds_unpaired(delta, upper_sd(sda, sda_df), power, alpha)
+        row["n_paired_sd80"] = seeds_paired(delta, upper_sd(sdp, sdp_df), power, alpha)
+        have = int(r.get("seeds", 0) or 0)
+        row["seeds_to_add"] = max(0, int(row["n_paired"]) - have) if row["n_paired"] > 0 else -1
+        row["rerun"] = ""
+        if data is not None and row["seeds_to_add"] > 0:
+            from dapo_exp.analysis.verdicts import rerun_command
+
+            row["rerun"] = rerun_command(data.included, int(row["n_paired"]))
         for n in ns:
-            for what, h in half_widths(r["sd"], r["sd_paired"], n).items():
+            for what, h in half_widths(sda, sdp, n).items():
                 row[f"hw {what} @{n}"] = h
         rows.append({"metric": key, **row})
     out = pd.DataFrame(rows).set_index("metric")
-    out.attrs.update({"delta": delta, "power": power, "alpha": alpha, "ns": tuple(ns), "source": str(source)})
+    out.attrs.update({"delta": delta, "power": power, "alpha": alpha, "ns": tuple(ns), "source": str(source),
+                      "correlation": correlation})
     return out
 
 
@@ -208,17 +256,40 @@ def format_plan(p: pd.DataFrame) -> str:
         f"Seed plan from {p.attrs.get('source')}: detect a difference of {d:g} (table units; pp for accuracy) "
         f"with power {pw:g} at two-sided alpha {a:g}.",
     ]
-    n_txt = lambda n: "n/a (no pilot variance)" if n < 0 else str(n)  # noqa: E731
+    n_txt = lambda n: "n/a (no variance: give --paired-sd)" if n < 0 else str(n)  # noqa: E731
     for key, r in p.iterrows():
-        lines += [
-            "",
-            f"{r['header']}: pilot sd across seeds {r['sd']:.2f} (pooled over {r['configs']} configurations, "
-            f"{int(r['df'])} df); sd of per-seed differences to {r['baseline']} "
-            + (f"{r['sd_paired']:.2f} ({int(r['df_paired'])} df)" if np.isfinite(r["sd_paired"]) else "n/a"),
+        have = int(r.get("seeds", 0) or 0)
+        sdp_from = r.get("sd_paired_from", "pilot")
+        if np.isfinite(r["sd"]):
+            first = (f"{r['header']}: pilot sd across seeds {r['sd']:.2f} (pooled over {r['configs']} configurations, "
+                     f"{int(r['df'])} df); sd of per-seed differences to {r['baseline']} "
+                     + (f"{r['sd_paired']:.2f} ({int(r['df_paired'])} df)" if np.isfinite(r["sd_paired"]) else "n/a"))
+            if np.isfinite(r["sd_paired"]) and r["sd"] > 0:
+                first += f"; implied r between arms {1 - r['sd_paired'] ** 2 / (2 * r['sd'] ** 2):+.2f}"
+        else:
+            first = (f"{r['header']}: the pilot has {have} seed(s) per configuration ({r['configs']} configurations): "
+                     "no spread measured")
+        lines += ["", first]
+        if sdp_from != "pilot" or r.get("sd_arm_from", "pilot") != "pilot":
+            sdp = r.get("sd_paired_used", np.nan)
+            lines.append(
+                "  using: sd of per-seed differences "
+                + (f"{sdp:.2f} from {sdp_from}" if np.isfinite(sdp) else f"n/a ({sdp_from})")
+                + "; sd per arm "
+                + (f"{r['sd_arm']:.2f} from {r['sd_arm_from']}" if np.isfinite(r["sd_arm"]) else "n/a")
+            )
+        lines.append(
             f"  seeds per configuration for power {pw:g}: unpaired {n_txt(r['n_unpaired'])}, "
             f"paired {n_txt(r['n_paired'])}; with the sd at its 80% upper bound: "
-            f"unpaired {n_txt(r['n_unpaired_sd80'])}, paired {n_txt(r['n_paired_sd80'])}",
-        ]
+            f"unpaired {n_txt(r['n_unpaired_sd80'])}, paired {n_txt(r['n_paired_sd80'])}"
+        )
+        add = int(r.get("seeds_to_add", -1))
+        if add > 0:
+            cmd = r.get("rerun", "")
+            lines.append(f"  add {add} seeds per configuration (to {int(r['n_paired'])}, paired by seed)"
+                         + (f": {cmd}" if isinstance(cmd, str) and cmd else ""))
+        elif add == 0:
+            lines.append(f"  the pilot's {have} seeds per configuration are enough (paired by seed)")
         hw = pd.DataFrame(
             {
                 f"N={n}": [r[f"hw {w} @{n}"] for w in ("mean", "paired diff", "unpaired diff", "2^(5-1) effect")]

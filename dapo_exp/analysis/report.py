@@ -63,30 +63,24 @@ def run_analysis(
     bootstrap: dict | None = None,
     effects_model: str = "two-way",
     wandb_log: dict | None = None,
+    margin: float | None = None,
 ) -> AnalysisResult:
     """Load runs (local ``paths`` or a ``wandb`` spec), write ``table.{md,csv,tex}``, ``runs.csv``,
     ``effects.{md,csv,tex}`` (when a switch varies) and figures.
 
     ``out/figures/curves_vs_{step,rollouts,tokens}.{png,svg}`` and ``effects_forest.{png,svg}``.
     ``ci``: ``t`` or ``bootstrap`` (table and effects; ``bootstrap``: its keyword arguments).
+    ``margin``: equivalence margin of the differences to the baseline, in pp (default
+    :data:`dapo_exp.analysis.verdicts.DEFAULT_MARGIN`, 5).
     ``wandb_log``: keyword arguments of :func:`dapo_exp.analysis.wandb_writer.log_summary_run`
     (project, mode, group ...) to log the result as a W&B summary run; None: not logged.
     Returns an :class:`AnalysisResult`; raises when no run is found.
     """
-    if (paths is None or paths == []) == (wandb is None):
-        raise ValueError("give run/sweep directories or a W&B spec (exactly one of them)")
-    if wandb is not None:
-        from dapo_exp.analysis.wandb_reader import DEFAULT_CACHE, load_wandb
-
-        data = load_wandb(
-            wandb, group=group, tags=tags, cache_dir=cache_dir or DEFAULT_CACHE, refresh=refresh, end_window=end_window
-        )
-    else:
-        data = load_runs(paths, end_window=end_window)  # type: ignore[arg-type]
-    if not len(data.runs):
-        raise FileNotFoundError(f"no runs found in {paths if wandb is None else wandb}")
+    data = _load(paths, wandb, group, tags, cache_dir, refresh, end_window)
     out_dir = Path(out)
-    table = comparison_table(data, ci=ci, bootstrap=bootstrap)
+    from dapo_exp.analysis.verdicts import DEFAULT_MARGIN
+
+    table = comparison_table(data, ci=ci, bootstrap=bootstrap, margin=DEFAULT_MARGIN if margin is None else margin)
     files = list(write_table(table, out_dir).values())
     runs_csv = out_dir / "runs.csv"
     data.runs.to_csv(runs_csv, index=False)
@@ -113,6 +107,23 @@ def run_analysis(
 
         result.wandb = log_summary_run(result, **wandb_log)
     return result
+
+
+def _load(paths, wandb, group, tags, cache_dir, refresh, end_window) -> RunSet:
+    """The runs of local ``paths`` or of a W&B spec (exactly one of them); raises when there are none."""
+    if (paths is None or paths == []) == (wandb is None):
+        raise ValueError("give run/sweep directories or a W&B spec (exactly one of them)")
+    if wandb is not None:
+        from dapo_exp.analysis.wandb_reader import DEFAULT_CACHE, load_wandb
+
+        data = load_wandb(
+            wandb, group=group, tags=tags, cache_dir=cache_dir or DEFAULT_CACHE, refresh=refresh, end_window=end_window
+        )
+    else:
+        data = load_runs(paths, end_window=end_window)  # type: ignore[arg-type]
+    if not len(data.runs):
+        raise FileNotFoundError(f"no runs found in {paths if wandb is None else wandb}")
+    return data
 
 
 def _effects(data: RunSet, model: str, ci: str, bootstrap: dict | None):

@@ -36,6 +36,7 @@ from dapo_exp import rundir
 from dapo_exp.fixes import BASELINE, LADDER
 from dapo_exp.analysis.runs import RunSet, order_labels  # noqa: F401  (order_labels: part of this module's API)
 from dapo_exp.analysis.stats import IDENTICAL_PAIRED, difference, t_interval
+from dapo_exp.analysis import verdicts
 
 
 @dataclass(frozen=True)
@@ -113,7 +114,8 @@ def _per_seed(inc: pd.DataFrame, label: str, m: TableMetric) -> pd.Series:
 
 
 def _row(label: str, runs: pd.DataFrame, inc: pd.DataFrame, metrics: tuple[TableMetric, ...], confidence: float,
-         diff: TableMetric | None, baseline: str | None) -> tuple[dict[str, object], list[str]]:
+         diff: TableMetric | None, baseline: str | None,
+         margin: float = verdicts.DEFAULT_MARGIN) -> tuple[dict[str, object], list[str]]:
     """One row of :func:`comparison_table` and its notes."""
     notes = []
     g = inc[inc["label"] == label]
@@ -137,7 +139,8 @@ def _row(label: str, runs: pd.DataFrame, inc: pd.DataFrame, metrics: tuple[Table
         row.update({m.key: iv.mean, f"{m.key}_lo": lo, f"{m.key}_hi": hi, f"{m.key}_n": iv.n, f"{m.key}_sd": sd})
     d = f"d_{DIFF_KEY}"
     row.update({d: np.nan, f"{d}_lo": np.nan, f"{d}_hi": np.nan, f"{d}_n": 0, f"{d}_p": np.nan, f"{d}_sd": np.nan,
-                "d_test": "", "d_note": ""})
+                "d_test": "", "d_note": "", f"{d}_r": np.nan, f"{d}_mde": np.nan, f"{d}_tost_p": np.nan,
+                "d_margin": np.nan, "d_equivalence": "", "d_verdict": ""})
     if diff is not None and baseline is not None and label != baseline and baseline in set(inc["label"]):
         a, b = _per_seed(inc, label, diff), _per_seed(inc, baseline, diff)
         iv = difference(a, b, confidence)
@@ -145,6 +148,11 @@ def _row(label: str, runs: pd.DataFrame, inc: pd.DataFrame, metrics: tuple[Table
         row["d_test"], row["d_note"] = iv.test, iv.note
         if iv.test == "paired t" and iv.n > 1:
             row[f"{d}_sd"] = float((a - b.reindex(a.index)).dropna().std(ddof=1))
+        v = verdicts.compare(a, b, margin if diff.scale == 100.0 else None)
+        row.update({f"{d}_r": v["r"], f"{d}_mde": v["mde"], f"{d}_tost_p": v["tost_p"], "d_margin": v["margin"],
+                    "d_equivalence": v["equivalence"]})
+        row["d_verdict"] = ("not measured (1 seed)" if min(len(a), len(b)) < 2
+                            else verdicts.verdict_word(iv.lo, iv.hi, iv.n))
     elif label == baseline:
         row["d_test"] = "baseline"
     paper = PAPER_AIME24.get(label)
@@ -161,6 +169,7 @@ def comparison_table(
     confidence: float = 0.95,
     ci: str = "t",
     bootstrap: dict | None = None,
+    margin: float = verdicts.DEFAULT_MARGIN,
 ) -> pd.DataFrame:
     """The comparison table, numeric: one row per configuration label (index ``config``).
 
@@ -176,6 +185,13 @@ def comparison_table(
     ``excluded``: runs of that configuration left out (failed, killed, running).
 
     ``d_note``: why a difference has no interval although n >= 2 ("identical per seed").
+
+    What a difference rules out (:mod:`dapo_exp.analysis.verdicts`): ``d_verdict`` ("difference
+    shown", "no difference shown", "not measured (1 seed)"), ``d_final_acc_mde`` (the minimum
+    detectable effect at power 0.8, alpha 0.05, at the observed spread and n, in pp),
+    ``d_final_acc_tost_p`` and ``d_equivalence`` (two one-sided tests against ``±margin`` pp,
+    ``d_margin``), ``d_final_acc_r`` (Pearson r of the two rows' per-seed values, paired only).
+    ``attrs["one_seed"]``: the first line of a table whose every configuration has one seed.
 
     ``attrs``: ``baseline``, ``confidence``, ``ci``, ``n_excluded``, ``excluded`` (the excluded
     runs as records: run, label, seed, status, exclude_reason), ``notes`` (warnings, e.g. a seed
@@ -195,12 +211,19 @@ def comparison_table(
 
     rows, notes = [], []
     for label in labels:
-        row, note = _row(label, runs, inc, metrics, confidence, diff, baseline)
+        row, note = _row(label, runs, inc, metrics, confidence, diff, baseline, margin)
         rows.append(row)
         notes += note
     table = pd.DataFrame(rows).set_index("config") if rows else pd.DataFrame(index=pd.Index([], name="config"))
     if ci == "bootstrap" and diff is not None and len(table):
         _bootstrap_columns(table, inc, diff, baseline, confidence, bootstrap or {})
+    return _finish(table, runs, inc, baseline=baseline, confidence=confidence, ci=ci, metrics=metrics, margin=margin,
+                   notes=notes)
+
+
+def _finish(table: pd.DataFrame, runs: pd.DataFrame, inc: pd.DataFrame, *, baseline, confidence, ci, metrics, margin,
+            notes) -> pd.DataFrame:
+    """The table's attrs (see :func:`comparison_table`), the one-seed line and the caption last."""
     excluded = runs[~runs["included"]] if len(runs) else runs
     table.attrs["baseline"] = baseline
     table.attrs["confidence"] = confidence
@@ -211,6 +234,8 @@ def comparison_table(
         excluded[["run", "label", "seed", "status", "exclude_reason"]].to_dict("records") if len(excluded) else []
     )
     table.attrs["metrics"] = [m.key for m in metrics]
+    table.attrs["margin"] = margin
+    table.attrs["one_seed"] = verdicts.one_seed_line(table, inc, margin) if len(table) else ""
     table.attrs["notes"] = notes + table.attrs.get("notes", [])
     table.attrs["caption"] = caption(table)
     return table
@@ -239,6 +264,10 @@ def _bootstrap_columns(table, inc, diff: TableMetric, baseline, confidence, kw) 
                                                                    r["d_acc_p"]]
             table.loc[label, "d_test"] = r["d_test"]
             table.loc[label, "d_note"] = "" if np.isfinite(r["d_acc_lo"]) or r["d_acc_se"] != 0 else IDENTICAL_PAIRED
+    for label in table.index:  # the verdict follows the interval shown
+        if table.loc[label, "d_verdict"] in (verdicts.DIFFERENCE, verdicts.NO_DIFFERENCE):
+            table.loc[label, "d_verdict"] = verdicts.verdict_word(
+                table.loc[label, f"{d}_lo"], table.loc[label, f"{d}_hi"], int(table.loc[label, f"{d}_n"]))
     # the bootstrap's avg@k comes from the samples: it must be the summary's final accuracy
     gap = float((b["acc"] - table.loc[b.index, DIFF_KEY]).abs().max())
     table.attrs["bootstrap"] = {**b.attrs, "max_gap_to_summary_pp": gap}
@@ -279,7 +308,12 @@ def caption(table: pd.DataFrame) -> str:
         parts.append(
             f"Δ final acc: difference to {base} in percentage points with its {conf}% CI — "
             "paired t on per-seed differences when the seeds match, Welch's t otherwise (column Δ test); "
-            "n/a (identical per seed): the per-seed differences are all equal, so their spread is unknown."
+            "n/a (identical per seed): the per-seed differences are all equal, so their spread is unknown. "
+            "Δ verdict: 'difference shown' when the CI excludes 0; 'no difference shown' comes with what it ruled "
+            "out: MDE, the difference the same test would detect with power 0.8 at alpha 0.05 at the observed "
+            "spread and n (t test, also under --ci bootstrap), and equivalence by two one-sided t tests (TOST, "
+            f"alpha 0.05) within ±{table.attrs.get('margin', verdicts.DEFAULT_MARGIN):g} pp (--margin); "
+            "r (arms): Pearson correlation of the two rows' per-seed final accuracies (paired, n >= 3)."
         )
     bs = table.attrs.get("bootstrap")
     if table.attrs.get("ci") == "bootstrap" and bs:
@@ -329,6 +363,19 @@ def _cell(
     return s
 
 
+def _verdict_cell(r) -> str:
+    """The Δ verdict column: the verdict, and for "no difference shown" what it ruled out."""
+    word = r.get("d_verdict", "")
+    if not isinstance(word, str):
+        return ""
+    d = f"d_{DIFF_KEY}"
+    if word == verdicts.NO_DIFFERENCE:
+        eq = r.get("d_equivalence", "")
+        return f"{word}; " + verdicts.ruled_out(r.get(f"{d}_mde", np.nan), eq if isinstance(eq, str) else "",
+                                               unit="pp")
+    return word
+
+
 def format_table(table: pd.DataFrame, metrics: tuple[TableMetric, ...] = TABLE_METRICS) -> pd.DataFrame:
     """The table as strings, one column per quantity, ready for Markdown / LaTeX."""
     keys = table.attrs.get("metrics", [m.key for m in metrics])
@@ -350,6 +397,8 @@ def format_table(table: pd.DataFrame, metrics: tuple[TableMetric, ...] = TABLE_M
                            r.get("d_note", "") if isinstance(r.get("d_note", ""), str) else "")
             )
             row["Δ test"] = r["d_test"]
+            row["Δ verdict"] = "—" if r["d_test"] == "baseline" else _verdict_cell(r)
+            row["r (arms)"] = "" if not np.isfinite(r.get(f"{d}_r", np.nan)) else f"{r[f'{d}_r']:+.2f}"
         row[PAPER_HEADER] = _fmt(r["paper_aime24"], 0)
         row["paper row"] = r["paper_row"]
         out.append(row)
@@ -358,8 +407,10 @@ def format_table(table: pd.DataFrame, metrics: tuple[TableMetric, ...] = TABLE_M
 
 def table_markdown(table: pd.DataFrame) -> str:
     """Caption, the table in Markdown, and the list of excluded runs."""
+    one = table.attrs.get("one_seed", "")
     warn = warning_line(table)
-    lines = [warn, ""] if warn else []
+    lines = [one, ""] if one else []
+    lines += [warn, ""] if warn else []
     lines += [f"**Comparison table.** {table.attrs.get('caption', caption(table))}", ""]
     if len(table):
         lines.append(format_table(table).to_markdown(index=False))
@@ -380,6 +431,8 @@ def table_latex(table: pd.DataFrame) -> str:
     cap = table.attrs.get("caption", caption(table))
     warn = warning_line(table).replace("**", "")
     cap = f"{warn} {cap}" if warn else cap
+    one = table.attrs.get("one_seed", "").replace("**", "").replace("`", "")
+    cap = f"{one} {cap}" if one else cap
     tex = f.to_latex(index=False, escape=True, caption=_latex_escape(cap), label="tab:dapo-ablation")
     return tex.replace("±", r"$\pm$").replace("Δ", r"$\Delta$").replace("—", "--")
 
