@@ -11,7 +11,8 @@ A checkpoint directory ``step_<n>/`` holds three files:
   command) is refused, never executed. Everything is stored in that form: the RNG states
   as ints, lists and tensors, and the dataclasses the trainer keeps in ``state`` (the
   dynamic-sampling carry-over ``Group`` objects) as tagged dicts that :func:`load` turns
-  back into instances of the classes in :data:`RESTORABLE` only;
+  back into instances of the classes registered with :func:`register_restorable` only
+  (each by the module that owns it);
 - ``manifest.json``: the size and SHA-256 of the two files, written last.
 
 Writes are atomic and durable: the files go to a temporary directory, each file and the
@@ -21,9 +22,12 @@ fails (a full disk) removes its temporary directory and raises
 :class:`CheckpointWriteError` naming the checkpoint and the cause.
 
 :func:`latest` verifies checkpoints newest first (manifest sizes and checksums, the
-safetensors header, the trainer state loadable in weights-only mode) and returns the
-newest good one, logging each one it skips with the file and the reason. If checkpoints
-exist but none is usable it raises :class:`CheckpointError` instead of starting over.
+safetensors header, finite weights, the trainer state loadable in weights-only mode) and
+returns the newest good one, logging each one it skips with the file and the reason. A
+checkpoint without its manifest is damaged (the writer always writes one): it is skipped
+too. If checkpoints exist but none is usable it raises :class:`CheckpointError` instead of
+starting over. :func:`save` refuses weights that are not finite (a diverged run): the
+last good checkpoint stays the newest.
 """
 
 from __future__ import annotations
@@ -31,7 +35,6 @@ from __future__ import annotations
 import dataclasses
 import errno
 import hashlib
-import importlib
 import json
 import logging
 import os
@@ -55,10 +58,19 @@ MANIFEST = "manifest.json"
 FORMAT = 2  # 1: trainer_state.pt was an unrestricted pickle (refused: it can run code)
 STEP_DIR = re.compile(r"step_(\d+)")
 
-# The only classes a checkpoint may re-create ("module:qualname"). The trainer's state
-# holds dynamic-sampling groups carried over to the next step (algo.ds_surplus=carry).
-RESTORABLE = frozenset({"dapo_exp.rollout.groups:Group"})
+# The only classes a checkpoint may re-create, "module:qualname" -> class, registered by the
+# modules that own them (dapo_exp.rollout.groups registers the dynamic-sampling groups the
+# trainer's state carries over to the next step, algo.ds_surplus=carry).
+RESTORABLE: dict[str, type] = {}
 _TAG = "__dataclass__"
+
+
+def register_restorable(cls: type) -> type:
+    """Allow checkpoints to store and re-create instances of the dataclass ``cls``."""
+    if not dataclasses.is_dataclass(cls):
+        raise TypeError(f"{cls.__name__} is not a dataclass")
+    RESTORABLE[_class_name(cls)] = cls
+    return cls
 
 
 class CheckpointError(RuntimeError):
@@ -153,8 +165,7 @@ def _decode(obj: Any, file: Path) -> Any:
             name = obj[_TAG]
             if name not in RESTORABLE:
                 raise CheckpointError(f"{file}: names the class {name!r}, which a checkpoint may not create")
-            module, _, qualname = name.partition(":")
-            cls = getattr(importlib.import_module(module), qualname)
+            cls = RESTORABLE[name]
             try:
                 return cls(**{k: _decode(v, file) for k, v in obj["fields"].items()})
             except TypeError as exc:  # fields renamed since the checkpoint was written
@@ -185,6 +196,50 @@ def _sha256(path: Path) -> str:
         for block in iter(lambda: f.read(1 << 20), b""):
             h.update(block)
     return h.hexdigest()
+
+
+def manifest_files(directory: Path, names: Any) -> dict[str, dict[str, Any]]:
+    """``{name: {"bytes", "sha256"}}`` of the files ``names`` in ``directory``: what a manifest lists."""
+    return {n: {"bytes": (directory / n).stat().st_size, "sha256": _sha256(directory / n)} for n in names}
+
+
+def manifest_problem(directory: Path, manifest: Path, required: Any = ()) -> str | None:
+    """Why the files of ``directory`` disagree with ``manifest`` (a missing manifest included), naming
+    the file; None when every listed file (and every name in ``required`` is listed) matches."""
+    if not manifest.is_file():
+        return f"{manifest}: missing (it is written last, so the files it would vouch for are incomplete or damaged)"
+    try:
+        listed = json.loads(manifest.read_text())["files"]
+        files = {str(name): (int(w["bytes"]), str(w["sha256"])) for name, w in listed.items()}
+    except (ValueError, KeyError, TypeError, AttributeError, OSError) as exc:
+        return f"{manifest}: unreadable ({_first_line(exc)})"
+    for name in required:
+        if name not in files:
+            return f"{manifest}: does not list {name}"
+    for name, (size, sha) in files.items():
+        file = directory / name
+        if not file.is_file():
+            return f"{file}: missing (the manifest lists it)"
+        actual = file.stat().st_size
+        if actual != size:
+            return f"{file}: {actual} bytes, the manifest says {size} (truncated?)"
+        if _sha256(file) != sha:
+            return f"{file}: SHA-256 differs from the manifest (corrupted)"
+    return None
+
+
+def first_nonfinite(named_tensors: Any) -> str | None:
+    """``"<name> has <n> nan and <m> inf of <k> values"`` for the first floating tensor of
+    ``(name, tensor)`` pairs holding a NaN or an infinity; None when all are finite. One device
+    synchronisation when all are finite (the common case)."""
+    named = [(n, t) for n, t in named_tensors if torch.is_tensor(t) and t.is_floating_point()]
+    if not named or bool(torch.stack([torch.isfinite(t).all() for _, t in named]).all()):
+        return None
+    for name, t in named:
+        if not bool(torch.isfinite(t).all()):
+            return (f"{name} has {int(torch.isnan(t).sum())} nan and {int(torch.isinf(t).sum())} inf "
+                    f"of {t.numel()} values")
+    return None
 
 
 def _step_of(path: Path) -> int | None:
@@ -235,6 +290,10 @@ def save(
     for stale in root.glob(".tmp-*"):  # left by a run killed while saving
         shutil.rmtree(stale, ignore_errors=True)
     final = root / f"step_{step:07d}"
+    bad = first_nonfinite(model.state_dict().items())
+    if bad:
+        raise CheckpointError(f"refusing to write checkpoint {final}: the weights are not finite ({bad}); "
+                              f"the earlier checkpoints are kept")
     # encoded before touching the disk: a value that cannot be stored safely fails here
     blob = _encode(
         {
@@ -251,7 +310,7 @@ def save(
     try:
         save_model(model, str(tmp / WEIGHTS))
         torch.save(blob, tmp / STATE)
-        files = {n: {"bytes": (tmp / n).stat().st_size, "sha256": _sha256(tmp / n)} for n in (WEIGHTS, STATE)}
+        files = manifest_files(tmp, (WEIGHTS, STATE))
         (tmp / MANIFEST).write_text(json.dumps({"format": FORMAT, "step": step, "files": files}, indent=1))
         for name in (WEIGHTS, STATE, MANIFEST):
             _fsync(tmp / name)
@@ -265,6 +324,12 @@ def save(
         if isinstance(exc, Exception):
             raise _write_error(final, exc) from exc
         raise  # KeyboardInterrupt, SystemExit: as they are
+    _prune(root, step, keep)
+    return final
+
+
+def _prune(root: Path, step: int, keep: int) -> None:
+    """Keep the newest ``keep`` checkpoints up to ``step``; remove those newer (an abandoned timeline)."""
     dirs = _step_dirs(root)
     abandoned = [p for p in dirs if _step_of(p) > step]
     for p in abandoned:
@@ -272,7 +337,6 @@ def save(
     current = [p for p in dirs if _step_of(p) <= step]
     for old in abandoned + current[:-keep]:
         shutil.rmtree(old, ignore_errors=True)
-    return final
 
 
 # --------------------------------------------------------------------------- #
@@ -312,34 +376,42 @@ def read_state(path: str | os.PathLike, mmap: bool = False) -> dict[str, Any]:
 
 def verify(path: str | os.PathLike) -> None:
     """Raise :class:`CheckpointError` (naming the file and the problem) unless checkpoint ``path``
-    is complete and readable: manifest sizes and SHA-256 (when a manifest exists), the
-    safetensors header, and the trainer state loadable weights-only."""
+    is complete and readable: its manifest (required: the writer always writes one) and the sizes
+    and SHA-256 it lists, the safetensors header, finite weights, and the trainer state loadable
+    weights-only. Without a manifest, the other checks still run first, for the most specific reason."""
     path = Path(path)
     try:
         for name in (WEIGHTS, STATE):
             if not (path / name).is_file():
                 raise CheckpointError(f"{path / name}: missing")
         manifest = path / MANIFEST
-        if manifest.exists():
-            try:
-                listed = json.loads(manifest.read_text())["files"]
-                files = {name: (int(w["bytes"]), str(w["sha256"])) for name, w in listed.items()}
-            except (ValueError, KeyError, TypeError, AttributeError) as exc:
-                raise CheckpointError(f"{manifest}: unreadable ({_first_line(exc)})") from exc
-            for name, (size, sha) in files.items():
-                actual = (path / name).stat().st_size
-                if actual != size:
-                    raise CheckpointError(f"{path / name}: {actual} bytes, the manifest says {size} (truncated?)")
-                if _sha256(path / name) != sha:
-                    raise CheckpointError(f"{path / name}: SHA-256 differs from the manifest (corrupted)")
-        try:
-            with safe_open(str(path / WEIGHTS), framework="pt") as f:
-                f.keys()
-        except (SafetensorError, ValueError) as exc:
-            raise CheckpointError(f"{path / WEIGHTS}: not a readable safetensors file ({_first_line(exc)})") from exc
-        read_state(path, mmap=True)
+        if not manifest.is_file():
+            _verify_readable(path)
+            raise CheckpointError(
+                f"{manifest}: missing, so {path / WEIGHTS} and {path / STATE} cannot be verified (the writer always "
+                f"writes a manifest, last: this checkpoint is incomplete or was damaged)")
+        problem = manifest_problem(path, manifest, required=(WEIGHTS, STATE))
+        if problem:
+            raise CheckpointError(problem)
+        _verify_readable(path)
     except OSError as exc:
         raise CheckpointError(f"{path}: {_first_line(exc)}") from exc
+
+
+def _verify_readable(path: Path) -> None:
+    """The safetensors header and finite tensors, and the trainer state loadable weights-only."""
+    try:
+        with safe_open(str(path / WEIGHTS), framework="pt") as f:
+            bad = None
+            for k in f.keys():  # one tensor in memory at a time
+                bad = first_nonfinite([(k, f.get_tensor(k))])
+                if bad:
+                    break
+    except (SafetensorError, ValueError, RuntimeError) as exc:
+        raise CheckpointError(f"{path / WEIGHTS}: not a readable safetensors file ({_first_line(exc)})") from exc
+    if bad:
+        raise CheckpointError(f"{path / WEIGHTS}: the weights are not finite ({bad}; written by a diverged run)")
+    read_state(path, mmap=True)
 
 
 def latest(ckpt_root: str | os.PathLike) -> Path | None:

@@ -24,14 +24,11 @@ from typing import Any, Optional
 from hydra.core.config_store import ConfigStore
 from omegaconf import DictConfig, OmegaConf
 
-DS_SIGNALS = ("acc", "reward")
-DS_SURPLUS = ("discard", "carry")
-DS_ON_CAP = ("error", "partial")
 LOGGER_BACKENDS = ("wandb", "none")
 WANDB_MODES = ("offline", "online", "disabled")
 DEVICES = ("auto", "cpu", "cuda")
 DTYPES = ("float32", "bfloat16", "float16", "auto")
-# rollout.decode: the HF engine's sampling loop (dapo_exp/rollout/static_decode.py, fused_decode.py)
+# rollout.decode: the HF engine's sampling loop (dapo_exp/rollout/hf/static_decode.py, fused_decode.py)
 DECODE_MODES = ("generate", "static", "compiled", "fused", "auto")
 BACKENDS = ("native", "verl")
 LAUNCHES = ("local", "slurm")
@@ -43,16 +40,17 @@ class ConfigError(ValueError):
 
 @dataclass
 class AlgoConfig:
-    # Each fix of DAPO is a config group under conf/ that sets keys here (the registry
-    # of the fixes, dapo_exp/fixes.py, records which); the keys are the keyword
-    # arguments of the functions in dapo_exp/objective.py.
-    # advantage estimator, a name in dapo_exp.algorithms.ADVANTAGE_ESTIMATORS (grpo: DAPO Eq. 9)
+    # Each fix is a config group under conf/ that sets keys here; its module,
+    # dapo_exp/fixes/<name>.py, declares them, checks their values and binds them to the
+    # functions of dapo_exp/objective.py (whose keyword arguments carry the same names).
+    # advantage estimator, a name in dapo_exp.compose.ADVANTAGE_ESTIMATORS (grpo: DAPO Eq. 9)
     adv_estimator: str = "grpo"
-    # divide group-centred rewards by the group std (GRPO, DAPO: true; Dr.GRPO: false)
+    # divide group-centred rewards by the group std (GRPO, DAPO: true; Dr. GRPO: false)   [group dr_grpo_adv]
     adv_norm_std: bool = True
     # added to the std in the advantage's denominator
     adv_eps: float = 1e-6
-    # per-token policy loss, a name in dapo_exp.algorithms.POLICY_LOSSES (clipped: PPO surrogate, Eq. 10)
+    # GRPO's per-token surrogate when no fix fills the slot, a name in dapo_exp.compose.POLICY_LOSSES
+    # (clipped: PPO's clipped surrogate, Eq. 10)
     policy_loss: str = "clipped"
     # lower clip range: ratio >= 1 - eps_low for A < 0 (paper: 0.2)   [group clip_higher]
     eps_low: float = 0.2
@@ -88,6 +86,37 @@ class AlgoConfig:
     ds_surplus: str = "discard"
     # prompts generated per round = ceil(prompts_per_step * ds_oversample) (released script: 3)
     ds_oversample: float = 1.0
+    # ---- the GRPO family after DAPO (one group each; their modules in dapo_exp/fixes/) ----
+    # Dr. GRPO's constant normaliser: token losses / (responses x rollout.max_response_len)   [group dr_grpo_norm]
+    dr_grpo_norm: bool = False
+    # GSPO: the clipped sequence-level ratio (Zheng et al. 2025)   [group gspo]
+    gspo: bool = False
+    # GSPO's clip range of the sequence ratio (paper: 3e-4 / 4e-4)
+    gspo_eps_low: float = 3e-4
+    gspo_eps_high: float = 4e-4
+    # token (GSPO-token, as verl) | sequence (the paper's Eq. 5); equal with one advantage per response
+    gspo_form: str = "token"
+    # CISPO: the clipped, detached importance weight times log pi (MiniMax-M1)   [group cispo]
+    cispo: bool = False
+    # CISPO's weight bounds: 1 - low (1 = no lower bound, the paper) and 1 + high (4: a cap of 5)
+    cispo_eps_low: float = 1.0
+    cispo_eps_high: float = 4.0
+    # GMPO: the geometric mean of the clipped token ratios (Zhao et al. 2025)   [group gmpo]
+    gmpo: bool = False
+    # GMPO's clip range in log space, (e^-low, e^high) (paper: 0.4 / 0.4)
+    gmpo_eps_low: float = 0.4
+    gmpo_eps_high: float = 0.4
+    # Clip-Cov: detach a random share of tokens with covariance in [lb, ub] (Cui et al. 2025)   [group clip_cov]
+    clip_cov: bool = False
+    # share of tokens detached, and the covariance band (paper: 2e-4, 1, 5)
+    clip_cov_ratio: float = 2e-4
+    clip_cov_lb: float = 1.0
+    clip_cov_ub: float = 5.0
+    # KL-Cov: kappa |logp - old_logp| on the top share of tokens by covariance (Cui et al. 2025)   [group kl_cov]
+    kl_cov: bool = False
+    # share of tokens penalised (paper: 2e-4) and kappa (authors' scripts: 1; verl's default 0.1)
+    kl_cov_ratio: float = 2e-4
+    kl_cov_coef: float = 1.0
     # truncated importance sampling: cap on exp(old_logp - engine_logp) per token, null = off
     tis_cap: Optional[float] = None
     # keys of fixes registered outside the package (dapo_exp.fixes.register_fix), set as
@@ -388,40 +417,21 @@ def _require(ok: bool, path: str, msg: str) -> None:
 
 
 def validate(cfg: DictConfig | Config) -> None:
-    """Check every value that the type system cannot; raise :class:`ConfigError` naming the field."""
+    """Check every value that the type system cannot; raise :class:`ConfigError` naming the field.
+
+    The values of a fix's own keys are checked by the fix (its ``check``, :mod:`dapo_exp.fixes`,
+    run by :func:`dapo_exp.compose.check`): one owner per rule."""
     c = cfg if isinstance(cfg, DictConfig) else OmegaConf.structured(cfg)
     a, r, t, o, e = c.algo, c.rollout, c.train, c.optim, c.eval
 
-    _require(a.eps_low >= 0, "algo.eps_low", f"must be >= 0, got {a.eps_low}")
-    _require(a.eps_high >= 0, "algo.eps_high", f"must be >= 0, got {a.eps_high}")
-    _require(a.eps_low < 1, "algo.eps_low", f"must be < 1 (ratio lower bound 1 - eps_low > 0), got {a.eps_low}")
-    _require(a.dual_clip is None or a.dual_clip > 1, "algo.dual_clip", f"must be > 1 or null, got {a.dual_clip}")
     _require(a.adv_eps >= 0, "algo.adv_eps", f"must be >= 0, got {a.adv_eps}")
     _require(a.kl_coef >= 0, "algo.kl_coef", f"must be >= 0, got {a.kl_coef}")
-    max_len = a.overlong_max_len if a.overlong_max_len is not None else r.max_response_len
-    _require(max_len > 0, "algo.overlong_max_len", f"must be > 0, got {max_len}")
-    _require(
-        0 <= a.overlong_cache_len <= max_len,
-        "algo.overlong_cache_len",
-        f"must satisfy 0 <= cache_len <= max_len ({max_len}), got {a.overlong_cache_len}",
-    )
-    _require(a.overlong_factor >= 0, "algo.overlong_factor", f"must be >= 0, got {a.overlong_factor}")
-    _choice("algo.ds_signal", a.ds_signal, DS_SIGNALS)
-    _choice("algo.ds_surplus", a.ds_surplus, DS_SURPLUS)
-    _choice("algo.ds_on_cap", a.ds_on_cap, DS_ON_CAP)
-    _require(a.ds_max_rounds >= 0, "algo.ds_max_rounds", f"must be >= 0 (0 = unlimited), got {a.ds_max_rounds}")
-    _require(a.ds_oversample >= 1.0, "algo.ds_oversample", f"must be >= 1, got {a.ds_oversample}")
     _require(a.tis_cap is None or a.tis_cap >= 1.0, "algo.tis_cap", f"must be >= 1 or null, got {a.tis_cap}")
 
     _require(c.task.verifier_timeout_s > 0, "task.verifier_timeout_s", "must be > 0")
     _choice("model.dtype", c.model.dtype, DTYPES)
 
     _require(r.n >= 1, "rollout.n", f"group size must be >= 1, got {r.n}")
-    _require(
-        not a.dynamic_sampling or r.n >= 2,
-        "rollout.n",
-        f"dynamic sampling needs a group size >= 2 (a group of 1 is never mixed), got {r.n}",
-    )
     _require(r.max_response_len > 0, "rollout.max_response_len", "must be > 0")
     _require(r.temperature > 0, "rollout.temperature", f"must be > 0, got {r.temperature}")
     _require(0 < r.top_p <= 1, "rollout.top_p", f"must be in (0, 1], got {r.top_p}")

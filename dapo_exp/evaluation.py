@@ -87,23 +87,9 @@ def maj_at_k(
     return float(np.mean(hits))
 
 
-def summarise_eval(
-    problem_ids: Sequence[Any],
-    sample_correct: Sequence[Any],
-    sample_preds: Sequence[Optional[Hashable]],
-    lengths: Sequence[Any],
-    truncated: Sequence[Any],
-    k: int,
-) -> dict[str, Any]:
-    """The eval metrics of one evaluation, plus a per-problem breakdown.
-
-    Inputs are lists or arrays (torch CPU tensors work) over P * k samples, group-major
-    (sample j of problem i at index i * k + j). ``problem_ids`` has one id per problem (P)
-    or one per sample (P * k). Returns exactly the keys ``eval/acc_avg``,
-    ``eval/pass_at_k``, ``eval/maj_at_k``, ``eval/response_len_mean``,
-    ``eval/truncated_frac`` (floats) and ``per_problem``: a list of dicts with
-    ``problem_id, n, n_correct, acc, pass_at_k, maj_pred, maj_correct, len_mean, truncated_frac``.
-    """
+def _eval_inputs(problem_ids: Sequence[Any], sample_correct: Sequence[Any], sample_preds: Sequence[Any],
+                 lengths: Sequence[Any], truncated: Sequence[Any], k: int) -> tuple:
+    """:func:`summarise_eval`'s inputs as arrays and lists, checked: (correct, ids per problem, preds, lens, trunc)."""
     if k < 1:
         raise ValueError(f"summarise_eval: k must be >= 1, got {k}")
     correct = np.asarray(sample_correct, dtype=bool).reshape(-1)
@@ -122,7 +108,28 @@ def summarise_eval(
     for name, size in (("sample_preds", len(preds)), ("lengths", lens.size), ("truncated", trunc.size)):
         if size != n:
             raise ValueError(f"summarise_eval: {name} has {size} entries, want one per sample ({n})")
+    return correct, ids, preds, lens, trunc
 
+
+def summarise_eval(
+    problem_ids: Sequence[Any],
+    sample_correct: Sequence[Any],
+    sample_preds: Sequence[Optional[Hashable]],
+    lengths: Sequence[Any],
+    truncated: Sequence[Any],
+    k: int,
+) -> dict[str, Any]:
+    """The eval metrics of one evaluation, plus a per-problem breakdown.
+
+    Inputs are lists or arrays (torch CPU tensors work) over P * k samples, group-major
+    (sample j of problem i at index i * k + j). ``problem_ids`` has one id per problem (P)
+    or one per sample (P * k). Returns exactly the keys ``eval/acc_avg``,
+    ``eval/pass_at_k``, ``eval/maj_at_k``, ``eval/response_len_mean``,
+    ``eval/truncated_frac`` (floats) and ``per_problem``: a list of dicts with
+    ``problem_id, n, n_correct, acc, pass_at_k, maj_pred, maj_correct, len_mean, truncated_frac``.
+    """
+    correct, ids, preds, lens, trunc = _eval_inputs(problem_ids, sample_correct, sample_preds, lengths, truncated, k)
+    n_problems = len(ids)
     grid = correct.reshape(n_problems, k)
     per_problem = []
     for i in range(n_problems):

@@ -31,6 +31,7 @@ from __future__ import annotations
 
 from contextlib import nullcontext
 from dataclasses import dataclass
+from typing import Any
 
 import torch
 from torch import Tensor
@@ -149,10 +150,10 @@ def _project(head: torch.nn.Module, hidden: Tensor, targets: Tensor, chunk: int,
 SHARED_PROMPT_FAMILIES = ("llama", "qwen2", "qwen3")
 
 
-def full_attention_only(config) -> bool:
+def full_attention_only(model_config: Any) -> bool:
     """No sliding-window layers in a transformers config (``use_sliding_window``, ``layer_types``)."""
-    return (not getattr(config, "use_sliding_window", False)
-            and all(t == "full_attention" for t in getattr(config, "layer_types", None) or ()))
+    return (not getattr(model_config, "use_sliding_window", False)
+            and all(t == "full_attention" for t in getattr(model_config, "layer_types", None) or ()))
 
 
 def can_share_prompts(model: torch.nn.Module) -> bool:

@@ -115,6 +115,7 @@ def clipped_surrogate(
     eps_low: float = 0.2,
     eps_high: float = 0.2,
     dual_clip: float | None = None,
+    mask: Tensor | None = None,
 ) -> SurrogateOut:
     """PPO clipped surrogate with decoupled bounds (DAPO Eq. 10, Clip-Higher).
 
@@ -130,6 +131,7 @@ def clipped_surrogate(
         advantages: ``(B, T)`` or ``(B, 1)`` / ``(B,)`` (broadcast over tokens).
         eps_low, eps_high: lower and upper clip ranges, ``>= 0``.
         dual_clip: ``None`` or a bound ``c > 1``.
+        mask: unused (every surrogate takes it, so that those that need ``|o_i|`` can).
 
     Returns:
         :class:`SurrogateOut` with the per-token loss and where each bound clipped.
@@ -428,7 +430,7 @@ def policy_loss(
     a mini-batch gives exactly the mini-batch loss, so calling ``backward()`` on
     each accumulates exactly the mini-batch gradient.
 
-    ``surrogate(logp, old_logp, advantages)`` gives the per-token loss and clip flags
+    ``surrogate(logp, old_logp, advantages, mask=mask)`` gives the per-token loss and clip flags
     (the ``surrogate`` slot, :mod:`dapo_exp.fixes`: :func:`clipped_surrogate` with its clip
     ranges bound unless a fix fills the slot). The aggregation is
     :func:`aggregate_loss` with the mini-batch ``weights``.
@@ -440,7 +442,7 @@ def policy_loss(
         ``n_clipped_high``, ``n_clipped_low``, ``n_clipped_dual``, ``ratio_sum``),
         from which the trainer computes token fractions.
     """
-    out = surrogate(logp, old_logp, advantages)
+    out = surrogate(logp, old_logp, advantages, mask=mask)
     pg = aggregate_loss(out.loss, mask, weights=weights)
     loss = pg
     m = mask.to(logp.dtype)
@@ -604,6 +606,7 @@ def cispo_surrogate(
     *,
     eps_low: float = 1.0,
     eps_high: float = 4.0,
+    mask: Tensor | None = None,
 ) -> SurrogateOut:
     """Clipped IS-weight Policy Optimization (MiniMax-M1 Eqs. 4-5).
 

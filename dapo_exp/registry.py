@@ -6,14 +6,14 @@ the code it selects from:
 ===============================================  ===================  ==============================
 registry                                         config key           where
 ===============================================  ===================  ==============================
-advantage estimators                             ``algo.adv_estimator``  :mod:`dapo_exp.algorithms`
-policy losses (per-token surrogates)             ``algo.policy_loss``    :mod:`dapo_exp.algorithms`
-reward shaping terms (on when their fix is on)   (their fix's switch)    :mod:`dapo_exp.algorithms`
+advantage estimators                             ``algo.adv_estimator``  :mod:`dapo_exp.compose`
+policy losses (GRPO's surrogate)                 ``algo.policy_loss``    :mod:`dapo_exp.compose`
 tasks                                            ``task.name``           :mod:`dapo_exp.tasks`
 rollout engines                                  ``rollout.engine``      :mod:`dapo_exp.rollout`
 ===============================================  ===================  ==============================
 
-The fixes themselves are registered in :mod:`dapo_exp.fixes`.
+The fixes themselves (reward terms, advantage transforms, group filters, token masks,
+surrogates, normalisers) are registered in :mod:`dapo_exp.fixes`, one module each.
 """
 
 from __future__ import annotations

@@ -2,9 +2,10 @@
 the Hydra failure hook) and how it is read back (the trainer on resume, the analysis).
 
 Every write of a JSON file is atomic (a temporary file, fsync, rename), so a reader
-never sees half a ``summary.json``; JSONL files are appended line by line, and the
-reader skips a line torn by a kill and any line that is not a JSON object. Imports
-nothing of the project.
+never sees half a ``summary.json``; JSONL files are appended line by line (fsynced by the
+runner before each checkpoint), and the reader skips a line torn by a kill and any line
+that is not a JSON object (on resume, also a row whose ``step`` is not an int, with a
+warning: :func:`read_rows`). Imports nothing of the project.
 
 Run directory layout::
 
@@ -19,7 +20,9 @@ Run directory layout::
                                {"status", "label", "preset", "switches": {fix: bool}, "seed",
                                 "config": <resolved config>, "git_commit", "environment", "wall_time_s",
                                 "steps_done", "final": {"eval/...": float}, "best": {...},
-                                "base": {...eval at step 0}, "error": str | None}
+                                "base": {...eval at step 0}, "error": str | None,
+                                "history_gap": [steps whose metric row was lost before a
+                                checkpoint (a power loss); [] for a complete history]}
     <run>/eval_samples.jsonl   every evaluation sample: {"step", "problem_id", "sample",
                                "prompt", "response", "answer", "pred", "correct", "length",
                                "truncated"}
@@ -124,7 +127,11 @@ def read_json(path: str | os.PathLike) -> dict[str, Any] | None:
 
 
 class JsonlWriter:
-    """Appends rows (dicts) to a JSONL file, one JSON object per line."""
+    """Appends rows (dicts) to a JSONL file, one JSON object per line.
+
+    Each write reaches the operating system when it returns; :meth:`sync` makes every row
+    written so far durable (fsync of the file and its directory), which the runner does
+    before it publishes a checkpoint, so the rows up to a checkpoint survive a power loss."""
 
     def __init__(self, path: str | os.PathLike) -> None:
         self.path = Path(path)
@@ -135,6 +142,17 @@ class JsonlWriter:
             return
         with self.path.open("a", encoding="utf-8") as f:
             f.write("".join(json.dumps(r, default=float) + "\n" for r in rows))
+            f.flush()
+
+    def sync(self) -> None:
+        """fsync the file (when it exists) and its directory (its name)."""
+        if self.path.exists():
+            fd = os.open(self.path, os.O_RDONLY)
+            try:
+                os.fsync(fd)
+            finally:
+                os.close(fd)
+        _fsync_dir(self.path.parent)
 
 
 def git_commit() -> str:
@@ -199,19 +217,46 @@ def read_jsonl(path: str | os.PathLike) -> list[dict[str, Any]]:
     return list(iter_jsonl(path)) if Path(path).is_file() else []
 
 
+def read_rows(path: str | os.PathLike) -> tuple[list[dict[str, Any]], list[str]]:
+    """The rows of a run's JSONL log that a resume can use, and why each other line is not.
+
+    A usable row is a JSON object whose ``step`` is an int. Anything else (a line torn by a
+    kill or a power loss, a line that is not JSON or not an object, a ``step`` that is missing
+    or not an int, e.g. ``"3"``) is left out, with ``"line <n>: <reason>"`` in the second list.
+    ``([], [])`` when the file does not exist."""
+    path = Path(path)
+    rows: list[dict[str, Any]] = []
+    bad: list[str] = []
+    if not path.is_file():
+        return rows, bad
+    with open(path, encoding="utf-8", errors="replace") as f:
+        for n, line in enumerate(f, 1):
+            line = line.strip()
+            if not line:
+                continue
+            try:
+                obj = json.loads(line)
+            except json.JSONDecodeError:
+                bad.append(f"line {n}: not valid JSON (torn by a kill?): {line[:60]!r}")
+                continue
+            if not isinstance(obj, dict):
+                bad.append(f"line {n}: a JSON {type(obj).__name__}, not an object")
+            elif type(obj.get("step")) is not int:
+                bad.append(f"line {n}: its step is {obj.get('step')!r} ({type(obj.get('step')).__name__}), "
+                           f"not an int")
+            else:
+                rows.append(obj)
+    return rows, bad
+
+
 def truncate_jsonl(path: str | os.PathLike, max_step: int) -> None:
     """Keep the rows of steps ``<= max_step`` (a resumed run re-logs the later ones) and drop
-    every line :func:`iter_jsonl` would skip. Rewritten atomically."""
+    every line :func:`read_rows` leaves out. Rewritten atomically and durably."""
     path = Path(path)
     if not path.exists():
         return
-    keep = [row for row in iter_jsonl(path) if _step_of(row) <= max_step]
+    keep = [row for row in read_rows(path)[0] if row["step"] <= max_step]
     write_text_atomic(path, "".join(json.dumps(r, default=float) + "\n" for r in keep))
-
-
-def _step_of(row: dict[str, Any]) -> float:
-    step = row.get("step", 0)
-    return step if isinstance(step, (int, float)) else 0
 
 
 def read_summary(run_dir: str | os.PathLike) -> dict[str, Any] | None:

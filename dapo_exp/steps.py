@@ -10,8 +10,8 @@
        per-token advantages (token_advantages, x truncated IS weights)
     -> rollout_mismatch / step_metrics / sampling_metrics -> evaluate (periodic)
 
-Each step takes plain values and keyword arguments; the config is read by the loop
-(``dapo_exp.train``) and by the registry entries it picks (``dapo_exp.algorithms``).
+Each step takes plain values, keyword arguments and the hooks the fixes bound
+(:class:`dapo_exp.compose.Hooks`); no step reads a config.
 """
 
 from __future__ import annotations
@@ -63,17 +63,19 @@ class Batch:
 
 
 def build_batch(
-    groups: list[Group], *, group_size: int, estimator: Callable[[Tensor], Tensor], overlong_filtering: bool
+    groups: list[Group], *, group_size: int, advantage: Callable[[Tensor], Tensor],
+    token_mask: Callable[[Tensor, Tensor], Tensor] | None,
 ) -> Batch:
-    """Advantages (``estimator(rewards (N, G)) -> (N, G)``) and masks of the kept groups."""
+    """Advantages (``advantage(rewards (N, G)) -> (N, G)``) and masks of the kept groups
+    (``token_mask(resp_mask (B, T), truncated (B,)) -> (B, T)``, e.g. Overlong Filtering; None: all tokens)."""
     rewards = torch.tensor([g.reward for g in groups], dtype=torch.float32)
-    adv = estimator(rewards).reshape(-1)
+    adv = advantage(rewards).reshape(-1)
     responses = [resp for g in groups for resp in g.response_ids]
     lengths = [len(x) for x in responses]
     truncated = torch.tensor([tr for g in groups for tr in g.truncated])
     width = max(1, max(lengths))
     resp_mask = (torch.arange(width)[None, :] < torch.tensor(lengths)[:, None]).float()
-    loss_mask = objective.overlong_filtering(resp_mask, truncated) if overlong_filtering else resp_mask
+    loss_mask = token_mask(resp_mask, truncated) if token_mask is not None else resp_mask
     return Batch(
         groups=groups, rewards=rewards, advantages=adv,
         prompts=[g.prompt_ids for g in groups for _ in range(group_size)], responses=responses,
@@ -195,9 +197,8 @@ class UpdateSpec:
     token_budget: int | None
     ppo_epochs: int
     grad_clip: float
-    loss_agg: str
-    max_len: int  # L_max of seq-mean-token-sum-norm
-    surrogate: Callable  # from dapo_exp.algorithms.POLICY_LOSSES
+    normaliser: Callable[[Tensor, Tensor], Tensor]  # (mask, group_index) -> (B,) weights of a mini-batch
+    surrogate: Callable  # (logp, old_logp, advantages, *, mask) -> objective.SurrogateOut
     kl_coef: float
     kl_estimator: str
     tis_cap: float | None  # truncated importance sampling against the engine's log-probs, None = off
@@ -229,8 +230,7 @@ def update_policy(
     upd: dict[str, float] = defaultdict(float)
     device = fwd.device
     for rows in minibatch_rows(len(batch.groups), spec=spec, seed=seed):
-        weights = objective.loss_normaliser(batch.loss_mask[rows], spec.loss_agg, batch.group_index[rows],
-                                            max_len=spec.max_len)
+        weights = spec.normaliser(batch.loss_mask[rows], batch.group_index[rows])
         lens = row_lengths(batch, rows)
         for micro in microbatches(lens, spec.micro_batch_size, spec.token_budget):
             sel = [rows[i] for i in micro]
@@ -272,8 +272,8 @@ def step_metrics(
 ) -> dict[str, float]:
     """Reward, loss, clipping, masking, length and throughput metrics of a trained step.
 
-    ``shaping_metrics`` maps each registered shaping term to its metric name; a term that
-    is off logs 0.
+    ``shaping_metrics`` maps each registered reward term (fix name) to its metric name; a
+    term that is off logs 0.
     """
     acc = torch.tensor([g.correct for g in batch.groups], dtype=torch.float32)
     n_tok, n_upd = max(upd["n_tokens"], 1.0), max(upd["n_updates"], 1.0)

@@ -86,6 +86,14 @@ class WandbTracker:
         self._guard("finish", self.run.finish, exit_code=exit_code)
 
 
+def _define_axes(run: Any) -> None:
+    """The x axes of the metric families and the best evaluation in the W&B summary."""
+    run.define_metric(STEP_METRIC)
+    for pattern, axis in STEP_AXES.items():
+        run.define_metric(pattern, step_metric=axis)
+    run.define_metric("eval/acc_avg", summary="max,last")
+
+
 def start_tracker(
     backend: str,
     *,
@@ -115,17 +123,8 @@ def start_tracker(
 
         def init(run_mode: str):
             return wandb.init(
-                project=project,
-                entity=entity,
-                group=group,
-                name=name,
-                tags=tags,
-                config=config,
-                dir=out_dir,
-                mode=run_mode,
-                id=run_id,
-                resume="allow" if run_id else None,
-                reinit="finish_previous",
+                project=project, entity=entity, group=group, name=name, tags=tags, config=config, dir=out_dir,
+                mode=run_mode, id=run_id, resume="allow" if run_id else None, reinit="finish_previous",
                 settings=wandb.Settings(silent=True, console="off", x_disable_stats=True, init_timeout=timeout),
             )
 
@@ -144,10 +143,7 @@ def start_tracker(
             # the failed attempt still holds the run id in W&B's service process: stop it first
             wandb.teardown()
             run = init("offline")
-        run.define_metric(STEP_METRIC)
-        for pattern, axis in STEP_AXES.items():
-            run.define_metric(pattern, step_metric=axis)
-        run.define_metric("eval/acc_avg", summary="max,last")
+        _define_axes(run)
         return WandbTracker(run)
     except Exception as exc:  # noqa: BLE001
         log.warning("could not start W&B (%s); continuing without it", exc)

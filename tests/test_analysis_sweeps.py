@@ -23,6 +23,7 @@ EXPECTED_LABELS = {
     "factorial.sh": None,  # 32 distinct switch states
     "fractional.sh": "loop",  # 16 `run.py -m` calls, one per configuration of the 2^(5-1) design
     "toy_studies.sh": "loop",  # one `run.py -m` per regime study (dapo_exp.analysis.studies.STUDIES)
+    "family.sh": {"grpo", "full", "dr_grpo", "gspo", "cispo", "gmpo", "clip_cov", "kl_cov"},
 }
 LOOPED = {k for k, v in EXPECTED_LABELS.items() if v == "loop"}
 

@@ -68,7 +68,7 @@ def test_the_defaults_of_the_verl_group():
 def test_a_fix_without_a_verl_translation_fails_by_name():
     """The fixes are translated through the registry: an extension fix's key is refused, naming it."""
     fixes.register_fix(fixes.Fix(name="bonus", short="bonus", title="Bonus", paper="-", keys=("ext.bonus",),
-                                 is_on=lambda a: bool(a.ext.get("bonus", 0)), objective=(), metrics=()))
+                                 is_on=lambda a: bool(a.ext.get("bonus", 0)), slots=(), bind=lambda algo, run: {}))
     try:
         with pytest.raises(vb.Untranslatable, match=r"algo\.ext\.bonus.*fix 'bonus'"):
             vb.translate(paper("+algo.ext.bonus=1.0"), label="x")

@@ -101,8 +101,10 @@ def test_each_ladder_step_adds_exactly_one_fix(i):
     assert _diff(prev, cur) and _diff(prev, cur) <= set(fixes.FIXES[changed[0]].keys)
 
 
-def test_the_ladder_ends_with_every_fix_on():
-    assert all(fix_switches(make_cfg(f"fixes={LADDER[-1]}").algo).values())
+def test_the_ladder_ends_with_every_dapo_fix_on():
+    last = fix_switches(make_cfg(f"fixes={LADDER[-1]}").algo)
+    assert len(fixes.dapo_fixes()) == 5 and all(last[k] for k in fixes.dapo_fixes())
+    assert not any(v for k, v in last.items() if k not in fixes.dapo_fixes())
     assert not any(fix_switches(make_cfg(f"fixes={LADDER[0]}").algo).values())
 
 
@@ -217,12 +219,12 @@ def test_bad_values_raise_naming_the_field(overrides, field):
 
 def test_bad_config_fails_before_any_compute(tmp_path, monkeypatch):
     """train() validates first: no model is built, no file but nothing is written."""
-    import dapo_exp.train as train_mod
+    import dapo_exp.build as build_mod
 
     def boom(*a, **k):
         raise AssertionError("model built before the config was checked")
 
-    monkeypatch.setattr(train_mod, "policy_path", boom)
+    monkeypatch.setattr(build_mod, "policy_path", boom)
     from dapo_exp.train import train
 
     cfg = make_cfg("algo.eps_low=-1", f"out_dir={tmp_path}", "logger=none")

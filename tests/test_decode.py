@@ -9,8 +9,8 @@ import torch
 
 from dapo_exp.models import build_char_tokenizer, build_tiny_model
 from dapo_exp.rollout.engine import SamplingSpec
-from dapo_exp.rollout.hf_engine import HFEngine
-from dapo_exp.rollout.static_decode import padded_len, padded_rows, resolve_decode, top_p_filter
+from dapo_exp.rollout.hf.engine import HFEngine
+from dapo_exp.rollout.hf.static_decode import padded_len, padded_rows, resolve_decode, top_p_filter
 
 
 @pytest.fixture(scope="module")
@@ -85,7 +85,7 @@ def test_failed_compile_falls_back_to_generate_and_says_why(tiny, caplog, monkey
         raise RuntimeError("InductorError: no working C++ compiler found")
 
     monkeypatch.setattr(eng._decoder, "_step", broken)
-    with caplog.at_level(logging.WARNING, logger="dapo_exp.rollout.hf_engine"):
+    with caplog.at_level(logging.WARNING, logger="dapo_exp.rollout.hf.engine"):
         got = eng.generate(prompts, SamplingSpec(n=8, max_new_tokens=24, seed=7))
     assert eng.decode_used == "generate"
     assert "falling back to transformers generate" in caplog.text and "no working C++ compiler" in caplog.text
@@ -104,7 +104,7 @@ def test_model_without_static_cache_falls_back(tiny, caplog, monkeypatch):
     model, tok = tiny
     monkeypatch.setattr(type(model), "_can_compile_fullgraph", False, raising=False)
     monkeypatch.setattr(type(model), "_supports_static_cache", False, raising=False)
-    with caplog.at_level(logging.WARNING, logger="dapo_exp.rollout.hf_engine"):
+    with caplog.at_level(logging.WARNING, logger="dapo_exp.rollout.hf.engine"):
         eng = HFEngine(model, tok, gen_batch_size=256, decode="static")
     assert eng.decode_used == "generate" and "_can_compile_fullgraph is False" in caplog.text
 
@@ -155,7 +155,7 @@ def test_generation_config_the_loop_does_not_implement_means_generate(tiny, capl
     key, value = next(iter(setting.items()))
     setattr(model.generation_config, key, value)
     try:
-        with caplog.at_level(logging.WARNING, logger="dapo_exp.rollout.hf_engine"):
+        with caplog.at_level(logging.WARNING, logger="dapo_exp.rollout.hf.engine"):
             eng = HFEngine(model, tok, gen_batch_size=256, decode="compiled")
     finally:
         setattr(model.generation_config, key, None)
@@ -171,13 +171,13 @@ def test_generation_config_the_loop_does_not_implement_means_generate(tiny, capl
 def test_model_that_does_not_declare_compile_support_falls_back(tiny, caplog, monkeypatch):
     model, tok = tiny
     monkeypatch.setattr(type(model), "_can_compile_fullgraph", False, raising=False)  # the transformers default
-    with caplog.at_level(logging.WARNING, logger="dapo_exp.rollout.hf_engine"):
+    with caplog.at_level(logging.WARNING, logger="dapo_exp.rollout.hf.engine"):
         eng = HFEngine(model, tok, gen_batch_size=256, decode="compiled")
     assert eng.decode_used == "generate" and "_can_compile_fullgraph is False" in caplog.text
 
 
 def test_only_the_last_shapes_keep_a_cache(tiny):
-    from dapo_exp.rollout.static_decode import KEEP_CACHES
+    from dapo_exp.rollout.hf.static_decode import KEEP_CACHES
 
     model, tok = tiny
     eng = HFEngine(model, tok, gen_batch_size=256, decode="static")

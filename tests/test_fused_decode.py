@@ -10,8 +10,8 @@ import torch
 
 from dapo_exp.models import build_char_tokenizer, build_tiny_model
 from dapo_exp.rollout.engine import SamplingSpec
-from dapo_exp.rollout.fused_decode import FusedDecoder
-from dapo_exp.rollout.hf_engine import HFEngine
+from dapo_exp.rollout.hf.fused_decode import FusedDecoder
+from dapo_exp.rollout.hf.engine import HFEngine
 
 
 @pytest.fixture(scope="module")
@@ -142,7 +142,7 @@ def _gpt2(tok):
 ])
 def test_models_it_does_not_fuse_fall_back_to_generate_and_say_why(tok, caplog, make, reason):
     model = make(tok)
-    with caplog.at_level(logging.WARNING, logger="dapo_exp.rollout.hf_engine"):
+    with caplog.at_level(logging.WARNING, logger="dapo_exp.rollout.hf.engine"):
         eng = HFEngine(model, tok, gen_batch_size=256, decode="fused")
     assert eng.decode_used == "generate"
     assert "falling back to transformers generate" in caplog.text and reason in caplog.text
@@ -153,7 +153,7 @@ def test_models_it_does_not_fuse_fall_back_to_generate_and_say_why(tok, caplog, 
 def test_generation_config_it_does_not_implement_means_generate(tok, caplog):
     model = _qwen2(tok)
     model.generation_config.repetition_penalty = 1.1
-    with caplog.at_level(logging.WARNING, logger="dapo_exp.rollout.hf_engine"):
+    with caplog.at_level(logging.WARNING, logger="dapo_exp.rollout.hf.engine"):
         eng = HFEngine(model, tok, gen_batch_size=256, decode="auto")  # auto = fused on CPU
     assert eng.decode_used == "generate" and "repetition_penalty=1.1" in caplog.text
 

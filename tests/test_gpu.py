@@ -46,7 +46,7 @@ def test_compiled_decode_with_cuda_graphs_samples_what_eager_samples():
     """rollout.decode=compiled on CUDA (torch.compile mode reduce-overhead: CUDA graphs) against the eager loop."""
     from dapo_exp.models import build_char_tokenizer, build_tiny_model
     from dapo_exp.rollout.engine import SamplingSpec
-    from dapo_exp.rollout.hf_engine import HFEngine
+    from dapo_exp.rollout.hf.engine import HFEngine
 
     tok = build_char_tokenizer()
     model = build_tiny_model(tok, hidden_size=96, num_layers=3, num_heads=3, seed=0).cuda().eval()
@@ -69,7 +69,7 @@ def test_fused_decode_and_shared_prompt_forward_on_cuda():
     from dapo_exp.logprobs import ResponseForward
     from dapo_exp.models import build_char_tokenizer, build_tiny_model
     from dapo_exp.rollout.engine import SamplingSpec
-    from dapo_exp.rollout.hf_engine import HFEngine
+    from dapo_exp.rollout.hf.engine import HFEngine
 
     tok = build_char_tokenizer()
     model = build_tiny_model(tok, hidden_size=96, num_layers=3, num_heads=3, seed=0).cuda().eval()

@@ -126,6 +126,15 @@ def _flip_data_bytes(p: Path) -> None:
     p.write_bytes(bytes(raw))
 
 
+def _flip_one_bit(p: Path) -> None:
+    """One bit of the tensor data changed, the safetensors header intact; the value stays finite
+    (a low mantissa bit), so only a checksum can see it."""
+    raw = bytearray(p.read_bytes())
+    header = 8 + int.from_bytes(raw[:8], "little")
+    raw[header + 4] ^= 0x01  # the low byte of the second float32
+    p.write_bytes(bytes(raw))
+
+
 CORRUPTIONS = {
     "weights truncated": (checkpoint.WEIGHTS, _truncate, True),
     "weights random bytes": (checkpoint.WEIGHTS, _randomise, True),
@@ -134,6 +143,9 @@ CORRUPTIONS = {
     "state truncated": (checkpoint.STATE, _truncate, True),
     "weights truncated, no manifest": (checkpoint.WEIGHTS, _truncate, False),
     "state random bytes, no manifest": (checkpoint.STATE, _randomise, False),
+    # a missing manifest is damage in itself (the writer always writes one): never "not verified, trusted"
+    "weights one bit flipped, no manifest": (checkpoint.WEIGHTS, _flip_one_bit, False),
+    "weights data bytes changed, no manifest": (checkpoint.WEIGHTS, _flip_data_bytes, False),
 }
 
 

@@ -285,3 +285,128 @@ def test_a_directory_where_the_lock_file_goes_is_one_line(tmp_path):
     (tmp_path / rundir.LOCK).mkdir()
     with pytest.raises(rundir.RunDirError, match=rf"opening {tmp_path / rundir.LOCK} failed .*; remove "):
         RunLock(tmp_path).acquire()
+
+
+# --------------------------------------------------------------------------- #
+# divergence is a named failure (issue 24)                                       #
+# --------------------------------------------------------------------------- #
+def _rows(run_dir):
+    return rundir.read_jsonl(Path(run_dir) / rundir.METRICS)
+
+
+@pytest.mark.slow
+def test_a_diverging_run_fails_naming_what_went_non_finite_and_logs_nothing_of_that_step(tmp_path, small_cfg):
+    from dapo_exp.runner import TrainingDiverged
+
+    cfg = small_cfg(tmp_path, "optim.lr=1e6")
+    for _ in range(2):  # a re-run fails the same way, never on the NaN weights of a checkpoint
+        with pytest.raises(TrainingDiverged, match=r"^actor/grad_norm is nan at step 1: training diverged"):
+            train(cfg)
+        summary = rundir.read_summary(tmp_path)
+        assert summary["status"] == "failed"
+        assert summary["error"].startswith("TrainingDiverged: actor/grad_norm is nan at step 1")
+        assert all(r["step"] == 0 for r in _rows(tmp_path))  # only the evaluation before training
+        assert not rundir.read_jsonl(tmp_path / rundir.TRAIN_SAMPLES)
+        assert not list((tmp_path / rundir.CHECKPOINTS).glob("step_*"))
+
+
+@pytest.mark.slow
+def test_weights_going_non_finite_stop_the_run_and_keep_the_last_good_checkpoint(tmp_path, small_cfg, monkeypatch):
+    import torch
+
+    from dapo_exp import steps
+    from dapo_exp.runner import TrainingDiverged
+
+    real, calls = steps.update_policy, {"n": 0}
+
+    def poisoned(model, *a, **k):
+        upd = real(model, *a, **k)
+        calls["n"] += 1
+        if calls["n"] == 2:  # step 2's update leaves a NaN in the weights (its loss and norm finite)
+            with torch.no_grad():
+                next(model.parameters()).view(-1)[:3] = float("nan")
+        return upd
+
+    monkeypatch.setattr(steps, "update_policy", poisoned)
+    overrides = ("train.steps=3", "checkpoint.every=1")
+    with pytest.raises(TrainingDiverged, match=r"^the weights are not finite \(.* has 3 nan and 0 inf of \d+ "
+                                               r"values\) at step 2: .*step_0000001, is kept"):
+        train(small_cfg(tmp_path, *overrides))
+    assert rundir.read_summary(tmp_path)["status"] == "failed"
+    assert [p.name for p in (tmp_path / rundir.CHECKPOINTS).glob("step_*")] == ["step_0000001"]
+    assert max(r["step"] for r in _rows(tmp_path)) == 1
+    monkeypatch.undo()
+    s = train(small_cfg(tmp_path, *overrides))  # the re-run resumes from the last good checkpoint
+    assert s["status"] == "finished" and s["steps_done"] == 3 and s["history_gap"] == []
+
+
+# --------------------------------------------------------------------------- #
+# logs as durable as checkpoints (issue 24)                                      #
+# --------------------------------------------------------------------------- #
+@pytest.mark.slow
+def test_the_metric_rows_are_fsynced_before_their_checkpoint_is_published(tmp_path, small_cfg, monkeypatch):
+    events = []
+    real_fsync, real_replace = os.fsync, os.replace
+    metrics_file = str(tmp_path / rundir.METRICS)
+
+    def fsync(fd):
+        path = os.readlink(f"/proc/self/fd/{fd}")
+        steps = [r["step"] for r in rundir.read_jsonl(path)] if path == metrics_file else None
+        events.append(("fsync", path, steps))
+        return real_fsync(fd)
+
+    def replace(src, dst):
+        events.append(("replace", str(dst), None))
+        return real_replace(src, dst)
+
+    monkeypatch.setattr(os, "fsync", fsync)
+    monkeypatch.setattr(os, "replace", replace)
+    train(small_cfg(tmp_path, "train.steps=2", "checkpoint.every=1"))
+    for step in (1, 2):
+        published = events.index(("replace", str(tmp_path / rundir.CHECKPOINTS / f"step_{step:07d}"), None))
+        synced = [e[2] for e in events[:published] if e[:2] == ("fsync", metrics_file)]
+        assert synced and step in synced[-1], (step, synced)
+
+
+def _finished_then_resumable(tmp_path, small_cfg, steps=2):
+    train(small_cfg(tmp_path, f"train.steps={steps}"))
+    (tmp_path / rundir.SUMMARY).unlink()  # as if the machine died after its last checkpoint
+
+
+@pytest.mark.slow
+def test_rows_lost_before_a_checkpoint_are_reported_and_the_summary_records_the_gap(tmp_path, small_cfg, capsys):
+    _finished_then_resumable(tmp_path, small_cfg)
+    lines = (tmp_path / rundir.METRICS).read_text().splitlines(keepends=True)
+    assert [json.loads(x)["step"] for x in lines] == [0, 1, 2, 2]  # base eval, steps 1 and 2, step 2's eval
+    (tmp_path / rundir.METRICS).write_text("".join(lines[:2]))  # a power loss: step 2's rows never reached the disk
+    capsys.readouterr()
+    s = train(small_cfg(tmp_path, "train.steps=3"))
+    out = capsys.readouterr().out
+    assert f"warning: {tmp_path / rundir.METRICS} has no row for 1 of the 2 steps up to the checkpoint (step 2)" in out
+    assert s["status"] == "finished" and s["history_gap"] == [2]
+    assert rundir.read_summary(tmp_path)["history_gap"] == [2]
+    assert "history gap: no metric row for step 2" in out
+    assert [r["step"] for r in _rows(tmp_path) if "reward/mean" in r] == [1, 3]
+
+
+BAD_ROWS = {
+    "a row with a string step": ('{"step": "3", "reward/mean": 1.0}\n', 'its step is \'3\' (str), not an int'),
+    "a torn row": ('{"step": 1, "reward/mean": 0.', "not valid JSON (torn by a kill?)"),
+    "a row without a step": ('{"reward/mean": 1.0}\n', "its step is None (NoneType), not an int"),
+}
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("case", list(BAD_ROWS))
+def test_an_unusable_metric_row_is_skipped_with_a_warning_never_fatal(tmp_path, small_cfg, capsys, case):
+    text, why = BAD_ROWS[case]
+    _finished_then_resumable(tmp_path, small_cfg, steps=1)
+    with open(tmp_path / rundir.METRICS, "a") as f:
+        f.write(text)
+    capsys.readouterr()
+    s = train(small_cfg(tmp_path, "train.steps=2"))
+    out = capsys.readouterr().out
+    assert f"[dapo-exp] warning: {tmp_path / rundir.METRICS} line 4: {why}" in out and "skipped" in out
+    assert s["status"] == "finished" and s["steps_done"] == 2 and s["history_gap"] == []
+    assert all(type(r["step"]) is int for r in _rows(tmp_path))
+    assert [r["step"] for r in _rows(tmp_path) if "reward/mean" in r] == [1, 2]

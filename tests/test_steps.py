@@ -73,16 +73,20 @@ class CountingForward:
         return self.fwd(model, prompts, responses, **kw)
 
 
+def TOKEN_MEAN(mask, group_index):
+    return objective.loss_normaliser(mask, "token-mean", group_index, max_len=16)
+
+
 def one_step(*, recompute: bool, mini_batch_size: int, ppo_epochs: int = 1, tis_cap: float | None = None,
              kl_coef: float = 0.0, micro_batch_size: int = 4, seed: int = 3):
     """One training step on the tiny model: (update stats, gradients of each update, OldLogprobs, forward calls)."""
     model = tiny_qwen2(vocab=V, dtype=torch.float64)
     ref = tiny_qwen2(vocab=V, dtype=torch.float64, seed=1) if kl_coef else None
     groups = make_groups(engine_logprobs=tis_cap is not None)
-    batch = steps.build_batch(groups, group_size=G, estimator=objective.group_advantages, overlong_filtering=False)
+    batch = steps.build_batch(groups, group_size=G, advantage=objective.group_advantages, token_mask=None)
     spec = steps.UpdateSpec(
         group_size=G, mini_batch_size=mini_batch_size, micro_batch_size=micro_batch_size, token_budget=None,
-        ppo_epochs=ppo_epochs, grad_clip=0.0, loss_agg="token-mean", max_len=16,
+        ppo_epochs=ppo_epochs, grad_clip=0.0, normaliser=TOKEN_MEAN,
         surrogate=functools.partial(objective.clipped_surrogate, eps_low=0.2, eps_high=0.28),
         kl_coef=kl_coef, kl_estimator="k3", tis_cap=tis_cap,
     )
@@ -163,7 +167,7 @@ def test_two_epochs_reuse_the_first_forward():
 
 def test_on_policy_rows_are_the_first_mini_batch():
     spec = steps.UpdateSpec(group_size=G, mini_batch_size=2 * G, micro_batch_size=G, token_budget=None,
-                            ppo_epochs=3, grad_clip=0.0, loss_agg="token-mean", max_len=16,
+                            ppo_epochs=3, grad_clip=0.0, normaliser=TOKEN_MEAN,
                             surrogate=objective.clipped_surrogate, kl_coef=0.0, kl_estimator="k3", tis_cap=None)
     rows = steps.on_policy_rows(N_GROUPS, spec=spec, seed=5)
     assert rows == steps.minibatch_rows(N_GROUPS, spec=spec, seed=5)[0]

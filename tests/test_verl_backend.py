@@ -282,13 +282,17 @@ def batch(seed: int = 0):
 
 
 def our_side(cfg, d):
-    a = cfg.algo
-    adv = objective.group_advantages(d["rewards"], norm_std=a.adv_norm_std, eps=a.adv_eps).reshape(-1)
-    mask = objective.overlong_filtering(d["mask"], d["truncated"]) if a.overlong_filtering else d["mask"]
-    out = objective.clipped_surrogate(d["logp"], d["old"], adv[:, None].double(), eps_low=a.eps_low,
-                                      eps_high=a.eps_high, dual_clip=a.dual_clip)
-    loss = objective.aggregate_loss(out.loss, mask, a.loss_agg, max_len=cfg.rollout.max_response_len)
-    return adv, loss, mask
+    """Our advantage, mask and loss through the hooks the fixes bind for this config (dapo_exp.compose):
+    the same composition the trainer runs, so every fix's translation is compared with verl's result."""
+    from dapo_exp import compose
+
+    hooks = compose.compose(cfg.algo, compose.run_info(cfg))
+    adv = hooks.advantage(d["rewards"]).reshape(-1)
+    mask = hooks.token_mask(d["mask"], d["truncated"]) if hooks.token_mask is not None else d["mask"]
+    out = hooks.surrogate(d["logp"], d["old"], adv[:, None].double(), mask=mask)
+    weights = hooks.normaliser(mask, torch.arange(B // G).repeat_interleave(G))
+    our_side.token_terms = out.loss * mask * weights[:, None].to(out.loss.dtype)  # each token's share of the loss
+    return adv, objective.weighted_token_sum(out.loss, mask, weights), mask
 
 
 def verl_mask(c, d):
@@ -354,15 +358,27 @@ def test_same_advantages_and_loss_for_every_preset(preset, extra):
     kept = v_mask.sum(1) > 0
     assert torch.equal(mask.bool(), v_mask.bool())  # Overlong Filtering: the same mask from our agent loop
     torch.testing.assert_close(v_adv[kept].double(), adv[kept].double(), rtol=1e-6, atol=1e-7)
-    if cfg.algo.loss_agg == "seq-mean-token-mean" and cfg.algo.overlong_filtering:
+    if cfg.algo.clip_cov:
+        # documented: verl zeroes the loss of the tokens Clip-Cov selects (at least one:
+        # max(int(ratio * tokens), 1), drawn from torch's global stream); ours detaches them (value kept).
+        # So the two differ by at most that many tokens' shares of the loss.
+        k = max(int(cfg.algo.clip_cov_ratio * int(mask.sum())), 1)
+        assert abs(float(v_loss - loss)) <= k * float(our_side.token_terms.abs().max()) + 1e-9
+        assert torch.isfinite(v_loss)
+    elif cfg.algo.loss_agg == "seq-mean-token-mean" and cfg.algo.overlong_filtering and not cfg.algo.dr_grpo_norm:
         # documented: verl divides by every response of the mini-batch (global_batch_size), masked
         # ones included; ours by the responses that keep a token (B')
         torch.testing.assert_close(v_loss, loss * kept.sum() / B, rtol=1e-6, atol=1e-9)
     else:
         torch.testing.assert_close(v_loss, loss, rtol=1e-6, atol=1e-9)
-    # verl's gradient accumulation gives the same sum over micro-batches, as ours does by construction
+    # verl's gradient accumulation gives the same sum over micro-batches, as ours does by construction,
+    # except for the modes whose verl loss depends on the split (documented): clip_cov / kl_cov select
+    # their tokens within each micro-batch, geo_mean averages over each micro-batch's rows
     _, v_split, _ = verl_side(c, d, micro_batches=((0, 3), (3, 8)))
-    torch.testing.assert_close(v_split, v_loss, rtol=1e-9, atol=1e-12)
+    if c.actor_rollout_ref.actor.policy_loss.loss_mode in ("clip_cov", "kl_cov", "geo_mean"):
+        assert torch.isfinite(v_split)
+    else:
+        torch.testing.assert_close(v_split, v_loss, rtol=1e-9, atol=1e-12)
 
 
 # each translated value, changed on verl's side, must change verl's result (the comparison above can fail)
@@ -388,6 +404,37 @@ def test_a_changed_translated_value_breaks_the_equivalence(preset, key):
     b_adv, b_loss, b_mask = verl_side(bad, d)
     changed = not torch.allclose(b_loss, v_loss, rtol=1e-6) or not torch.allclose(b_adv, v_adv)
     assert changed, f"{key} changed on verl's side and nothing changed: the equivalence test could not see it"
+
+
+# the family's translated values: each, changed on verl's side, changes verl's result
+FAMILY_MUTATIONS = [
+    ("gspo", "actor_rollout_ref.actor.policy_loss.loss_mode", "vanilla"),
+    ("gspo", "actor_rollout_ref.actor.clip_ratio_high", 0.2),
+    ("cispo", "actor_rollout_ref.actor.policy_loss.loss_mode", "vanilla"),
+    ("cispo", "actor_rollout_ref.actor.clip_ratio_high", 0.28),
+    ("gmpo", "actor_rollout_ref.actor.policy_loss.loss_mode", "vanilla"),
+    ("gmpo", "actor_rollout_ref.actor.clip_ratio_low", 0.1),
+    ("kl_cov", "actor_rollout_ref.actor.policy_loss.ppo_kl_coef", 0.1),
+    ("kl_cov", "actor_rollout_ref.actor.policy_loss.kl_cov_ratio", 0.5),
+    ("dr_grpo", "actor_rollout_ref.actor.loss_agg_mode", "seq-mean-token-mean"),
+    ("dr_grpo", "algorithm.norm_adv_by_std_in_grpo", True),
+]
+
+
+@pytest.mark.parametrize("preset, key, value", FAMILY_MUTATIONS)
+def test_a_changed_family_value_breaks_the_equivalence(preset, key, value):
+    _, c = _ours_and_verl(preset)
+    d = batch()
+    v_adv, v_loss, _ = verl_side(c, d)
+    bad = copy.deepcopy(c)
+    OmegaConf.update(bad, key, value)
+    b_adv, b_loss, _ = verl_side(bad, d)
+    assert not torch.allclose(b_loss, v_loss, rtol=1e-6) or not torch.allclose(b_adv, v_adv), key
+
+
+def test_gspo_sequence_form_is_refused_on_verl_naming_the_key():
+    with pytest.raises(vb.Untranslatable, match="algo.gspo_form='sequence'"):
+        translated("dapo_32b_paper", "gspo", "algo.gspo_form=sequence")
 
 
 def test_seq_mean_token_sum_norm_is_the_same_with_verls_loss_scale_factor():

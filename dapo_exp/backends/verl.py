@@ -31,6 +31,7 @@ from typing import Any, Callable
 from omegaconf import DictConfig, OmegaConf
 
 from dapo_exp import fixes
+from dapo_exp.fixes import overlong_punishment
 from dapo_exp.config import Config, ConfigError
 
 VERL_VERSION = "0.9.1"
@@ -182,7 +183,53 @@ def _ds_surplus(v: str, ctx: Context) -> dict[str, Any]:
     return {}
 
 
+def _on(ctx: Context, *names: str) -> bool:
+    """Is any of the fixes ``names`` on in this config?"""
+    return any(fixes.FIXES[n].is_on(ctx.cfg.algo) for n in names if n in fixes.FIXES)
+
+
+OWN_RANGE = ("gspo", "cispo", "gmpo")  # surrogate fixes whose clip range is their own (verl's clip_ratio_*)
+
+
+def _ppo_range(key: str) -> Callable[[Any, Context], dict[str, Any]]:
+    """eps_low / eps_high: verl's clip range, unless a surrogate with a range of its own sets it."""
+    return lambda v, ctx: {} if _on(ctx, *OWN_RANGE) else {_A + key: v}
+
+
+def _default_surrogate(v: str, ctx: Context) -> dict[str, Any]:
+    if v != "clipped":
+        _fail("algo.policy_loss", v, "our clipped surrogate is verl's vanilla loss")
+    surrogates = [f.name for f in fixes.FIXES.values() if "surrogate" in f.slots]
+    return {} if _on(ctx, *surrogates) else {_A + "policy_loss.loss_mode": "vanilla"}
+
+
+def _surrogate(mode: str, low: str | None = None, high: str | None = None,
+               extra: Callable[[Any], dict[str, Any]] = lambda a: {}) -> Callable[[Any, Context], dict[str, Any]]:
+    """A surrogate fix's switch: verl's loss_mode, its clip range from ``algo.<low>`` / ``algo.<high>``."""
+    def fn(v: bool, ctx: Context) -> dict[str, Any]:
+        if not v:
+            return {}
+        a = ctx.cfg.algo
+        rng = {_A + "clip_ratio_low": a[low], _A + "clip_ratio_high": a[high]} if low else {}
+        return {_A + "policy_loss.loss_mode": mode, **rng, **extra(a)}
+    return fn
+
+
+def _gspo_form(v: str, ctx: Context) -> dict[str, Any]:
+    if ctx.cfg.algo.gspo and v != "token":
+        _fail("algo.gspo_form", v, "verl 0.9.1's gspo is the token form (GSPO-token); use algo.gspo_form=token")
+    return {}
+
+
+def _dr_grpo_norm(v: bool, ctx: Context) -> dict[str, Any]:
+    if not v:
+        return {}
+    return {_A + "loss_agg_mode": "seq-mean-token-sum-norm", _A + "loss_scale_factor": ctx.cfg.rollout.max_response_len}
+
+
 def _loss_agg(v: str, ctx: Context) -> dict[str, Any]:
+    if _on(ctx, "dr_grpo_norm"):  # its normaliser replaces this one (they exclude each other natively)
+        return {}
     if v in ("token-mean", "seq-mean-token-mean"):
         return {_A + "loss_agg_mode": v}
     if v == "seq-mean-token-sum-norm":  # our normaliser B * L_max: verl's global batch x loss_scale_factor
@@ -214,7 +261,7 @@ def _overlong_max_len(v: int | None, ctx: Context) -> dict[str, Any]:
     if v is not None and v < cap:
         _fail("algo.overlong_max_len", v, f"below the generation cap ({cap}) verl's penalty keeps falling "
               "past -factor instead of Eq. 13's -1; leave it null (= the cap)")
-    return {"+reward.reward_kwargs.max_resp_len": cap if v is None else v}
+    return {"+reward.reward_kwargs.max_resp_len": overlong_punishment.l_max(ctx.cfg.algo, cap)}
 
 
 def _filtering(v: bool, ctx: Context) -> dict[str, Any]:
@@ -224,8 +271,8 @@ def _filtering(v: bool, ctx: Context) -> dict[str, Any]:
 
 
 FIX_RULES: dict[str, Rule] = {
-    "algo.eps_low": to(_A + "clip_ratio_low"),
-    "algo.eps_high": to(_A + "clip_ratio_high"),
+    "algo.eps_low": Rule(f"`{_A}clip_ratio_low` (GSPO, CISPO, GMPO set their own)", _ppo_range("clip_ratio_low")),
+    "algo.eps_high": Rule(f"`{_A}clip_ratio_high` (GSPO, CISPO, GMPO set their own)", _ppo_range("clip_ratio_high")),
     "algo.dynamic_sampling": to(_FG + "enable"),
     "algo.ds_signal": Rule(f"`{_FG}metric` (acc: `acc`, the reward manager's accuracy; reward: `reward`, the "
                            "shaped score)", _ds(lambda v, ctx: {_FG + "metric": {"acc": "acc", "reward": "reward"}[v]})),
@@ -243,6 +290,36 @@ FIX_RULES: dict[str, Rule] = {
     "algo.overlong_factor": Rule(f"`{_OB[1:]}penalty_factor`", _soft(lambda v, ctx: {_OB + "penalty_factor": v})),
     "algo.overlong_max_len": Rule("`reward.reward_kwargs.max_resp_len` (null: `rollout.max_response_len`; "
                                   "below it fails)", _soft(_overlong_max_len)),
+    "algo.adv_norm_std": to("algorithm.norm_adv_by_std_in_grpo"),
+    "algo.dr_grpo_norm": Rule(f"`{_A}loss_agg_mode=seq-mean-token-sum-norm` + `{_A}loss_scale_factor` = "
+                              "`rollout.max_response_len`", _dr_grpo_norm),
+    "algo.gspo": Rule(f"`{_A}policy_loss.loss_mode=gspo`, `{_A}clip_ratio_low/high` = `algo.gspo_eps_low/high`",
+                      _surrogate("gspo", "gspo_eps_low", "gspo_eps_high")),
+    "algo.gspo_eps_low": unused("read by algo.gspo's rule"),
+    "algo.gspo_eps_high": unused("read by algo.gspo's rule"),
+    "algo.gspo_form": Rule("none (only `token`: verl's gspo is GSPO-token)", _gspo_form),
+    "algo.cispo": Rule(f"`{_A}policy_loss.loss_mode=cispo`, `{_A}clip_ratio_low/high` = `algo.cispo_eps_low/high`",
+                       _surrogate("cispo", "cispo_eps_low", "cispo_eps_high")),
+    "algo.cispo_eps_low": unused("read by algo.cispo's rule"),
+    "algo.cispo_eps_high": unused("read by algo.cispo's rule"),
+    "algo.gmpo": Rule(f"`{_A}policy_loss.loss_mode=geo_mean`, `{_A}clip_ratio_low/high` = `algo.gmpo_eps_low/high`",
+                      _surrogate("geo_mean", "gmpo_eps_low", "gmpo_eps_high")),
+    "algo.gmpo_eps_low": unused("read by algo.gmpo's rule"),
+    "algo.gmpo_eps_high": unused("read by algo.gmpo's rule"),
+    "algo.clip_cov": Rule(f"`{_A}policy_loss.loss_mode=clip_cov` + `policy_loss.clip_cov_ratio/lb/ub`",
+                          _surrogate("clip_cov", extra=lambda a: {
+                              _A + "policy_loss.clip_cov_ratio": a.clip_cov_ratio,
+                              _A + "policy_loss.clip_cov_lb": a.clip_cov_lb,
+                              _A + "policy_loss.clip_cov_ub": a.clip_cov_ub})),
+    "algo.clip_cov_ratio": unused("read by algo.clip_cov's rule"),
+    "algo.clip_cov_lb": unused("read by algo.clip_cov's rule"),
+    "algo.clip_cov_ub": unused("read by algo.clip_cov's rule"),
+    "algo.kl_cov": Rule(f"`{_A}policy_loss.loss_mode=kl_cov` + `policy_loss.kl_cov_ratio`, `policy_loss.ppo_kl_coef`",
+                        _surrogate("kl_cov", extra=lambda a: {
+                            _A + "policy_loss.kl_cov_ratio": a.kl_cov_ratio,
+                            _A + "policy_loss.ppo_kl_coef": a.kl_cov_coef})),
+    "algo.kl_cov_ratio": unused("read by algo.kl_cov's rule"),
+    "algo.kl_cov_coef": unused("read by algo.kl_cov's rule"),
     "algo.overlong_filtering": Rule(f"`{_R}agent.default_agent_loop={OF_AGENT_LOOP}` + "
                                     f"`actor_rollout_ref.model.external_lib={EXT_MODULE}` (our agent loop)", _filtering),
 }
@@ -355,10 +432,9 @@ OTHER_RULES: dict[str, Rule] = {
     # algo, beyond the fixes
     "algo.adv_estimator": _only("algo.adv_estimator", "grpo", "verl runs our registry's grpo as its own grpo",
                                 {"algorithm.adv_estimator": "grpo"}),
-    "algo.adv_norm_std": to("algorithm.norm_adv_by_std_in_grpo"),
     "algo.adv_eps": _only("algo.adv_eps", VERL_ADV_EPS, "verl's GRPO advantage hard-codes epsilon=1e-6"),
-    "algo.policy_loss": _only("algo.policy_loss", "clipped", "our clipped surrogate is verl's vanilla loss",
-                              {_A + "policy_loss.loss_mode": "vanilla"}),
+    "algo.policy_loss": Rule("`actor_rollout_ref.actor.policy_loss.loss_mode=vanilla` (only `clipped`; a surrogate "
+                             "fix sets its own loss_mode)", _default_surrogate),
     "algo.dual_clip": Rule(f"`{_A}clip_ratio_c` (null: {NO_DUAL_CLIP:g}, which never binds)",
                            lambda v, ctx: {_A + "clip_ratio_c": NO_DUAL_CLIP if v is None else v}),
     "algo.kl_coef": Rule(f"`{_A}use_kl_loss` (coef > 0), `{_A}kl_loss_coef`; `algorithm.use_kl_in_reward=false`", _kl),

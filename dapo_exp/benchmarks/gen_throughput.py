@@ -88,7 +88,7 @@ def _measure_size(key, size, args, engines, prompts, spec, device) -> dict:
         model = save_random_qwen2(d, size, seed=0, dtype=args.dtype).to(device)
         row = {"size": key, "params": n_params(model)}
         if "hf" in engines:
-            from dapo_exp.rollout.hf_engine import HFEngine
+            from dapo_exp.rollout.hf.engine import HFEngine
 
             tok = build_char_tokenizer(size.vocab_size)
             hf = HFEngine(model, tok, gen_batch_size=len(prompts) * args.n)

@@ -8,7 +8,7 @@ from the run's own ``metrics.jsonl``. Prints a table and the command that made i
     python -m dapo_exp.benchmarks.toy_run                      # defaults: fixes=full, seeds 0,1,2
     python -m dapo_exp.benchmarks.toy_run --seeds 0 fixes=grpo train.steps=10
 
-It also checks the testbed's promise for the default run (issue 11): from a cold cache within
+It also checks the testbed's promise for the default run: from a cold cache within
 :data:`BUDGET_S` seconds, and held-out accuracy up by at least :data:`MIN_GAIN_PP` points over the
 base policy on every seed; the exit status is 1 when either fails (with overrides, 0: the
 promises are the default run's).
@@ -39,8 +39,8 @@ def run_once(out_dir: Path, cache_dir: Path, overrides: list[str]) -> float:
     return time.perf_counter() - t0
 
 
-BUDGET_S = 180.0  # the default run, cold cache, warm start included (issue 11)
-MIN_GAIN_PP = 15.0  # held-out accuracy gain over the base policy on every seed (issue 11)
+BUDGET_S = 180.0  # the default run, cold cache, warm start included
+MIN_GAIN_PP = 15.0  # held-out accuracy gain over the base policy on every seed
 
 
 def _load() -> str:

@@ -114,8 +114,11 @@ def main(argv: list[str] | None = None) -> None:
     if device.type == "cuda":
         torch.cuda.synchronize()
     secs = time.perf_counter() - t0
-    tokens = args.steps * args.batch * (args.prompt + args.response)
-    tps = tokens / secs
+    report(args, device, n_params, args.steps * args.batch * (args.prompt + args.response) / secs, rss0)
+
+
+def report(args: argparse.Namespace, device: torch.device, n_params: int, tps: float, rss0: int) -> None:
+    """The result as a markdown row, with the command that made it."""
     if device.type == "cuda":
         peak = torch.cuda.max_memory_allocated() / 2**30
         name = torch.cuda.get_device_name()

@@ -16,9 +16,9 @@ cache), on the toy task's training prompts and its verifier:
   the old log-probs from the update forward (no separate recompute);
 - no evaluation, no checkpoints, no W&B;
 - dapo-exp samples with ``--decode`` (default ``auto``, its own default: the fused Llama /
-  Qwen2 step of :mod:`dapo_exp.rollout.fused_decode` on CPU, the samples ``generate`` draws;
+  Qwen2 step of :mod:`dapo_exp.rollout.hf.fused_decode` on CPU, the samples ``generate`` draws;
   ``compiled`` is the static-cache loop with a compiled decode step,
-  :mod:`dapo_exp.rollout.static_decode`, whose compile happens in the untimed warm-up steps,
+  :mod:`dapo_exp.rollout.hf.static_decode`, whose compile happens in the untimed warm-up steps,
   reported apart), TRL with transformers ``generate``;
 - dapo-exp runs with its defaults otherwise, e.g. ``train.share_prompt_forward=true`` (a
   group's prompt goes through the decoder once in the update; same log-probs and gradients up
@@ -135,7 +135,7 @@ class Tally:
 def tiny_model_path(args: argparse.Namespace) -> str:
     """The toy's default warm-started tiny model (built once and cached, as for ``python run.py``)."""
     from dapo_exp.hydra_setup import compose_config
-    from dapo_exp.train import policy_path
+    from dapo_exp.build import policy_path
 
     return policy_path(compose_config([f"model.cache_dir={args.cache_dir}"] if args.cache_dir else []))
 
@@ -165,12 +165,14 @@ def dapo_overrides(args: argparse.Namespace, *, model_path: str, out: Path) -> l
 def open_run(cfg: Any, tokens: int, label: str) -> Any:
     """The trainer's run for ``cfg``, as ``python run.py`` builds it, with EOS suppressed until
     ``tokens`` new tokens (so every step does the same work). Shared with the scaling benchmark."""
+    from dapo_exp import build, runner
     from dapo_exp import train as T
 
-    T.preflight(cfg)
+    hooks = T.preflight(cfg)
     Path(cfg.out_dir).mkdir(parents=True, exist_ok=True)
-    run = T.build_run(cfg, Path(cfg.out_dir), label, cleanup=[])
-    T.resume(run)
+    run = build.build_run(cfg, hooks, Path(cfg.out_dir), label, cleanup=[])
+    runner.resume(run)
+    run.sampler = build.PromptSampler(len(run.train_prompts), cfg.seed, run.state["sampler_position"])
     run.model.generation_config.min_new_tokens = tokens
     return run
 

@@ -1,100 +1,150 @@
-"""The one registry of the DAPO fixes: what each switch is called, what it sets, what it selects.
+"""The registry of the fixes and the hook slots through which a fix acts on a training step.
 
-Every place that needs to know "which fixes exist" reads :data:`FIXES`: the run
-labels and W&B tags (:func:`switches`, :func:`label`), the analysis (column names,
-ladder order: :data:`PRESETS`, :data:`LADDER`), the presets check (a test composes
-every ``conf/fixes/*.yaml`` and reads its switches through this table), and the
-backends that translate the fixes to another engine's config (``Fix.keys``).
+A fix is one module (``dapo_exp/fixes/<name>.py``, or a file of your own) that builds a
+:class:`Fix` and passes it to :func:`register_fix`. The :class:`Fix` declares everything
+about it: its config keys, when it is on (read from the values, never from a preset's
+name), the hook slots it fills and how it binds them from the config, its metrics, its
+paper reference and which fixes it cannot be combined with. Nothing else in the package
+names a fix: the trainer calls the bound hooks (:mod:`dapo_exp.compose`), the labels,
+W&B tags, analysis columns and the backends' translations iterate :data:`FIXES`.
 
-A fix is *on* according to the values it sets in ``algo`` (``Fix.is_on``), never
-according to the name of the preset a run was launched from: ``fixes=full
-clip_higher=disabled`` is the leave-one-out ``full_no_clip`` and is labelled so.
+The slots (:data:`SLOTS`) are the places a fix can act. Hooks are plain callables over
+tensors and scalars, bound once per run by the fix's ``bind(algo, run)``:
 
-Adding a fix (README, "Where to add a fix"): one :class:`Fix` entry here (or
-:func:`register_fix` from your own code), the code it switches (a reward shaping term,
-a loss, a mask: see :mod:`dapo_exp.algorithms`), and a config group
-``conf/<name>/{disabled,enabled}.yaml`` setting its ``algo`` keys. Keys of fixes
-registered outside the package live under ``algo.ext`` (an open dict).
+- ``reward``: ``(*, lengths (B,) float, correct (B,) bool) -> (B,)`` added to the
+  correctness reward. The term's batch mean is logged as the fix's first metric (0 when off).
+- ``advantage``: ``(advantages (N, G), rewards (N, G)) -> (N, G)``, applied in registry
+  order after the estimator of ``algo.adv_estimator``.
+- ``group_filter``: a :class:`GroupFilter` (which groups a batch keeps, and how it refills).
+- ``token_mask``: ``(mask (B, T), truncated (B,)) -> (B, T)``, the tokens that count in the
+  loss, applied in registry order.
+- ``surrogate``: ``(logp, old_logp, advantages, *, mask) -> objective.SurrogateOut`` per token
+  (default: PPO's clipped surrogate, ``algo.policy_loss``).
+- ``normaliser``: ``(mask (B, T), group_index (B,)) -> (B,)`` loss weights of a mini-batch
+  (default: GRPO's ``seq-mean-token-mean``).
 
-This module imports nothing of the project (the bottom layer, beside
-:mod:`dapo_exp.objective` and :mod:`dapo_exp.config`).
+Slots marked ``exclusive`` take one fix at a time: two fixes that are on and fill the
+same exclusive slot fail before any compute, naming both (so do fixes that name each
+other in ``excludes``).
+
+This module imports nothing of the project but the config error; it never imports torch,
+so the analysis can read the registry.
 """
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import Any, Callable, Mapping
+
+from dapo_exp.config import ConfigError
+
+
+@dataclass(frozen=True)
+class Slot:
+    """A place where a fix acts on a training step."""
+
+    signature: str  # what the bound hook takes and returns
+    exclusive: bool  # one fix at a time (else the hooks of every fix that is on are combined)
+
+
+SLOTS: dict[str, Slot] = {
+    "reward": Slot("(*, lengths (B,), correct (B,)) -> (B,) added to the reward", exclusive=False),
+    "advantage": Slot("(advantages (N, G), rewards (N, G)) -> (N, G)", exclusive=False),
+    "group_filter": Slot("GroupFilter", exclusive=True),
+    "token_mask": Slot("(mask (B, T), truncated (B,)) -> (B, T)", exclusive=False),
+    "surrogate": Slot("(logp, old_logp, advantages, *, mask) -> objective.SurrogateOut", exclusive=True),
+    "normaliser": Slot("(mask (B, T), group_index (B,)) -> (B,) weights", exclusive=True),
+}
+
+
+@dataclass(frozen=True)
+class RunInfo:
+    """The values of the run besides ``algo`` that a fix may bind (plain values, no config)."""
+
+    max_response_len: int  # rollout.max_response_len, L_max of the generation
+    group_size: int  # rollout.n, G
+    seed: int  # the run's seed (for a fix's own random choices)
+
+
+@dataclass(frozen=True)
+class GroupFilter:
+    """The ``group_filter`` slot: which groups a training batch keeps, and how it refills.
+
+    ``keep(correct (N, G) float, reward (N, G) float) -> (N,) bool``. Rounds of
+    ``ceil(want * oversample)`` prompts are generated until the batch holds ``want`` kept
+    groups; at most ``max_rounds`` (0 = unlimited), then ``on_cap`` = ``error`` | ``partial``;
+    kept groups beyond the batch: ``surplus`` = ``discard`` | ``carry`` (to the next step).
+    """
+
+    keep: Callable[[Any, Any], Any]
+    max_rounds: int = 10
+    on_cap: str = "error"
+    surplus: str = "discard"
+    oversample: float = 1.0
 
 
 @dataclass(frozen=True)
 class Fix:
-    """One switchable fix."""
+    """One switchable fix: everything about it, in one place."""
 
     name: str  # switch name = config group under conf/ = key in summary.json's "switches"
     short: str  # token in run labels ("clip+ds")
-    title: str  # as the paper names it
-    paper: str  # where the paper defines it
+    title: str  # as its paper names it
+    paper: str  # where its paper defines it
     keys: tuple[str, ...]  # the algo keys its config group sets (what a backend must translate)
     is_on: Callable[[Any], bool]  # algo config -> is the fix on?
-    objective: tuple[str, ...]  # the functions of dapo_exp.objective it selects
-    metrics: tuple[str, ...]  # its diagnostic metrics (README "Metrics")
-    doc: str = ""
-    options: tuple[str, ...] = field(default=("disabled", "enabled"))  # its config group's options
+    slots: tuple[str, ...]  # the hook slots it fills (SLOTS)
+    bind: Callable[[Any, RunInfo], dict[str, Any]]  # (algo, run) -> {slot: hook}, called when it is on
+    metrics: tuple[str, ...] = ()  # what it logs (checked in the first trained step's row)
+    check: Callable[[Any, RunInfo], None] | None = None  # its values' checks, before any compute
+    excludes: tuple[str, ...] = ()  # fixes it cannot be combined with
+    options: tuple[str, ...] = ("disabled", "enabled")  # its config group's options
+
+    def describe(self) -> str:
+        return f"{self.title} ({self.paper})"
 
 
 FIXES: dict[str, Fix] = {}
 
 
 def register_fix(fix: Fix) -> Fix:
-    """Add ``fix`` to :data:`FIXES` (its name must be new). Returns it."""
+    """Add ``fix`` to :data:`FIXES` (its name and short label must be new). Returns it."""
     if fix.name in FIXES:
         raise ValueError(f"fix {fix.name!r} is already registered")
     if any(f.short == fix.short for f in FIXES.values()):
         raise ValueError(f"short label {fix.short!r} of fix {fix.name!r} is already taken")
+    unknown = sorted(set(fix.slots) - set(SLOTS))
+    if unknown:
+        raise ValueError(f"fix {fix.name!r} fills unknown slots {unknown}; slots: {', '.join(SLOTS)}")
     FIXES[fix.name] = fix
     return fix
 
 
 def unregister_fix(name: str) -> None:
-    """Remove an extension fix (tests use it to undo :func:`register_fix`)."""
+    """Remove a fix (tests use it to undo :func:`register_fix`)."""
     FIXES.pop(name, None)
 
 
-register_fix(Fix(
-    name="clip_higher", short="clip", title="Clip-Higher", paper="§3.1, Eq. 10",
-    keys=("eps_low", "eps_high"), is_on=lambda a: a.eps_high > a.eps_low,
-    objective=("clipped_surrogate",), metrics=("actor/pg_clipfrac_higher", "actor/pg_clipfrac_lower"),
-    doc="decoupled clip range, eps_high 0.28 > eps_low 0.2",
-))
-register_fix(Fix(
-    name="dynamic_sampling", short="ds", title="Dynamic Sampling", paper="§3.2, Eq. 11",
-    keys=("dynamic_sampling", "ds_signal", "ds_max_rounds", "ds_on_cap", "ds_surplus", "ds_oversample"),
-    is_on=lambda a: bool(a.dynamic_sampling),
-    objective=("dynamic_sampling_keep",),
-    metrics=("dynamic_sampling/zero_var_frac", "dynamic_sampling/rollouts_per_trained",
-             "actor/zero_adv_token_frac"),
-    doc="keep only groups with 0 < #correct < G, refill the batch",
-))
-register_fix(Fix(
-    name="token_level_loss", short="tl", title="Token-level Policy Gradient Loss", paper="§3.3, Eq. 12",
-    keys=("loss_agg",), is_on=lambda a: a.loss_agg != "seq-mean-token-mean",
-    objective=("loss_normaliser",), metrics=("actor/entropy", "response_length/mean"),
-    doc="every token of the mini-batch weighs the same (loss_agg token-mean)",
-))
-register_fix(Fix(
-    name="overlong_punishment", short="sop", title="Soft Overlong Punishment", paper="§3.4, Eq. 13",
-    keys=("overlong_punishment", "overlong_cache_len", "overlong_factor", "overlong_max_len"),
-    is_on=lambda a: a.overlong_punishment != "none",
-    objective=("overlong_punishment",), metrics=("reward/overlong_penalty_mean", "response_length/clip_ratio"),
-    doc="length-aware reward term before the cap",
-    options=("disabled", "soft", "linear_ramp", "beyond_max"),
-))
-register_fix(Fix(
-    name="overlong_filtering", short="of", title="Overlong Filtering", paper="§3.4, Table 1 row 2",
-    keys=("overlong_filtering",), is_on=lambda a: bool(a.overlong_filtering),
-    objective=("overlong_filtering",), metrics=("actor/masked_token_frac",),
-    doc="truncated responses leave the loss",
-))
+def active(algo: Any) -> list[Fix]:
+    """The fixes that are on for ``algo``, in registry order."""
+    return [f for f in FIXES.values() if f.is_on(algo)]
+
+
+def check_combination(algo: Any) -> None:
+    """Refuse fixes that are on together but exclude each other or fill the same exclusive slot."""
+    on = active(algo)
+    for i, a in enumerate(on):
+        for b in on[i + 1:]:
+            shared = [s for s in a.slots if s in b.slots and SLOTS[s].exclusive]
+            if shared or b.name in a.excludes or a.name in b.excludes:
+                why = f"both fill the {shared[0]} slot" if shared else "they exclude each other"
+                raise ConfigError(f"fixes {a.name} and {b.name} cannot be combined ({why}); "
+                                  f"switch one off ({a.name}=disabled or {b.name}=disabled)")
+
+
+def declared_ext_keys() -> set[str]:
+    """The ``algo.ext.<key>`` keys that registered fixes declare."""
+    return {k.removeprefix("ext.") for f in FIXES.values() for k in f.keys if k.startswith("ext.")}
 
 
 # The presets of conf/fixes/, in display order (tables, legends). Their switch states
@@ -104,7 +154,10 @@ PRESETS: tuple[str, ...] = (
     "grpo", "clip", "clip_ds", "full",
     "full_no_clip", "full_no_ds", "full_no_tl", "full_no_sop",
     "paper_1_grpo", "paper_2_of", "paper_3_clip", "paper_4_sop", "paper_5_tl", "paper_6_dapo",
+    "dr_grpo", "gspo", "cispo", "gmpo", "clip_cov", "kl_cov",
 )
+# The published recipes of the GRPO family after DAPO, each compared with GRPO (sweeps/family.sh).
+FAMILY: tuple[str, ...] = ("dr_grpo", "gspo", "cispo", "gmpo", "clip_cov", "kl_cov")
 # Table 1 of the paper: each row adds one fix to the row above.
 LADDER: tuple[str, ...] = tuple(p for p in PRESETS if p.startswith("paper_"))
 BASELINE = "grpo"  # the preset every other one is compared with (no fix on)
@@ -113,6 +166,11 @@ BASELINE = "grpo"  # the preset every other one is compared with (no fix on)
 def switch_names() -> tuple[str, ...]:
     """The names of the registered fixes, in registry order."""
     return tuple(FIXES)
+
+
+def dapo_fixes() -> tuple[str, ...]:
+    """The fixes of the DAPO paper (Table 1's columns): those whose reference is the DAPO paper."""
+    return tuple(name for name, f in FIXES.items() if f.paper.startswith("DAPO"))
 
 
 def switches(algo: Any) -> dict[str, bool]:
@@ -136,3 +194,8 @@ def label(state: Mapping[str, bool], preset: str | None = None,
         if name in states and dict(states[name]) == dict(state):
             return name
     return "+".join(FIXES[k].short for k, on in state.items() if on and k in FIXES) or BASELINE
+
+
+__all__ = ["BASELINE", "FAMILY", "FIXES", "LADDER", "PRESETS", "SLOTS", "Fix", "GroupFilter", "RunInfo", "Slot", "active",
+           "check_combination", "dapo_fixes", "declared_ext_keys", "label", "register_fix", "switch_names", "switches",
+           "unregister_fix"]

@@ -18,7 +18,7 @@ ENGINES: Registry = Registry("rollout engine", "rollout.engine")
 
 @ENGINES.register("hf")
 def _hf(*, cfg: Any, model: Any, tokenizer: Any, model_path: str) -> Any:
-    from dapo_exp.rollout.hf_engine import HFEngine
+    from dapo_exp.rollout.hf.engine import HFEngine
 
     return HFEngine(model, tokenizer, cfg.rollout.gen_batch_size, decode=cfg.rollout.decode)
 

@@ -1,11 +1,12 @@
 """Dynamic Sampling (DAPO §3.2): fill the training batch with informative groups.
 
-A *group* is one prompt with its ``G`` responses. With Dynamic Sampling on, a
-group is kept only when its filter signal is not all equal (Eq. 11:
-``0 < #correct < G``; :func:`dapo_exp.objective.dynamic_sampling_keep`), and
+A *group* is one prompt with its ``G`` responses. With a group filter (the
+``group_filter`` slot, :class:`dapo_exp.fixes.GroupFilter`; Dynamic Sampling's is
+Eq. 11, ``0 < #correct < G``), a group is kept only when the filter keeps it, and
 prompt batches are generated round after round until ``want`` groups are kept.
 
-Semantic choices (reference, "peers disagree" 2 and 3), decided here:
+Semantic choices (reference, "peers disagree" 2 and 3), decided here with the
+filter's refill policy (:mod:`dapo_exp.fixes.dynamic_sampling` binds it):
 
 - **Refill**, as the paper: rounds continue until the batch is full. Each round
   generates ``ceil(want * oversample)`` prompts (the paper's 3x over-sampling:
@@ -20,7 +21,7 @@ Semantic choices (reference, "peers disagree" 2 and 3), decided here:
   (``"reward"``: a soft overlong penalty can then make an all-wrong group look
   informative).
 
-With Dynamic Sampling off, one round of ``want`` prompts is generated and every
+With no filter (Dynamic Sampling off), one round of ``want`` prompts is generated and every
 group is kept. The zero-variance fraction is measured on accuracy in both cases.
 """
 
@@ -32,7 +33,7 @@ from typing import Callable
 
 import torch
 
-from dapo_exp.objective import dynamic_sampling_keep
+from dapo_exp.fixes.base import GroupFilter
 from dapo_exp.rollout.groups import Group
 
 
@@ -57,12 +58,7 @@ def collect_groups(
     generate_round: Callable[[int, int], list[Group]],
     *,
     want: int,
-    enabled: bool,
-    signal: str = "acc",
-    max_rounds: int = 10,
-    on_cap: str = "error",
-    surplus: str = "discard",
-    oversample: float = 1.0,
+    group_filter: GroupFilter | None,
     carry: list[Group] | None = None,
 ) -> tuple[list[Group], list[Group], CollectStats]:
     """Generate rounds of groups until ``want`` groups are kept.
@@ -71,8 +67,7 @@ def collect_groups(
         generate_round: ``(round_index, n_prompts) -> groups`` (samples prompts,
             generates, scores). Provided by the trainer.
         want: groups wanted in the training batch (``train.prompts_per_step``).
-        enabled: Dynamic Sampling on or off.
-        signal, max_rounds, on_cap, surplus, oversample: see the module docstring.
+        group_filter: which groups to keep and how to refill; None keeps every group of one round.
         carry: groups carried over from the previous step (``surplus="carry"``).
 
     Returns:
@@ -80,7 +75,7 @@ def collect_groups(
         into the next step (empty unless ``surplus="carry"``), and counters.
     """
     stats = CollectStats()
-    if not enabled:
+    if group_filter is None:
         groups = generate_round(0, want)
         stats.rounds = 1
         _count(stats, groups)
@@ -89,29 +84,35 @@ def collect_groups(
 
     kept: list[Group] = list(carry or [])
     stats.carried_in = len(kept)
-    per_round = math.ceil(want * oversample)
+    f = group_filter
+    max_rounds, per_round = f.max_rounds, math.ceil(want * f.oversample)
     while len(kept) < want:
         if max_rounds and stats.rounds >= max_rounds:
             stats.cap_hit = True
-            if on_cap == "error":
+            if f.on_cap == "error":
                 raise DynamicSamplingCapError(
                     f"dynamic sampling kept {len(kept)} of {want} groups after algo.ds_max_rounds={max_rounds} "
-                    f"rounds ({stats.groups_generated} groups generated, {stats.zero_var_groups} with zero "
-                    f"variance). Raise algo.ds_max_rounds or algo.ds_oversample, or set algo.ds_on_cap=partial "
-                    f"to train on the groups kept so far."
+                    f"rounds ({stats.groups_generated} groups generated, {stats.zero_var_groups} with zero variance). "
+                    + ("Every group was all-wrong or all-right: the policy has collapsed (it answers every prompt "
+                       "alike; see reward/acc_mean, actor/entropy in metrics.jsonl) and more rounds will not help. "
+                       "Start over with a lower optim.lr, or check the task's difficulty and the verifier."
+                       if stats.groups_generated and stats.zero_var_groups == stats.groups_generated else
+                       "Raise algo.ds_max_rounds or algo.ds_oversample, or set algo.ds_on_cap=partial to train "
+                       "on the groups kept so far.")
                 )
             break
         groups = generate_round(stats.rounds, per_round)
         stats.rounds += 1
         _count(stats, groups)
         if groups:
-            sig = torch.tensor([g.correct if signal == "acc" else g.reward for g in groups], dtype=torch.float32)
-            keep = dynamic_sampling_keep(sig).tolist()
+            correct = torch.tensor([g.correct for g in groups], dtype=torch.float32)
+            reward = torch.tensor([g.reward for g in groups], dtype=torch.float32)
+            keep = f.keep(correct, reward).tolist()
             kept.extend(g for g, k in zip(groups, keep) if k)
     batch, rest = kept[:want], kept[want:]
     stats.kept_groups = len(batch)
     stats.surplus_groups = len(rest)
-    return batch, (rest if surplus == "carry" else []), stats
+    return batch, (rest if f.surplus == "carry" else []), stats
 
 
 def _count(stats: CollectStats, groups: list[Group]) -> None:

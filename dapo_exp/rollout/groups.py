@@ -1,18 +1,19 @@
 """A group (one prompt and its G scored responses) and how a batch of generations is scored.
 
 The reward of a response is the task's correctness reward (+1 / -1,
-:func:`dapo_exp.tasks.verifier.reward_of`, the paper's rule) plus every reward shaping
-term that is on (:data:`dapo_exp.algorithms.REWARD_SHAPING`; the overlong term of
-DAPO Eq. 13 when ``overlong_punishment`` is on).
+:func:`dapo_exp.tasks.verifier.reward_of`, the paper's rule) plus the ``reward`` hooks of
+the fixes that are on (:mod:`dapo_exp.fixes`; the overlong term of DAPO Eq. 13 when
+``overlong_punishment`` is on), bound by :mod:`dapo_exp.compose`.
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import Any, Mapping
+from typing import Any, Callable, Mapping
 
 import torch
 
+from dapo_exp import checkpoint
 from dapo_exp.rollout.engine import Generations
 from dapo_exp.tasks.verifier import reward_of
 
@@ -26,8 +27,8 @@ class Group:
     response_ids: list[list[int]]
     truncated: list[bool]
     correct: list[bool]
-    reward: list[float]  # correctness reward (+1 / -1) plus the shaping terms
-    shaping: dict[str, list[float]]  # each active shaping term's values (name -> G floats)
+    reward: list[float]  # correctness reward (+1 / -1) plus the reward terms
+    shaping: dict[str, list[float]]  # each reward term's values (fix name -> G floats)
     preds: list[str | None]
     sampled_logprobs: list[list[float]] | None = None
     meta: dict = field(default_factory=dict)
@@ -42,22 +43,20 @@ def score_groups(
     answers: list[str],
     tokenizer: Any,
     verifier: Any,
-    shaping: Mapping[str, Any],
-    algo: Any,
-    max_len: int,
+    reward_terms: Mapping[str, Callable[..., torch.Tensor]],
 ) -> tuple[list[Group], int]:
     """Verify ``gens`` (``len(prompt_ids) * group_size`` responses, group-major) and build groups.
 
-    ``shaping`` maps names to :class:`~dapo_exp.algorithms.ShapingTerm` (the active ones);
-    each is computed on the whole batch. Returns ``(groups, verifier_timeouts)``.
+    ``reward_terms`` maps fix names to ``(*, lengths (B,), correct (B,)) -> (B,)`` terms added
+    to the correctness reward; each is computed on the whole batch.
+    Returns ``(groups, verifier_timeouts)``.
     """
     n = group_size
     texts = tokenizer.batch_decode(gens.response_ids, skip_special_tokens=True)
     results = verifier.verify_batch(texts, [a for a in answers for _ in range(n)])
     lengths = torch.tensor(gens.lengths, dtype=torch.float32)
     correct = torch.tensor([r.correct for r in results], dtype=torch.bool)
-    terms = {name: t.compute(lengths=lengths, correct=correct, max_len=max_len, algo=algo).tolist()
-             for name, t in shaping.items()}
+    terms = {name: term(lengths=lengths, correct=correct).tolist() for name, term in reward_terms.items()}
     rewards = [reward_of(r) + sum(v[i] for v in terms.values()) for i, r in enumerate(results)]
     groups = []
     for g, pi in enumerate(prompt_indices):
@@ -75,3 +74,6 @@ def score_groups(
             meta={"texts": texts[sl]},
         ))
     return groups, sum(r.timed_out for r in results)
+
+
+checkpoint.register_restorable(Group)  # dynamic sampling's carried groups live in the trainer's state

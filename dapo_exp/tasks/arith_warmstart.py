@@ -2,7 +2,9 @@
 
 A short supervised phase on ``arith`` targets, cached on disk under a key of every
 setting it depends on, so that every run of a sweep starts from the same base policy.
-It uses its own fixed seed.
+It uses its own fixed seed. The cache is trusted only through its ``manifest.json`` (sizes and
+SHA-256 of every file, written last, after the build's directory is renamed into place), verified
+on every use: a damaged cache, one without a manifest, or what a killed build left is rebuilt.
 
 The targets are a *mix of strategies* (:func:`warmstart_text`), so that RL has something to
 select: the policy learns to produce each strategy reliably, and what RL can change is how
@@ -44,6 +46,8 @@ from typing import Any
 
 import torch
 
+from dapo_exp import rundir
+from dapo_exp.checkpoint import manifest_files, manifest_problem
 from dapo_exp.console import ProgressLines
 from dapo_exp.models import CHARS, build_char_tokenizer, build_tiny_model
 from dapo_exp.tasks.arith import STEP_MARKER, load_arith, response_style, solution_text
@@ -167,8 +171,23 @@ def warm_start(model: Any, tokenizer: Any, model_cfg: Any, task_cfg: Any, max_re
     return {"warmstart/loss": loss_val, "warmstart/seconds": time.time() - t0, "warmstart/steps": steps}
 
 
+CACHE_MANIFEST = "manifest.json"
+
+
+def cache_problem(target: Path) -> str | None:
+    """Why the warm-start cache ``target`` cannot be trusted (naming the file), or None.
+
+    Trusted only when its ``manifest.json`` (written last, after the directory was renamed into
+    place) exists and every file it lists has its size and SHA-256: a build killed at any point,
+    a cache from before manifests, a truncated or altered file are all untrusted."""
+    return manifest_problem(target, target / CACHE_MANIFEST, required=("config.json", "model.safetensors"))
+
+
 def ensure_tiny_checkpoint(model_cfg: Any, task_cfg: Any, max_response_len: int) -> str:
-    """Path of the warm-started tiny model, building it on first use (cached, process-safe)."""
+    """Path of the warm-started tiny model, building it on first use (cached, process-safe).
+
+    The cache is verified against its manifest on every use (:func:`cache_problem`); a damaged or
+    unmanifested one is rebuilt, saying so in one line."""
     from filelock import FileLock
 
     cache_root = Path(os.path.expanduser(model_cfg.cache_dir))
@@ -176,23 +195,54 @@ def ensure_tiny_checkpoint(model_cfg: Any, task_cfg: Any, max_response_len: int)
     key = _warmstart_key(model_cfg, task_cfg, max_response_len)
     target = cache_root / f"tiny-{key}"
     with FileLock(str(cache_root / f"tiny-{key}.lock")):
-        if (target / "config.json").exists():
+        for stale in cache_root.glob(f".tmp-tiny-{key}-*"):  # left by a killed build of this key
+            shutil.rmtree(stale, ignore_errors=True)
+        problem = cache_problem(target) if target.exists() else None
+        if target.exists() and problem is None:
             return str(target)
-        print(f"[dapo-exp] building the warm-started tiny model ({model_cfg.warmstart_steps} supervised steps, "
-              f"once; cached at {target})", flush=True)
-        n_threads = torch.get_num_threads()
-        tokenizer = build_char_tokenizer()
-        model = build_tiny_model(
-            tokenizer, model_cfg.hidden_size, model_cfg.num_layers, model_cfg.num_heads, WARMSTART_SEED
-        )
-        stats = warm_start(model, tokenizer, model_cfg, task_cfg, max_response_len)
-        torch.set_num_threads(n_threads)
-        tmp = Path(tempfile.mkdtemp(dir=cache_root, prefix=".tmp-"))
+        if problem:
+            print(f"[dapo-exp] rebuilding the warm-started tiny model: its cache is damaged ({problem})", flush=True)
+        else:
+            print(f"[dapo-exp] building the warm-started tiny model ({model_cfg.warmstart_steps} supervised steps, "
+                  f"once; cached at {target})", flush=True)
+        _build_cache(model_cfg, task_cfg, max_response_len, cache_root, key, target)
+    return str(target)
+
+
+def _build_cache(model_cfg: Any, task_cfg: Any, max_response_len: int, cache_root: Path, key: str,
+                 target: Path) -> None:
+    """Warm-start, save into a temporary directory (files fsynced), rename it to ``target``, then
+    write the manifest of sizes and SHA-256 last: until it exists nothing of the build is trusted."""
+    n_threads = torch.get_num_threads()
+    tokenizer = build_char_tokenizer()
+    model = build_tiny_model(tokenizer, model_cfg.hidden_size, model_cfg.num_layers, model_cfg.num_heads,
+                             WARMSTART_SEED)
+    stats = warm_start(model, tokenizer, model_cfg, task_cfg, max_response_len)
+    torch.set_num_threads(n_threads)
+    tmp = Path(tempfile.mkdtemp(dir=cache_root, prefix=f".tmp-tiny-{key}-"))
+    try:
         model.save_pretrained(tmp)
         tokenizer.save_pretrained(tmp)
         (tmp / "warmstart.json").write_text(json.dumps(stats, indent=1))
+        names = sorted(p.name for p in tmp.iterdir() if p.is_file())
+        for name in names:
+            _fsync(tmp / name)
+        _fsync(tmp)
         if target.exists():
             shutil.rmtree(target)
         os.replace(tmp, target)
-        log.info("warm start done in %.1fs (final loss %.3f)", stats["warmstart/seconds"], stats["warmstart/loss"])
-    return str(target)
+    except BaseException:
+        shutil.rmtree(tmp, ignore_errors=True)
+        raise
+    _fsync(cache_root)
+    rundir.write_json(target / CACHE_MANIFEST, {"version": WARMSTART_VERSION, "key": key,
+                                                "files": manifest_files(target, names)})
+    log.info("warm start done in %.1fs (final loss %.3f)", stats["warmstart/seconds"], stats["warmstart/loss"])
+
+
+def _fsync(path: Path) -> None:
+    fd = os.open(path, os.O_RDONLY)
+    try:
+        os.fsync(fd)
+    finally:
+        os.close(fd)

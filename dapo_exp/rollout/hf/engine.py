@@ -7,8 +7,8 @@ is seeded from ``(spec.seed, chunk index)`` so that a resumed run samples exactl
 what an uninterrupted one would.
 
 ``decode`` (``rollout.decode``) picks the sampling loop: transformers ``generate``, the fused
-Llama / Qwen2 step of :mod:`dapo_exp.rollout.fused_decode`, or the static-cache loop of
-:mod:`dapo_exp.rollout.static_decode`, eager or with a compiled decode step (``auto``: compiled
+Llama / Qwen2 step of :mod:`dapo_exp.rollout.hf.fused_decode`, or the static-cache loop of
+:mod:`dapo_exp.rollout.hf.static_decode`, eager or with a compiled decode step (``auto``: compiled
 on CUDA, fused on CPU). Same samples either way for a fixed seed (up to float rounding); a loop
 that cannot run the model (or a compile that fails) falls back to ``generate`` with a logged
 warning that names the reason, and ``decode_used`` says which loop ran.
@@ -23,8 +23,8 @@ import torch
 
 from dapo_exp.logprobs import pad_rows
 from dapo_exp.rollout.engine import Generations, SamplingSpec
-from dapo_exp.rollout.fused_decode import FusedDecoder
-from dapo_exp.rollout.static_decode import StaticDecoder, resolve_decode
+from dapo_exp.rollout.hf.fused_decode import FusedDecoder
+from dapo_exp.rollout.hf.static_decode import StaticDecoder, resolve_decode
 
 log = logging.getLogger(__name__)
 

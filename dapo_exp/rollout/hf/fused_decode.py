@@ -1,10 +1,10 @@
 """A hand-fused decode step for Llama-family decoders (``rollout.decode=fused``).
 
-At the toy's size a decode step is bound by per-op and per-module overhead, not by
-arithmetic: transformers ``generate`` spends most of a 128-row step in Python (module calls,
-mask building, a growing ``DynamicCache`` concatenated every token), and on the CPUs measured
-a ``torch.compile``-d step (:mod:`dapo_exp.rollout.static_decode`) was slower still (README,
-benchmark section). :class:`FusedDecoder` runs the one-token step of a Llama / Qwen2 decoder as
+At a small model's size a decode step is bound by per-op and per-module overhead, not by
+arithmetic: transformers ``generate`` spends most of a step in Python (module calls, mask
+building, a growing ``DynamicCache`` concatenated every token), and on CPU a
+``torch.compile``-d step (:mod:`dapo_exp.rollout.hf.static_decode`) does not remove it (the
+benchmark figures are in the README's benchmark section). :class:`FusedDecoder` runs the one-token step of a Llama / Qwen2 decoder as
 a short straight-line sequence of tensor ops on the model's own weights:
 
 - q, k and v come from one matmul (their weights concatenated), gate and up from another;
@@ -18,7 +18,7 @@ The prompt is prefilled by the model's own forward (``logits_to_keep=1``), once 
 row (a group's G rows repeat one prompt), whose cache is then copied into the preallocated one
 for every row; RoPE's cos / sin come from one call of the model's rotary module over every
 position the loop will feed (per step for the ``dynamic`` and ``longrope`` types, whose
-frequencies depend on the length seen so far). Sampling is :func:`~dapo_exp.rollout.static_decode.sample_next`,
+frequencies depend on the length seen so far). Sampling is :func:`~dapo_exp.rollout.hf.static_decode.sample_next`,
 transformers' sampling op for op. So for a fixed seed ``fused`` draws the samples ``generate``
 draws, up to float rounding (identical rows on the toy; tests/test_fused_decode.py checks it).
 
@@ -40,7 +40,7 @@ import torch.nn.functional as F
 from torch import Tensor
 
 from dapo_exp.logprobs import cache_kv, full_attention_only
-from dapo_exp.rollout.static_decode import generation_config_issue, sampling_loop
+from dapo_exp.rollout.hf.static_decode import generation_config_issue, sampling_loop
 
 FUSED_FAMILIES = ("llama", "qwen2")
 

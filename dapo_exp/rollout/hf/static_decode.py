@@ -1,18 +1,16 @@
 """Sampling with a static KV cache, optionally with a ``torch.compile``-d decode step.
 
-``rollout.decode`` picks how :class:`~dapo_exp.rollout.hf_engine.HFEngine` samples:
+``rollout.decode`` picks how :class:`~dapo_exp.rollout.hf.engine.HFEngine` samples:
 
 - ``generate``: transformers ``generate`` (a dynamic KV cache; per-token Python and
-  per-op overhead, which dominates at toy sizes: issue 14's profile put 44% of a toy step
-  in it);
+  per-op overhead, which dominates at small model sizes);
 - ``static``: :class:`StaticDecoder` eagerly: one prefill, then one forward of one token per
   step into a transformers ``StaticCache`` of fixed shape;
 - ``compiled``: the same loop with the one-token forward compiled by ``torch.compile``
   (inductor; ``mode="reduce-overhead"``, i.e. CUDA graphs, on CUDA);
-- ``fused``: :mod:`dapo_exp.rollout.fused_decode`, a hand-fused eager step for Llama / Qwen2;
-- ``auto``: ``compiled`` on CUDA, ``fused`` on CPU (where compiling costs 1-76 s per shape
-  and the compiled step was slower than ``generate`` on one of the two CPUs measured; README,
-  benchmark section).
+- ``fused``: :mod:`dapo_exp.rollout.hf.fused_decode`, a hand-fused eager step for Llama / Qwen2;
+- ``auto``: ``compiled`` on CUDA, ``fused`` on CPU (where compiling costs seconds per shape
+  and buys little over eager code; figures in the README's benchmark section).
 
 The sampling is transformers' own, op for op: temperature (skipped at 1.0), then the top-p
 filter of ``TopPLogitsWarper`` (skipped at 1.0), a float32 softmax and one

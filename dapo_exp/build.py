@@ -1,0 +1,167 @@
+"""A run's pieces, built from its config: device, policy, prompts, reference, engine, optimizer.
+
+:func:`build_run` is the set-up half of the composition (the other half, the fixes' hooks,
+is :mod:`dapo_exp.compose`); :class:`Run` is everything the loop (:mod:`dapo_exp.train`)
+holds for one run. Old log-probs are the trainer's (``ResponseForward``); master weights stay
+float32 whatever ``model.dtype`` says (at the paper's lr 1e-6 an AdamW update is far below
+bfloat16's resolution and would round away): ``model.dtype`` is the compute dtype.
+"""
+
+from __future__ import annotations
+
+import copy
+import logging
+import os
+import random
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import torch
+from omegaconf import DictConfig
+
+from dapo_exp import rundir
+from dapo_exp.compose import Hooks
+from dapo_exp.logprobs import ResponseForward
+
+log = logging.getLogger(__name__)
+
+
+def pick_device(name: str) -> torch.device:
+    if name == "auto":
+        return torch.device("cuda" if torch.cuda.is_available() else "cpu")
+    if name == "cuda" and not torch.cuda.is_available():
+        raise RuntimeError("train.device=cuda but CUDA is not available; use train.device=cpu or auto")
+    return torch.device(name)
+
+
+def seed_everything(seed: int) -> None:
+    random.seed(seed)
+    np.random.seed(seed % 2**32)
+    torch.manual_seed(seed)
+
+
+def autocast_dtype(cfg: DictConfig, device: torch.device) -> torch.dtype | None:
+    """Autocast on CUDA in ``model.dtype`` (``train.bf16``: auto = when 16-bit, true = always bf16)."""
+    half = {"bfloat16": torch.bfloat16, "float16": torch.float16, "auto": torch.bfloat16}.get(cfg.model.dtype)
+    flag = str(cfg.train.bf16).lower()
+    on = device.type == "cuda" and (flag == "true" or (flag == "auto" and half is not None))
+    return (half or torch.bfloat16) if on else None
+
+
+def policy_path(cfg: DictConfig) -> str:
+    """``model.path=tiny``: the tiny policy warm-started on the toy task (built once, cached);
+    anything else: an HF id or a local directory."""
+    if cfg.model.path == "tiny":
+        from dapo_exp.tasks.arith_warmstart import ensure_tiny_checkpoint
+
+        return ensure_tiny_checkpoint(cfg.model, cfg.task, cfg.rollout.max_response_len)
+    return os.path.expanduser(cfg.model.path)
+
+
+class PromptSampler:
+    """Walks through the training prompts in a seeded random order, epoch after epoch.
+
+    Its whole state is ``position`` (prompts consumed), so a resumed run continues
+    with exactly the prompts an uninterrupted run would have drawn.
+    """
+
+    def __init__(self, n: int, seed: int, position: int = 0) -> None:
+        self.n, self.seed, self.position = n, seed, position
+        self._epoch, self._order = -1, None
+
+    def _order_of(self, epoch: int) -> list[int]:
+        if epoch != self._epoch:
+            g = torch.Generator().manual_seed(self.seed * 7919 + epoch)
+            self._order, self._epoch = torch.randperm(self.n, generator=g).tolist(), epoch
+        return self._order
+
+    def take(self, k: int) -> list[int]:
+        out = []
+        for _ in range(k):
+            epoch, i = divmod(self.position, self.n)
+            out.append(self._order_of(epoch)[i])
+            self.position += 1
+        return out
+
+
+@dataclass
+class Run:
+    """Everything the loop holds for one run."""
+
+    cfg: DictConfig
+    hooks: Hooks  # the fixes' bound hooks (dapo_exp.compose)
+    out: Path
+    label: str
+    device: torch.device
+    task: Any
+    tokenizer: Any
+    model: torch.nn.Module
+    model_path: str
+    ref_model: torch.nn.Module | None
+    verifier: Any
+    engine: Any
+    train_prompts: list[list[int]]
+    eval_prompts: list[list[int]]
+    answers: list[str]  # of the training problems, in train_prompts' order
+    optimizer: torch.optim.Optimizer
+    scheduler: Any
+    fwd: ResponseForward
+    state: dict[str, Any] = field(default_factory=dict)
+    start_step: int = 0
+    tracker: Any = None
+    sampler: PromptSampler | None = None
+    writers: dict[str, rundir.JsonlWriter] = field(default_factory=dict)
+    stop: Any = None  # the runner's StopRequest
+
+
+def _render_prompts(problems: list, tokenizer: Any, use_chat: bool, max_len: int, what: str) -> list[list[int]]:
+    from dapo_exp.tasks.base import render_prompt
+
+    prompts = [render_prompt(p.prompt, tokenizer, use_chat) for p in problems]
+    too_long = sum(len(p) > max_len for p in prompts)
+    if too_long:
+        log.warning("%d %s prompts exceed task.max_prompt_len=%d; they are left-truncated", too_long, what, max_len)
+        prompts = [p[-max_len:] for p in prompts]
+    return prompts
+
+
+def build_run(cfg: DictConfig, hooks: Hooks, out: Path, label: str, cleanup: list) -> Run:
+    """Task, policy (float32 master weights), verifier, prompts, reference, engine and optimizer."""
+    from dapo_exp.models import load_policy
+    from dapo_exp.rollout import make_engine
+    from dapo_exp.tasks import load_task
+    from dapo_exp.tasks.verifier import get_verifier
+
+    seed_everything(cfg.seed)
+    device = pick_device(cfg.train.device)
+    task = load_task(cfg.task)
+    model_path = policy_path(cfg)
+    tokenizer, model = load_policy(model_path, "float32", str(device), cfg.model.trust_remote_code)
+    if cfg.model.gradient_checkpointing:
+        model.gradient_checkpointing_enable()
+    verifier = get_verifier(cfg.task.verifier, cfg.task.verifier_timeout_s, cfg.task.verifier_workers)
+    chat, max_p = bool(cfg.task.chat_template), cfg.task.max_prompt_len
+    train_prompts = _render_prompts(task.train, tokenizer, chat, max_p, "training")
+    eval_prompts = _render_prompts(task.eval, tokenizer, chat, max_p, "eval")
+    ref_model = copy.deepcopy(model).eval().requires_grad_(False) if cfg.algo.kl_coef > 0 else None
+    engine = make_engine(cfg=cfg, model=model, tokenizer=tokenizer, model_path=model_path)
+    cleanup.append(engine.close)  # a sweep's next job must not find this one's vLLM holding the GPU
+    if cfg.train.torch_compile:
+        # compile the decoder's forward in place (used by generation and by the chunked
+        # log-prob path alike); the module and its state_dict keys stay as they are
+        decoder = model.get_decoder()
+        decoder.forward = torch.compile(decoder.forward)
+    o = cfg.optim
+    optimizer = torch.optim.AdamW(model.parameters(), lr=o.lr, betas=(o.beta1, o.beta2), weight_decay=o.weight_decay)
+    warm = o.warmup_steps
+    scheduler = torch.optim.lr_scheduler.LambdaLR(optimizer, lambda s: min(1.0, (s + 1) / warm) if warm else 1.0)
+    fwd = ResponseForward(tokenizer.pad_token_id, device, cfg.train.logprob_chunk, cfg.rollout.temperature,
+                          autocast_dtype(cfg, device),
+                          # a compiled decoder forward would recompile for every micro-batch's two shapes
+                          share_prompts=cfg.train.share_prompt_forward and not cfg.train.torch_compile)
+    return Run(cfg=cfg, hooks=hooks, out=out, label=label, device=device, task=task, tokenizer=tokenizer, model=model,
+               model_path=model_path, ref_model=ref_model, verifier=verifier, engine=engine,
+               train_prompts=train_prompts, eval_prompts=eval_prompts, answers=[p.answer for p in task.train],
+               optimizer=optimizer, scheduler=scheduler, fwd=fwd)

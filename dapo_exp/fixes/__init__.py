@@ -1,0 +1,16 @@
+"""The fixes: one module each, registered in :mod:`dapo_exp.fixes.base` (see there for the hook slots).
+
+Importing this package registers the built-in fixes: DAPO's five in the order of Table 1's
+columns, then the GRPO family after DAPO.
+A fix of your own is one module that calls :func:`register_fix` plus a config group
+``conf/<name>/{disabled,enabled}.yaml`` (README, "Where to add a fix").
+"""
+
+from dapo_exp.fixes.base import *  # noqa: F401,F403 - the registry's public names
+from dapo_exp.fixes.base import __all__  # noqa: F401
+from dapo_exp.fixes import (  # noqa: E402,F401 - registration order = column order
+    clip_higher, dynamic_sampling, token_level_loss, overlong_punishment, overlong_filtering,
+)
+from dapo_exp.fixes import (  # noqa: E402,F401 - the GRPO family after DAPO
+    dr_grpo_adv, dr_grpo_norm, gspo, cispo, gmpo, clip_cov, kl_cov,
+)

@@ -1,0 +1,23 @@
+"""Dr. GRPO's constant loss normaliser (Liu et al. 2025, §3.1): sum of token losses / (responses x L_max).
+
+GRPO's per-response mean makes a long wrong response's tokens weigh less than a short one's
+(a length bias); DAPO's token mean removes that across responses but still changes with the
+batch's lengths. Dr. GRPO divides by a constant, the number of responses in the mini-batch
+times the generation cap ``L_max``. It fills the ``normaliser`` slot with
+:func:`dapo_exp.objective.loss_normaliser`'s ``seq-mean-token-sum-norm`` mode (verl's name),
+so it excludes the Token-level Loss, which fills the same slot.
+"""
+
+from __future__ import annotations
+
+from dapo_exp.fixes.base import Fix, register_fix
+from dapo_exp.fixes.token_level_loss import normaliser
+
+MODE = "seq-mean-token-sum-norm"
+
+FIX = register_fix(Fix(
+    name="dr_grpo_norm", short="cnorm", title="Dr. GRPO constant normaliser", paper="Dr. GRPO §3.1, Eq. 4",
+    keys=("dr_grpo_norm",), is_on=lambda a: bool(a.dr_grpo_norm), slots=("normaliser",),
+    bind=lambda algo, run: {"normaliser": normaliser(MODE, run)},
+    metrics=("actor/pg_loss", "response_length/mean"),
+))

@@ -1,0 +1,53 @@
+"""Dynamic Sampling (DAPO §3.2, Eq. 11): keep only groups with ``0 < #correct < G``, and refill.
+
+A group whose responses are all right or all wrong has zero advantages and only dilutes
+the batch. With the fix on, such groups are dropped and prompt batches are generated until
+the batch holds ``train.prompts_per_step`` kept groups (the paper refills). It fills the
+``group_filter`` slot: the predicate :func:`dapo_exp.objective.dynamic_sampling_keep` on
+the filter signal (``ds_signal``: raw accuracy as verl, or the shaped reward), and the
+refill policy (rounds of ``ds_oversample`` x the batch, at most ``ds_max_rounds``, then
+``ds_on_cap``; surplus kept groups ``ds_surplus``: discarded as the paper, or carried).
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from dapo_exp.config import ConfigError
+from dapo_exp.fixes.base import Fix, GroupFilter, RunInfo, register_fix
+
+SIGNALS = ("acc", "reward")
+SURPLUS = ("discard", "carry")
+ON_CAP = ("error", "partial")
+
+
+def _bind(algo: Any, run: RunInfo) -> dict:
+    from dapo_exp.objective import dynamic_sampling_keep
+
+    use_acc = algo.ds_signal == "acc"
+    return {"group_filter": GroupFilter(
+        keep=lambda correct, reward: dynamic_sampling_keep(correct if use_acc else reward),
+        max_rounds=algo.ds_max_rounds, on_cap=algo.ds_on_cap, surplus=algo.ds_surplus, oversample=algo.ds_oversample,
+    )}
+
+
+def _check(algo: Any, run: RunInfo) -> None:
+    for key, choices in (("ds_signal", SIGNALS), ("ds_surplus", SURPLUS), ("ds_on_cap", ON_CAP)):
+        if algo[key] not in choices:
+            raise ConfigError(f"algo.{key}={algo[key]!r} is not valid; choose one of: {', '.join(choices)}")
+    if algo.ds_max_rounds < 0:
+        raise ConfigError(f"algo.ds_max_rounds: must be >= 0 (0 = unlimited), got {algo.ds_max_rounds}")
+    if algo.ds_oversample < 1.0:
+        raise ConfigError(f"algo.ds_oversample: must be >= 1, got {algo.ds_oversample}")
+    if algo.dynamic_sampling and run.group_size < 2:
+        raise ConfigError(f"rollout.n: dynamic sampling needs a group size >= 2 (a group of 1 is never mixed), "
+                          f"got {run.group_size}")
+
+
+FIX = register_fix(Fix(
+    name="dynamic_sampling", short="ds", title="Dynamic Sampling", paper="DAPO §3.2, Eq. 11",
+    keys=("dynamic_sampling", "ds_signal", "ds_max_rounds", "ds_on_cap", "ds_surplus", "ds_oversample"),
+    is_on=lambda a: bool(a.dynamic_sampling), slots=("group_filter",), bind=_bind,
+    metrics=("dynamic_sampling/zero_var_frac", "dynamic_sampling/rollouts_per_trained", "actor/zero_adv_token_frac"),
+    check=_check,
+))

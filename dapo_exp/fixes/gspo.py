@@ -1,0 +1,41 @@
+"""GSPO (Zheng et al. 2025, "Group Sequence Policy Optimization"): a clipped sequence-level ratio.
+
+The importance ratio of a response is the geometric mean of its token ratios,
+``s_i = exp(mean_t (logp - old_logp))``, clipped to ``[1 - eps_low, 1 + eps_high]`` (the paper:
+3e-4 / 4e-4, far narrower than a token clip). ``gspo_form=token`` is GSPO-token, the form verl
+implements (same loss and gradient with one advantage per response); ``sequence`` is the paper's
+Eq. 5. It fills the ``surrogate`` slot with :func:`dapo_exp.objective.gspo_surrogate`, so it
+excludes the other surrogates, and Clip-Higher (whose range it does not use).
+"""
+
+from __future__ import annotations
+
+import functools
+
+from dapo_exp.config import ConfigError
+from dapo_exp.fixes.base import Fix, register_fix
+
+
+def _bind(algo, run):
+    from dapo_exp import objective
+
+    return {"surrogate": functools.partial(objective.gspo_surrogate, eps_low=algo.gspo_eps_low,
+                                           eps_high=algo.gspo_eps_high, form=algo.gspo_form)}
+
+
+def _check(algo, run):
+    from dapo_exp.objective import GSPO_FORMS
+
+    if algo.gspo_form not in GSPO_FORMS:
+        raise ConfigError(f"algo.gspo_form={algo.gspo_form!r} is not valid; choose one of: {', '.join(GSPO_FORMS)}")
+    if not (0 <= algo.gspo_eps_low < 1 and algo.gspo_eps_high >= 0):
+        raise ConfigError(f"algo.gspo_eps_low / gspo_eps_high: need 0 <= low < 1 and high >= 0, got "
+                          f"{algo.gspo_eps_low}, {algo.gspo_eps_high}")
+
+
+FIX = register_fix(Fix(
+    name="gspo", short="gspo", title="GSPO", paper="GSPO §4, Eqs. 5-7 and 10-11",
+    keys=("gspo", "gspo_eps_low", "gspo_eps_high", "gspo_form"), is_on=lambda a: bool(a.gspo),
+    slots=("surrogate",), bind=_bind, check=_check, excludes=("clip_higher",),
+    metrics=("actor/pg_clipfrac_higher", "actor/pg_clipfrac_lower", "actor/ppo_ratio_mean"),
+))

@@ -1,0 +1,23 @@
+"""Overlong Filtering (DAPO §3.4, Table 1 row 2): truncated responses leave the loss.
+
+A response truncated at the length cap (no EOS) is masked out of the loss, numerator and
+denominator; its reward still counts in its group's advantage statistics (mask, not drop).
+It fills the ``token_mask`` slot with :func:`dapo_exp.objective.overlong_filtering`.
+"""
+
+from __future__ import annotations
+
+from dapo_exp.fixes.base import Fix, register_fix
+
+
+def _bind(algo, run):
+    from dapo_exp import objective
+
+    return {"token_mask": objective.overlong_filtering}
+
+
+FIX = register_fix(Fix(
+    name="overlong_filtering", short="of", title="Overlong Filtering", paper="DAPO §3.4, Table 1 row 2",
+    keys=("overlong_filtering",), is_on=lambda a: bool(a.overlong_filtering),
+    slots=("token_mask",), bind=_bind, metrics=("actor/masked_token_frac",),
+))

@@ -1,0 +1,56 @@
+"""Soft Overlong Punishment (DAPO §3.4, Eq. 13): a length-aware reward term before the cap.
+
+``0`` up to ``L_max - L_cache``, a linear ramp to ``-1`` at ``L_max``, ``-1`` beyond, times
+``overlong_factor``, added to the correctness reward. It fills the ``reward`` slot with
+:func:`dapo_exp.objective.overlong_punishment`; ``algo.overlong_punishment`` also offers the
+seed documents' readings (``linear_ramp``, ``beyond_max``), which are not the paper's.
+``L_max`` is ``algo.overlong_max_len``, or the generation cap when null (:func:`l_max`, the
+one place that fallback is resolved).
+"""
+
+from __future__ import annotations
+
+import functools
+from typing import Any
+
+from dapo_exp.config import ConfigError
+from dapo_exp.fixes.base import Fix, RunInfo, register_fix
+
+
+def l_max(algo: Any, max_response_len: int) -> int:
+    """``L_max`` of the term: ``algo.overlong_max_len``, null = the generation cap."""
+    return algo.overlong_max_len if algo.overlong_max_len is not None else max_response_len
+
+
+def _bind(algo: Any, run: RunInfo) -> dict:
+    from dapo_exp import objective
+
+    term = functools.partial(objective.overlong_punishment, max_len=l_max(algo, run.max_response_len),
+                             cache_len=algo.overlong_cache_len, factor=algo.overlong_factor,
+                             mode=algo.overlong_punishment)
+    return {"reward": lambda *, lengths, correct: term(lengths)}  # the paper's term reads the length alone
+
+
+def _check(algo: Any, run: RunInfo) -> None:
+    from dapo_exp.objective import OVERLONG_PUNISHMENT_MODES
+
+    if algo.overlong_punishment not in OVERLONG_PUNISHMENT_MODES:
+        raise ConfigError(f"algo.overlong_punishment={algo.overlong_punishment!r} is not valid; choose one of: "
+                          f"{', '.join(OVERLONG_PUNISHMENT_MODES)}")
+    max_len = l_max(algo, run.max_response_len)
+    if max_len <= 0:
+        raise ConfigError(f"algo.overlong_max_len: must be > 0, got {max_len}")
+    if not 0 <= algo.overlong_cache_len <= max_len:
+        raise ConfigError(f"algo.overlong_cache_len: must satisfy 0 <= cache_len <= max_len ({max_len}), "
+                          f"got {algo.overlong_cache_len}")
+    if algo.overlong_factor < 0:
+        raise ConfigError(f"algo.overlong_factor: must be >= 0, got {algo.overlong_factor}")
+
+
+FIX = register_fix(Fix(
+    name="overlong_punishment", short="sop", title="Soft Overlong Punishment", paper="DAPO §3.4, Eq. 13",
+    keys=("overlong_punishment", "overlong_cache_len", "overlong_factor", "overlong_max_len"),
+    is_on=lambda a: a.overlong_punishment != "none", slots=("reward",), bind=_bind,
+    metrics=("reward/overlong_penalty_mean", "response_length/clip_ratio"), check=_check,
+    options=("disabled", "soft", "linear_ramp", "beyond_max"),
+))

@@ -1,0 +1,321 @@
+"""A run's lifecycle around the loop: lock, records, signals, resume, tracking, checkpoints, summary.
+
+:func:`execute` is what :func:`dapo_exp.train.train` runs its loop inside:
+
+- a run whose ``summary.json`` says ``finished`` is skipped (a re-run sweep does not redo it);
+- one process at a time writes a run directory (:class:`dapo_exp.rundir.RunLock`);
+- ``config.json`` records the resolved config, the commit and the environment;
+- SIGTERM (SLURM's preemption and time limit) and SIGINT stop the run cleanly after the
+  current step (:class:`StopRequest`): a checkpoint, a summary ``stopped``, :class:`RunStopped`;
+- any other failure is recorded in ``summary.json`` (``failed``, with the traceback), what was
+  opened is closed, and the checkpoints are kept: a re-run of the command resumes
+  (:func:`resume`, from the newest verified checkpoint, the logs cut back to it);
+- divergence is such a failure: a non-finite loss, gradient norm or weight stops the run
+  (:func:`check_finite`, :class:`TrainingDiverged`) before anything of that step is logged or
+  checkpointed;
+- the log rows up to a checkpoint are fsynced before it is written (:func:`save_checkpoint`);
+  on resume, unusable rows are skipped with a warning and steps whose row is missing are
+  reported and recorded in the summary (``history_gap``).
+"""
+
+from __future__ import annotations
+
+import hashlib
+import logging
+import math
+import signal
+import threading
+import time
+import traceback
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Callable
+
+from omegaconf import DictConfig, OmegaConf
+
+from dapo_exp import checkpoint, fixes, rundir
+
+log = logging.getLogger(__name__)
+
+
+class RunStopped(BaseException):
+    """The run stopped cleanly on a signal (checkpoint and summary written); a re-run resumes it."""
+
+    def __init__(self, signame: str) -> None:
+        super().__init__(f"stopped by {signame}; re-run the same command to resume")
+        self.signame = signame
+
+
+class TrainingDiverged(RuntimeError):
+    """A loss, gradient norm or weight went non-finite; nothing of that step was logged or checkpointed."""
+
+
+class StopRequest:
+    """SIGTERM and SIGINT as a clean stop.
+
+    The first signal asks the loop to stop after the current step: it writes a
+    checkpoint and a summary with status ``stopped``, then raises :class:`RunStopped`.
+    A second signal interrupts at once (``KeyboardInterrupt``: status ``failed``, the
+    last checkpoint kept). Installed only in the main thread; the previous handlers
+    come back on exit.
+    """
+
+    def __init__(self) -> None:
+        self.signame: str | None = None
+        self._old: dict[int, Any] = {}
+
+    def _handle(self, signum: int, frame: Any) -> None:
+        name = signal.Signals(signum).name
+        if self.signame is not None:
+            raise KeyboardInterrupt(f"second signal ({name}): stopping at once")
+        self.signame = name
+        print(f"[dapo-exp] {name}: stopping after this step with a checkpoint; send it again to stop at once",
+              flush=True)
+
+    def __enter__(self) -> "StopRequest":
+        if threading.current_thread() is threading.main_thread():
+            self._old = {s: signal.signal(s, self._handle) for s in (signal.SIGTERM, signal.SIGINT)}
+        return self
+
+    def __exit__(self, *exc: Any) -> None:
+        for s, h in self._old.items():
+            signal.signal(s, h)
+
+
+@dataclass
+class Life:
+    """What the lifecycle holds for one run besides the run's own pieces."""
+
+    out: Path
+    label: str
+    switches: dict[str, bool]
+    resolved: dict
+    commit: str
+    summary: dict[str, Any]
+    t_start: float  # when this process started the run (wall time counts set-up too)
+    stop: StopRequest = field(default_factory=StopRequest)
+    cleanup: list[Callable[[], Any]] = field(default_factory=list)  # what was opened: closed on failure
+
+
+def execute(cfg: DictConfig, body: Callable[[Life], dict[str, Any]], t_start: float) -> dict[str, Any]:
+    """Run ``body`` (set-up and loop) inside the lifecycle; returns the run summary."""
+    out = Path(cfg.out_dir).expanduser().resolve()
+    out.mkdir(parents=True, exist_ok=True)
+    previous = rundir.read_summary(out)
+    if previous and previous.get("status") == rundir.STATUS_FINISHED:
+        log.info("%s already finished (summary.json); skipping", out)
+        print(f"[dapo-exp] {out} already finished; skipping (delete summary.json to re-run)")
+        return previous
+    with rundir.RunLock(out):  # one writer per run directory; a second one is refused here
+        return _locked(cfg, body, out, t_start)
+
+
+def _locked(cfg: DictConfig, body: Callable[[Life], dict[str, Any]], out: Path, t_start: float) -> dict[str, Any]:
+    from dapo_exp.hydra_setup import run_label
+
+    label, switches = run_label(cfg), fixes.switches(cfg.algo)
+    resolved = OmegaConf.to_container(cfg, resolve=True)
+    commit, env = rundir.git_commit(), rundir.environment()
+    rundir.write_json(out / rundir.CONFIG, {"config": resolved, "git_commit": commit, "label": label,
+                                            "switches": switches, "environment": env})
+    summary: dict[str, Any] = {
+        "status": rundir.STATUS_RUNNING, "label": label, "preset": cfg.preset, "switches": switches,
+        "seed": cfg.seed, "config": resolved, "git_commit": commit, "environment": env, "error": None,
+    }
+    life = Life(out=out, label=label, switches=switches, resolved=resolved, commit=commit, summary=summary,
+                t_start=t_start)
+    try:
+        with StopRequest() as stop:  # from here on SIGTERM / SIGINT stop at the next step boundary
+            life.stop = stop
+            return body(life)
+    except RunStopped:
+        raise  # a clean stop: its summary says "stopped" and everything is closed
+    except BaseException as exc:  # KeyboardInterrupt too: record it, keep the checkpoints, re-raise
+        summary["traceback"] = traceback.format_exc()
+        rundir.record_failure(out, exc, **summary)
+        for close in reversed(life.cleanup):
+            try:
+                close()
+            except Exception:  # noqa: BLE001 - best effort; the original error is what matters
+                log.warning("cleanup after failure failed", exc_info=True)
+        raise
+
+
+def resume(run: Any) -> None:
+    """Load the newest checkpoint (or start fresh), cut the logs back to it, open the writers."""
+    run.state = {
+        "sampler_position": 0, "cum_rollouts": 0, "cum_gen_tokens": 0, "cum_trained_rollouts": 0,
+        "carry": [], "evals": {}, "wall_time_s": 0.0, "wandb_id": None,
+    }
+    logs = (rundir.METRICS, rundir.EVAL_SAMPLES, rundir.TRAIN_SAMPLES)
+    last = checkpoint.latest(run.out / rundir.CHECKPOINTS)
+    rows = logged_rows(run.out / rundir.METRICS)
+    logged = [row["step"] for row in rows]
+    if last is not None:
+        run.start_step, run.state = checkpoint.load(last, run.model, run.optimizer, run.scheduler)
+        run.engine.sync_weights(run.model)
+        later = sum(st > run.start_step for st in logged)
+        log.info("resumed from %s (step %d)", last, run.start_step)
+        print(f"[dapo-exp] resuming {run.out.name} from its checkpoint at step {run.start_step}"
+              + (f"; discarding {later} metric rows logged after it" if later else ""), flush=True)
+        record_gap(run, rows)
+    else:
+        if logged:
+            print(f"[dapo-exp] {run.out.name}: no checkpoint, starting over (discarding the {len(logged)} metric rows "
+                  f"of an earlier attempt, up to step {max(logged)})", flush=True)
+        for f in logs:
+            (run.out / f).unlink(missing_ok=True)
+    for f in logs:
+        rundir.truncate_jsonl(run.out / f, run.start_step)
+    run.writers = {f: rundir.JsonlWriter(run.out / f) for f in logs}
+
+
+def logged_rows(path: Path, show: int = 5) -> list[dict[str, Any]]:
+    """The usable rows of a metrics file (:func:`dapo_exp.rundir.read_rows`); each line left out is
+    reported (the first ``show`` of them), never fatal: the resumed run drops them."""
+    rows, bad = rundir.read_rows(path)
+    for why in bad[:show]:
+        print(f"[dapo-exp] warning: {path} {why}; skipped", flush=True)
+    if len(bad) > show:
+        print(f"[dapo-exp] warning: {path}: {len(bad) - show} more unusable lines skipped", flush=True)
+    return rows
+
+
+def record_gap(run: Any, rows: list[dict[str, Any]]) -> None:
+    """Steps up to the checkpoint without their training row (lost: a power loss before the rows
+    were synced, a damaged file) are reported and kept in ``state["history_gap"]`` (the summary's)."""
+    trained = {row["step"] for row in rows if rundir.CUM_ROLLOUTS in row}
+    missing = [s for s in range(1, run.start_step + 1) if s not in trained]
+    if not missing:
+        return
+    run.state["history_gap"] = sorted(set(run.state.get("history_gap", [])) | set(missing))
+    print(f"[dapo-exp] warning: {run.out / rundir.METRICS} has no row for {len(missing)} of the {run.start_step} "
+          f"steps up to the checkpoint ({_steps_text(missing)}): they were lost (a power loss or a damaged file). "
+          f"Training goes on from the checkpoint; summary.json records history_gap", flush=True)
+
+
+def _steps_text(steps: list[int]) -> str:
+    shown = ", ".join(map(str, steps[:10]))
+    return f"step {shown}" if len(steps) == 1 else f"steps {shown}" + (", ..." if len(steps) > 10 else "")
+
+
+def start_tracking(run: Any, life: Life) -> None:
+    """A W&B run or a no-op (the loop never branches on it); resumed runs continue their W&B run."""
+    from dapo_exp.tracking import start_tracker
+
+    cfg, st = run.cfg, run.state
+    # stable across processes (Python's hash() is salted), so a restarted run continues its W&B run
+    st["wandb_id"] = st.get("wandb_id") or f"{run.label}-s{cfg.seed}-{hashlib.sha1(str(run.out).encode()).hexdigest()[:8]}"
+    run.tracker = start_tracker(
+        cfg.logger.backend, out_dir=str(run.out), config={**life.resolved, "git_commit": life.commit, "label": run.label},
+        # the W&B group is the sweep (never one shared group for unrelated single runs)
+        project=cfg.logger.project, group=cfg.logger.group or (None if cfg.sweep == "default" else cfg.sweep),
+        name=f"{run.label}-s{cfg.seed}",
+        tags=[k for k, v in life.switches.items() if v] + [f"preset:{cfg.preset}", f"label:{run.label}"]
+        + list(cfg.logger.tags),
+        mode=cfg.logger.mode, entity=cfg.logger.entity, run_id=st["wandb_id"],
+    )
+    life.cleanup.append(lambda: run.tracker.finish(exit_code=1))
+
+
+def log_row(run: Any, step: int, metrics: dict[str, float]) -> None:
+    """One row of ``metrics.jsonl`` and of the tracker."""
+    run.writers[rundir.METRICS].write({"step": step, **metrics})
+    run.tracker.log(metrics, step)
+
+
+# checked in this order after each update (the first non-finite one is named)
+DIVERGENCE_METRICS = ("actor/pg_loss", "actor/kl", "actor/grad_norm")
+
+
+def check_finite(run: Any, step: int, metrics: dict[str, float]) -> None:
+    """Raise :class:`TrainingDiverged` if the step's loss, KL, gradient norm or the weights are not
+    finite, naming what and the step; called before anything of the step is logged or checkpointed."""
+    what = next((f"{k} is {metrics[k]}" for k in DIVERGENCE_METRICS
+                 if k in metrics and not math.isfinite(metrics[k])), None)
+    if what is None:
+        bad = checkpoint.first_nonfinite(run.model.named_parameters())
+        what = bad and f"the weights are not finite ({bad})"
+    if what is None:
+        return
+    kept = sorted(p for p in (run.out / rundir.CHECKPOINTS).glob("step_*")
+                  if (m := checkpoint.STEP_DIR.fullmatch(p.name)) and int(m.group(1)) < step)
+    last = f"the last good checkpoint, {kept[-1].name}, is kept" if kept else "no checkpoint was written before it"
+    raise TrainingDiverged(
+        f"{what} at step {step}: training diverged (start over with a lower optim.lr or optim.grad_clip). "
+        f"Nothing of step {step} was logged or checkpointed; {last}")
+
+
+def save_checkpoint(run: Any, life: Life, step: int) -> None:
+    """Checkpoint after ``step``, the wall time so far in the state. The log rows written so far are
+    made durable first, so a checkpoint never outlives the rows before it."""
+    for writer in run.writers.values():
+        writer.sync()
+    run.state["wall_time_s"] += time.perf_counter() - life.t_start
+    life.t_start = time.perf_counter()
+    checkpoint.save(run.out / rundir.CHECKPOINTS, step, run.model, run.optimizer, run.scheduler, run.state,
+                    run.cfg.checkpoint.keep)
+
+
+def stopped(run: Any, life: Life, step: int) -> None:
+    """A clean stop after ``step`` (its checkpoint written, unless nothing was trained yet): summary
+    ``stopped``, close, raise :class:`RunStopped`."""
+    life.summary.update(status=rundir.STATUS_STOPPED, steps_done=step, wall_time_s=run.state["wall_time_s"],
+                        history_gap=list(run.state.get("history_gap", [])),
+                        error=f"stopped by {life.stop.signame} after step {step}; re-run the same command to resume")
+    rundir.write_json(run.out / rundir.SUMMARY, life.summary)
+    run.tracker.finish(exit_code=1)
+    run.engine.close()
+    print(f"[dapo-exp] {run.out.name}: stopped after step {step}; re-run the same command to resume", flush=True)
+    raise RunStopped(life.stop.signame)
+
+
+def finish(run: Any, life: Life, step: int) -> dict[str, Any]:
+    """Write the summary (final, best, base evaluations), close tracking and the engine. The log rows
+    are made durable first: a ``finished`` summary never outlives them."""
+    st, summary = run.state, life.summary
+    for writer in run.writers.values():
+        writer.sync()
+    st["wall_time_s"] += time.perf_counter() - life.t_start
+    evals = {int(k): v for k, v in st["evals"].items()}
+    final_step = max(evals)
+    # best over the evaluations of the trained policy (step 0 is the base policy, reported as `base`)
+    trained = [s_ for s_ in evals if s_ > 0] or list(evals)
+    best_step = max(trained, key=lambda s_: (evals[s_].get(rundir.EVAL_ACC, -1), -s_))
+    summary.update(
+        status=rundir.STATUS_FINISHED, steps_done=step, wall_time_s=st["wall_time_s"],
+        final={"step": final_step, **evals[final_step]}, best={"step": best_step, **evals[best_step]},
+        base={"step": 0, **evals[0]} if 0 in evals else {},
+        compute={"rollouts_total": st["cum_rollouts"], "gen_tokens_total": st["cum_gen_tokens"]},
+        model_path=run.model_path, n_params=sum(p.numel() for p in run.model.parameters()),
+        history_gap=list(st.get("history_gap", [])),  # steps whose metric row was lost: not a clean history
+    )
+    rundir.write_json(run.out / rundir.SUMMARY, summary)
+    run.tracker.summary({k: v for k, v in summary.items() if k not in ("config", "traceback")}
+                        | {"final/" + k: v for k, v in summary["final"].items()})
+    run.tracker.finish()
+    run.engine.close()
+    print_summary(summary, run.out)
+    return summary
+
+
+def print_summary(s: dict[str, Any], out: Path) -> None:
+    """One screen at the end of a run."""
+    keys = [rundir.EVAL_ACC, rundir.EVAL_PASS, rundir.EVAL_MAJ, rundir.EVAL_LEN, rundir.EVAL_TRUNC,
+            rundir.EVAL_ENTROPY]
+    lines = [f"[dapo-exp] run {s['label']} seed {s['seed']}: finished {s['steps_done']} steps in "
+             f"{s['wall_time_s']:.0f}s (commit {s['git_commit'][:12]})"]
+    lines.append(f"  {'metric':28s} {'base':>8s} {'final':>8s} {'best':>8s}")
+
+    def fmt(d: dict, k: str) -> str:
+        v = d.get(k)
+        return f"{v:8.3f}" if isinstance(v, (int, float)) and not math.isnan(v) else f"{'-':>8s}"
+
+    for k in keys:
+        lines.append(f"  {k:28s} {fmt(s.get('base', {}), k)} {fmt(s['final'], k)} {fmt(s['best'], k)}")
+    on = [fixes.FIXES[k].describe() if k in fixes.FIXES else k for k, v in s["switches"].items() if v]
+    lines.append(f"  fixes on: {', '.join(on) or 'none (GRPO)'}")
+    if s.get("history_gap"):
+        lines.append(f"  history gap: no metric row for {_steps_text(s['history_gap'])} (lost before a checkpoint)")
+    lines.append(f"  written to {out}")
+    print("\n".join(lines))

@@ -1,0 +1,21 @@
+#!/usr/bin/env bash
+# Question: on the toy's default regime, which of the GRPO family's published recipes changes
+#           held-out accuracy or its mechanism metric against naive GRPO, paired by seed? GRPO, the
+#           full DAPO recipe, Dr. GRPO (no std + constant normaliser), GSPO, CISPO, GMPO, Clip-Cov
+#           and KL-Cov, each at its paper's values (conf/fixes/<name>.yaml; dapo_exp/fixes/<name>.py).
+# Runs:     40 = 8 configurations x 5 seeds (SEEDS=0,1,2,3,4).
+# Launcher: hydra/launcher=parallel (jobs x threads = cores); hydra/launcher=slurm below.
+# Cost:     CPU toy, 2 cores, warm start cached: about 15 min for the 40 runs with the parallel
+#           launcher (estimate from the four-preset sweep's ~15 s per run and job; measured figure in
+#           sweeps/README.md). One GPU, toy config: ~1 min per run -> ~40 min (estimate).
+# Seeds:    5 per arm is the floor for any claim here (sweeps/README.md); `python -m dapo_exp.analysis
+#           plan multirun/family` says how many a 5-point accuracy effect needs at the measured spread.
+# SLURM:    bash sweeps/family.sh hydra/launcher=slurm hydra.launcher.partition=<partition> \
+#               hydra.launcher.gpus_per_node=1 hydra.launcher.timeout_min=120
+# Output:   multirun/family/<overrides>/ per run; the Hydra callback writes multirun/family/analysis/
+#           (table.md/.csv, figures/). Again later: python -m dapo_exp.analysis multirun/family
+# Extra overrides pass through: bash sweeps/family.sh logger=none
+set -euo pipefail
+cd "$(dirname "$0")/.."
+SEEDS="${SEEDS:-0,1,2,3,4}"
+python run.py -m hydra/launcher=parallel sweep=family fixes=grpo,full,dr_grpo,gspo,cispo,gmpo,clip_cov,kl_cov seed="$SEEDS" "$@"
