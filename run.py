@@ -8,19 +8,27 @@ a single run re-raises. Config errors (bad values, unknown keys, composition err
 are printed as one line without a traceback (:mod:`dapo_exp.cli_errors`), and a single
 run that fails before writing anything leaves no directory behind. A multirun without
 ``sweep=`` is named after its swept overrides (``multirun/fixes=grpo,clip,clip_ds,full``).
-SIGTERM / SIGINT stop a run cleanly after its current step (exit code 128 + the signal).
-See README.md.
+SIGTERM / SIGINT stop a run cleanly after its current step (exit code 128 + the signal); a
+second signal stops it at once, with one line (the run recorded as failed, its checkpoints kept).
+A multirun whose jobs failed runs the others, prints their table, names the failed jobs and
+exits 1. ``sweep=`` must name a directory inside ``multirun/`` (refused before anything is
+written otherwise). torch's thread count is chosen per run before any compute
+(:func:`dapo_exp.hydra_setup.choose_threads`: ``DAPO_THREADS`` / ``OMP_NUM_THREADS`` if set, one
+thread for the toy, else the free cores) and logged. See README.md.
 """
 
 import logging
 import os
+import re
 import sys
+import time
 
 import hydra
 from omegaconf import DictConfig
 
 from dapo_exp.cli_errors import check_known_keys, exit_if_config_error, one_line_errors, remove_if_empty
-from dapo_exp.hydra_setup import default_sweep_name, dry_run_sweep, job_output_dir, register_resolvers
+from dapo_exp.hydra_setup import (check_sweep_name, default_sweep_name, dry_run_sweep, job_output_dir,
+                                  register_resolvers, set_threads)
 from dapo_exp.rundir import RunLockedError, record_failure
 
 CONFIG_DIR = os.path.join(os.path.dirname(os.path.abspath(__file__)), "conf")
@@ -36,8 +44,14 @@ def main(cfg: DictConfig) -> float | None:
     from dapo_exp.train import train
 
     cfg.out_dir = job_output_dir()
+    if HydraConfig.get().mode == RunMode.MULTIRUN:  # jobs run in this process: run.py checks them at the end
+        from dapo_exp.analysis.callback import note_sweep
+
+        note_sweep(HydraConfig.get().sweep.dir)
     try:
         check_known_keys(cfg)  # a `+key=...` the schema does not declare would be silently ignored
+        threads, why = set_threads(cfg)  # before any compute
+        log.info("torch threads: %d (%s)", threads, why)
         summary = train(cfg)
     except RunLockedError as exc:  # another process writes this run: touch nothing of it
         if HydraConfig.get().mode != RunMode.MULTIRUN:
@@ -56,16 +70,45 @@ def main(cfg: DictConfig) -> float | None:
     return (summary or {}).get("final", {}).get("eval/acc_avg")
 
 
+def failed_sweep_jobs(since: float) -> list[tuple[str, str]]:
+    """After ``main()``: the jobs of the multirun just ended that failed (none for a single run)."""
+    from dapo_exp.analysis.callback import failed_jobs, noted_sweeps
+
+    return [job for sweep_dir in noted_sweeps() for job in failed_jobs(sweep_dir, since)]
+
+
+def interrupted(exc: KeyboardInterrupt) -> int:
+    """One line for a run stopped at once (a second SIGTERM / SIGINT, or Ctrl-C before the loop); the exit code."""
+    import signal
+
+    found = re.search(r"\((SIG[A-Z]+)\)", str(exc))
+    name = found.group(1) if found else "SIGINT"
+    what = "a second " + name if found else name
+    print(f"[dapo-exp] stopped at once by {what}: a run under way is recorded as failed with its checkpoints "
+          "kept; re-run the same command to resume", file=sys.stderr, flush=True)
+    return 128 + int(getattr(signal, name, signal.SIGINT))
+
+
 if __name__ == "__main__":
-    # a multirun that names no sweep is named after what it sweeps (its directory and W&B group)
-    sys.argv += [f"sweep='{name}'"] if (name := default_sweep_name(sys.argv[1:])) else []  # quoted: it has , and =
-    with one_line_errors(CONFIG_DIR):
-        if not dry_run_sweep(sys.argv[1:], CONFIG_DIR):
-            from dapo_exp.train import RunStopped
+    try:
+        with one_line_errors(CONFIG_DIR):
+            check_sweep_name(sys.argv[1:])  # sweep=../../x: refused before anything is written
+            # a multirun that names no sweep is named after what it sweeps (its directory and W&B group)
+            sys.argv += [f"sweep='{name}'"] if (name := default_sweep_name(sys.argv[1:])) else []  # quoted: , and =
+            if not dry_run_sweep(sys.argv[1:], CONFIG_DIR):
+                from dapo_exp.train import RunStopped
 
-            try:
-                main()
-            except RunStopped as stop:  # SIGTERM / SIGINT: checkpointed and recorded; exit as the signal asks
-                import signal
+                started = time.time()
+                try:
+                    main()
+                except RunStopped as stop:  # SIGTERM / SIGINT: checkpointed and recorded; exit as the signal asks
+                    import signal
 
-                sys.exit(128 + int(getattr(signal, stop.signame)))
+                    sys.exit(128 + int(getattr(signal, stop.signame)))
+                if failed := failed_sweep_jobs(started):
+                    print(f"error: {len(failed)} job(s) of the sweep failed (the others finished): "
+                          f"{', '.join(d for d, _ in failed)}; each one's summary.json has its error and "
+                          "traceback; re-running the command re-runs only them", file=sys.stderr)
+                    sys.exit(1)
+    except KeyboardInterrupt as exc:
+        sys.exit(interrupted(exc))

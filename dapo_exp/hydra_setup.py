@@ -156,3 +156,111 @@ def run_label(cfg: Any) -> str:
     if states.get(preset) != state:
         states.update({p: s for p in fixes.PRESETS if (s := preset_switches(p)) is not None})
     return fixes.label(state, preset, states)
+
+
+# --------------------------------------------------------------------------- #
+# sweep names stay inside the sweep root                                        #
+# --------------------------------------------------------------------------- #
+SWEEP_ROOT = "multirun"  # conf/config.yaml: hydra.sweep.dir = multirun/${sweep}
+
+
+def check_sweep_name(argv: list[str]) -> None:
+    """Refuse (:class:`~dapo_exp.config.ConfigError`) a ``sweep=`` on the command line that would put the
+    sweep outside ``multirun/``: an absolute path or one with a ``..`` component (``sweep=../../x``).
+    Called before Hydra starts, so nothing is written. ``hydra.sweep.dir=<dir>`` stays the way to
+    write a sweep elsewhere on purpose."""
+    import posixpath
+
+    from dapo_exp.config import ConfigError
+
+    for arg in argv:
+        key, eq, raw = arg.partition("=")
+        if not eq or key.lstrip("+~") != "sweep":
+            continue
+        try:
+            from hydra.core.override_parser.overrides_parser import OverridesParser
+
+            override = OverridesParser.create().parse_overrides([arg])[0]
+            values = list(override.sweep_iterator()) if override.is_sweep_override() else [override.value()]
+        except Exception:  # noqa: BLE001 - an unparsable override is Hydra's to report
+            values = [raw.strip("'\"")]
+        for name in values:
+            name = str(name)
+            parts = name.replace("\\", "/").split("/")
+            inside = posixpath.normpath(posixpath.join(SWEEP_ROOT, name))
+            if not name.strip() or name.startswith(("/", "~")) or ".." in parts \
+                    or not inside.startswith(SWEEP_ROOT + "/"):
+                raise ConfigError(
+                    f"sweep={name}: a sweep name must stay inside {SWEEP_ROOT}/ (a relative name without '..', "
+                    f"e.g. sweep=clip_vs_grpo); to write a sweep elsewhere set hydra.sweep.dir=<dir>")
+
+
+# --------------------------------------------------------------------------- #
+# torch's thread count                                                          #
+# --------------------------------------------------------------------------- #
+THREADS_ENV = "DAPO_THREADS"  # the override: a positive integer
+SMALL_MODEL_PARAMS = 5_000_000  # below this, one step is bound by per-op overhead: one thread is fastest
+
+
+def model_params_estimate(model: Any) -> int | None:
+    """Parameters of the embedded toy (``model.path=tiny``) from its width and depth (12 L h^2 + the
+    embeddings); None for any other model (its size is known only once loaded)."""
+    try:
+        if str(model.get("path")) != "tiny":
+            return None
+        h, layers = int(model.get("hidden_size")), int(model.get("num_layers"))
+    except (AttributeError, TypeError, ValueError):
+        return None
+    return 12 * layers * h * h + 2 * 64 * h
+
+
+def available_cores() -> int:
+    try:
+        return len(os.sched_getaffinity(0))
+    except AttributeError:  # not Linux
+        return os.cpu_count() or 1
+
+
+def choose_threads(params: int | None, cores: int, load: float | None,
+                   env: dict | None = None) -> tuple[int, str]:
+    """torch's intra-op thread count for a run and why:
+
+    1. ``DAPO_THREADS=<n>``, else ``OMP_NUM_THREADS=<n>`` (set and not empty: the user's, or the
+       parallel launcher's per job) are kept;
+    2. a small model (under :data:`SMALL_MODEL_PARAMS`, the 0.33M-parameter toy) gets one thread:
+       its ops are too small to split, and more threads only contend with whatever else runs;
+    3. otherwise the cores not busy: ``cores - round(1-minute load average)``, at least 1.
+    """
+    env = os.environ if env is None else env
+    for var in (THREADS_ENV, "OMP_NUM_THREADS"):
+        value = str(env.get(var, "")).strip()
+        if value:
+            try:
+                n = int(value)
+            except ValueError:
+                n = 0
+            if n < 1:
+                from dapo_exp.config import ConfigError
+
+                raise ConfigError(f"{var}={value}: must be a positive integer (torch's thread count)")
+            return n, f"{var}={n}"
+    if params is not None and params < SMALL_MODEL_PARAMS:
+        return 1, (f"a small model ({params / 1e6:.2f}M parameters): 1 thread; set {THREADS_ENV}=<n> "
+                   f"for another count")
+    if load is None:
+        return cores, f"{cores} cores (no load average here); set {THREADS_ENV}=<n> for another count"
+    n = max(1, min(cores, cores - int(round(load))))
+    return n, f"{cores} cores, load average {load:.2f}: {n} free; set {THREADS_ENV}=<n> for another count"
+
+
+def set_threads(cfg: Any) -> tuple[int, str]:
+    """Pick (:func:`choose_threads`) and set torch's thread count for the run of ``cfg``; returns (n, why)."""
+    import torch
+
+    try:
+        load = os.getloadavg()[0]
+    except (AttributeError, OSError):
+        load = None
+    n, why = choose_threads(model_params_estimate(cfg.get("model")), available_cores(), load)
+    torch.set_num_threads(n)
+    return n, why

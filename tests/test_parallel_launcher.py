@@ -3,7 +3,7 @@
 - :func:`plan` picks jobs at once and threads per job from the sweep size and the cores.
 - A small multirun through the launcher (slow): both good jobs finish, side by side, each
   with the planned torch thread count (recorded in its config.json), and a failing job
-  is recorded as failed without taking the others down.
+  is recorded as failed without taking the others down; the sweep then exits 1 naming it.
 - The warm-started tiny model, asked for by two processes at once, is built once (slow).
 """
 
@@ -65,7 +65,10 @@ def test_parallel_sweep_runs_jobs_side_by_side_with_their_threads(tmp_path, warm
             "fixes=full", "rollout.n=1,2,4", f"hydra.sweep.dir={tmp_path}", "~hydra.callbacks.analysis", *small,
             "train.mini_batch_size=8", "train.micro_batch_size=4", f"model.cache_dir={warm_cache}"]
     out = subprocess.run(args, cwd=REPO, capture_output=True, text=True, timeout=900)
-    assert out.returncode == 0, out.stderr[-3000:]
+    # the failed job fails the sweep (exit 1, named), once the other two have finished
+    assert out.returncode == 1, out.stderr[-3000:]
+    last = out.stderr.strip().splitlines()[-1]
+    assert last.startswith("error: 1 job(s) of the sweep failed (the others finished)") and "rollout.n=1" in last
     jobs = {p: (p / ".hydra" / "overrides.yaml").read_text() for p in tmp_path.iterdir() if (p / ".hydra").is_dir()}
     assert len(jobs) == 3
     spans = []

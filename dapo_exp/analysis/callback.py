@@ -11,7 +11,10 @@ warning and the sweep's result stands.
 
 After the table it names the jobs of this sweep that failed (:func:`failed_jobs`: a
 ``summary.json`` with status ``failed`` written since the sweep started); ``run.py`` then
-exits non-zero, the other jobs having finished.
+exits non-zero, the other jobs having finished. The sweep directories of the process are
+noted (:func:`note_sweep`: by this callback, by ``run.py``'s job function when the jobs run
+in-process, by ``hydra/launcher=parallel``) so that ``run.py`` finds the failures even with
+the callback removed (``~hydra.callbacks.analysis``).
 
 This module imports only Hydra at import time (Hydra instantiates callbacks for
 every run, single runs included); the analysis (pandas, matplotlib) is imported
@@ -28,6 +31,19 @@ from pathlib import Path
 from typing import Any
 
 from hydra.experimental.callback import Callback
+
+
+_SWEEPS: list[str] = []  # the sweep directories this process ran (note_sweep), in order
+
+
+def note_sweep(sweep_dir: Any) -> None:
+    """Remember that this process runs a sweep into ``sweep_dir`` (for :func:`noted_sweeps`)."""
+    if sweep_dir is not None and str(sweep_dir) not in _SWEEPS:
+        _SWEEPS.append(str(sweep_dir))
+
+
+def noted_sweeps() -> list[str]:
+    return list(_SWEEPS)
 
 
 class AnalysisCallback(Callback):
@@ -48,6 +64,10 @@ class AnalysisCallback(Callback):
 
     def on_multirun_start(self, config: Any, **kwargs: Any) -> None:
         self.started = time.time()
+        try:
+            note_sweep(config.hydra.sweep.dir)
+        except Exception:  # noqa: BLE001 - never fail a sweep
+            pass
 
     def _wandb_log(self, config: Any) -> dict | None:
         logger = config.get("logger") if hasattr(config, "get") else None

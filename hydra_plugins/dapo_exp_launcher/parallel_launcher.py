@@ -9,7 +9,8 @@ bound by per-op overhead, and a second thread barely speeds up generation, so tw
 jobs side by side do far more per second than one two-thread job.
 
 Worker processes are reused from job to job: a worker pays the imports once, not once per job.
-A job that raises is recorded as failed by ``run.py`` and the others go on; a worker process
+A job that raises is recorded as failed by ``run.py`` and the others go on (``run.py`` exits 1
+at the end, naming the failed jobs); a worker process
 that dies (killed, out of memory) stops the sweep, and running the same command again resumes
 it (finished jobs are skipped).
 """
@@ -100,6 +101,12 @@ class ParallelLauncher(Launcher):
 
     def setup(self, *, hydra_context: HydraContext, task_function: TaskFunction, config: DictConfig) -> None:
         self.context = {"hydra_context": hydra_context, "task_function": task_function, "config": config}
+        try:  # run.py looks there for failed jobs when the sweep ends (the jobs run in worker processes)
+            from dapo_exp.analysis.callback import note_sweep
+
+            note_sweep(config.hydra.sweep.dir)
+        except Exception:  # noqa: BLE001 - only the exit code depends on it
+            pass
 
     def launch(self, job_overrides: Sequence[Sequence[str]], initial_job_idx: int) -> Sequence[JobReturn]:
         try:  # imported here: a missing plugin fails when this launcher is picked, not at every Hydra start

