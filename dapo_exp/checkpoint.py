@@ -181,7 +181,7 @@ def _decode(obj: Any, file: Path) -> Any:
 # --------------------------------------------------------------------------- #
 # Durable writes                                                                #
 # --------------------------------------------------------------------------- #
-def _fsync(path: Path) -> None:
+def fsync_path(path: Path) -> None:
     """Flush a file's or a directory's data and metadata to disk."""
     fd = os.open(path, os.O_RDONLY)
     try:
@@ -313,12 +313,12 @@ def save(
         files = manifest_files(tmp, (WEIGHTS, STATE))
         (tmp / MANIFEST).write_text(json.dumps({"format": FORMAT, "step": step, "files": files}, indent=1))
         for name in (WEIGHTS, STATE, MANIFEST):
-            _fsync(tmp / name)
-        _fsync(tmp)
+            fsync_path(tmp / name)
+        fsync_path(tmp)
         if final.exists():
             shutil.rmtree(final)
         os.replace(tmp, final)
-        _fsync(root)
+        fsync_path(root)
     except BaseException as exc:
         shutil.rmtree(tmp, ignore_errors=True)
         if isinstance(exc, Exception):

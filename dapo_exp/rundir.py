@@ -196,20 +196,26 @@ def environment() -> dict[str, Any]:
 # --------------------------------------------------------------------------- #
 # Reading                                                                       #
 # --------------------------------------------------------------------------- #
-def iter_jsonl(path: str | os.PathLike) -> Iterator[dict[str, Any]]:
-    """The JSON objects of a JSONL file, in order. A line torn by a kill, a line that is
-    not JSON and a JSON value that is not an object (``42``) are skipped."""
+def _json_lines(path: str | os.PathLike) -> Iterator[tuple[int, Any, str]]:
+    """``(line number, parsed value or _NOT_JSON, stripped line)`` of each non-empty line."""
     with open(path, encoding="utf-8", errors="replace") as f:
-        for line in f:
+        for n, line in enumerate(f, 1):
             line = line.strip()
             if not line:
                 continue
             try:
-                obj = json.loads(line)
+                yield n, json.loads(line), line
             except json.JSONDecodeError:
-                continue
-            if isinstance(obj, dict):
-                yield obj
+                yield n, _NOT_JSON, line
+
+
+_NOT_JSON = object()
+
+
+def iter_jsonl(path: str | os.PathLike) -> Iterator[dict[str, Any]]:
+    """The JSON objects of a JSONL file, in order. A line torn by a kill, a line that is
+    not JSON and a JSON value that is not an object (``42``) are skipped."""
+    return (obj for _, obj, _ in _json_lines(path) if isinstance(obj, dict))
 
 
 def read_jsonl(path: str | os.PathLike) -> list[dict[str, Any]]:
@@ -229,23 +235,15 @@ def read_rows(path: str | os.PathLike) -> tuple[list[dict[str, Any]], list[str]]
     bad: list[str] = []
     if not path.is_file():
         return rows, bad
-    with open(path, encoding="utf-8", errors="replace") as f:
-        for n, line in enumerate(f, 1):
-            line = line.strip()
-            if not line:
-                continue
-            try:
-                obj = json.loads(line)
-            except json.JSONDecodeError:
-                bad.append(f"line {n}: not valid JSON (torn by a kill?): {line[:60]!r}")
-                continue
-            if not isinstance(obj, dict):
-                bad.append(f"line {n}: a JSON {type(obj).__name__}, not an object")
-            elif type(obj.get("step")) is not int:
-                bad.append(f"line {n}: its step is {obj.get('step')!r} ({type(obj.get('step')).__name__}), "
-                           f"not an int")
-            else:
-                rows.append(obj)
+    for n, obj, line in _json_lines(path):
+        if obj is _NOT_JSON:
+            bad.append(f"line {n}: not valid JSON (torn by a kill?): {line[:60]!r}")
+        elif not isinstance(obj, dict):
+            bad.append(f"line {n}: a JSON {type(obj).__name__}, not an object")
+        elif type(obj.get("step")) is not int:
+            bad.append(f"line {n}: its step is {obj.get('step')!r} ({type(obj.get('step')).__name__}), not an int")
+        else:
+            rows.append(obj)
     return rows, bad
 
 

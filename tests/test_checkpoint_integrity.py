@@ -179,7 +179,7 @@ def test_a_killed_warm_start_build_leaves_nothing_that_is_trusted(tmp_path, monk
     assert W.cache_problem(target) and "manifest.json: missing" in W.cache_problem(target)
 
     monkeypatch.setattr(W.rundir, "write_json", real_write_json)
-    monkeypatch.setattr(W, "_fsync", killed)  # the files saved in the temp dir, before the rename
+    monkeypatch.setattr(W, "fsync_path", killed)  # the files saved in the temp dir, before the rename
     capsys.readouterr()
     with pytest.raises(KeyboardInterrupt):
         _ensure(cfg)

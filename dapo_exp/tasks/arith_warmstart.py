@@ -47,7 +47,7 @@ from typing import Any
 import torch
 
 from dapo_exp import rundir
-from dapo_exp.checkpoint import manifest_files, manifest_problem
+from dapo_exp.checkpoint import fsync_path, manifest_files, manifest_problem
 from dapo_exp.console import ProgressLines
 from dapo_exp.models import CHARS, build_char_tokenizer, build_tiny_model
 from dapo_exp.tasks.arith import STEP_MARKER, load_arith, response_style, solution_text
@@ -226,23 +226,15 @@ def _build_cache(model_cfg: Any, task_cfg: Any, max_response_len: int, cache_roo
         (tmp / "warmstart.json").write_text(json.dumps(stats, indent=1))
         names = sorted(p.name for p in tmp.iterdir() if p.is_file())
         for name in names:
-            _fsync(tmp / name)
-        _fsync(tmp)
+            fsync_path(tmp / name)
+        fsync_path(tmp)
         if target.exists():
             shutil.rmtree(target)
         os.replace(tmp, target)
     except BaseException:
         shutil.rmtree(tmp, ignore_errors=True)
         raise
-    _fsync(cache_root)
+    fsync_path(cache_root)
     rundir.write_json(target / CACHE_MANIFEST, {"version": WARMSTART_VERSION, "key": key,
                                                 "files": manifest_files(target, names)})
     log.info("warm start done in %.1fs (final loss %.3f)", stats["warmstart/seconds"], stats["warmstart/loss"])
-
-
-def _fsync(path: Path) -> None:
-    fd = os.open(path, os.O_RDONLY)
-    try:
-        os.fsync(fd)
-    finally:
-        os.close(fd)
