@@ -80,3 +80,16 @@ def test_presets_of_the_family_are_their_switches():
     assert set(fixes.FAMILY) == set(expect)
     for preset, on in expect.items():
         assert {k for k, v in preset_switches(preset).items() if v} == on
+
+
+def test_a_run_recorded_before_a_fix_existed_has_it_off():
+    """The analysis reads old runs: an algo config without a fix's keys reads as that fix off."""
+    from omegaconf import OmegaConf
+
+    old = OmegaConf.create({"eps_low": 0.2, "eps_high": 0.28, "loss_agg": "token-mean", "dynamic_sampling": True,
+                            "overlong_punishment": "soft", "overlong_cache_len": 16, "overlong_factor": 1.0,
+                            "overlong_max_len": None, "overlong_filtering": False, "ds_signal": "acc",
+                            "ds_max_rounds": 10, "ds_on_cap": "error", "ds_surplus": "discard", "ds_oversample": 1.0})
+    on = fixes.switches(old)
+    assert [k for k, v in on.items() if v] == ["clip_higher", "dynamic_sampling", "token_level_loss",
+                                               "overlong_punishment"]

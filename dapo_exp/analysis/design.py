@@ -32,12 +32,13 @@ from typing import Sequence
 import numpy as np
 import pandas as pd
 
-from dapo_exp.fixes import FIXES
+from dapo_exp.fixes import FIXES, dapo_fixes
 
 # The ONE place the attribution code (design, effects, report) reads the switch names and their
-# options: the registry of the fixes (dapo_exp.fixes), as the package defines them (a fix that
-# code registers later is no factor of these two-level designs over the paper's five switches).
-SWITCHES: tuple[str, ...] = tuple(FIXES)
+# options: the registry of the fixes (dapo_exp.fixes), whose DAPO fixes (Table 1's five columns)
+# are the factors of these two-level designs; the GRPO family's switches are compared one at a
+# time against GRPO (the table's paired differences, sweeps/family.sh), not factors here.
+SWITCHES: tuple[str, ...] = dapo_fixes()
 
 # Hydra option (conf/<switch>/<option>.yaml) for the off and on level of each switch: the first two
 # options of each fix (off `disabled`; on `enabled`, and `soft` for the overlong punishment, the

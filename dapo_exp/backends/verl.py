@@ -185,7 +185,7 @@ def _ds_surplus(v: str, ctx: Context) -> dict[str, Any]:
 
 def _on(ctx: Context, *names: str) -> bool:
     """Is any of the fixes ``names`` on in this config?"""
-    return any(fixes.FIXES[n].is_on(ctx.cfg.algo) for n in names if n in fixes.FIXES)
+    return any(fixes.is_on(fixes.FIXES[n], ctx.cfg.algo) for n in names if n in fixes.FIXES)
 
 
 OWN_RANGE = ("gspo", "cispo", "gmpo")  # surrogate fixes whose clip range is their own (verl's clip_ratio_*)

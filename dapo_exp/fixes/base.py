@@ -125,9 +125,18 @@ def unregister_fix(name: str) -> None:
     FIXES.pop(name, None)
 
 
+def is_on(fix: Fix, algo: Any) -> bool:
+    """Is ``fix`` on for ``algo``? Off when ``algo`` has none of its keys: a run recorded before
+    the fix existed (the analysis reads old runs) ran without it."""
+    own = [k for k in fix.keys if not k.startswith("ext.")]
+    if own and not any(k in algo for k in own):
+        return False
+    return bool(fix.is_on(algo))
+
+
 def active(algo: Any) -> list[Fix]:
     """The fixes that are on for ``algo``, in registry order."""
-    return [f for f in FIXES.values() if f.is_on(algo)]
+    return [f for f in FIXES.values() if is_on(f, algo)]
 
 
 def check_combination(algo: Any) -> None:
@@ -175,7 +184,7 @@ def dapo_fixes() -> tuple[str, ...]:
 
 def switches(algo: Any) -> dict[str, bool]:
     """``{fix name: on?}`` of an ``algo`` config, read from its values."""
-    return {name: bool(f.is_on(algo)) for name, f in FIXES.items()}
+    return {name: is_on(f, algo) for name, f in FIXES.items()}
 
 
 def label(state: Mapping[str, bool], preset: str | None = None,
@@ -197,5 +206,5 @@ def label(state: Mapping[str, bool], preset: str | None = None,
 
 
 __all__ = ["BASELINE", "FAMILY", "FIXES", "LADDER", "PRESETS", "SLOTS", "Fix", "GroupFilter", "RunInfo", "Slot", "active",
-           "check_combination", "dapo_fixes", "declared_ext_keys", "label", "register_fix", "switch_names", "switches",
+           "check_combination", "dapo_fixes", "declared_ext_keys", "is_on", "label", "register_fix", "switch_names", "switches",
            "unregister_fix"]
