@@ -19,8 +19,9 @@ GRPO's own pieces, chosen by name:
 from __future__ import annotations
 
 import functools
+from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Any, Callable
+from typing import Any
 
 from dapo_exp import fixes, objective
 from dapo_exp.config import ConfigError
@@ -53,6 +54,8 @@ class Hooks:
     surrogate: Callable  # (logp, old_logp, advantages, *, mask) -> objective.SurrogateOut
     normaliser: Callable  # (mask (B, T), group_index (B,)) -> (B,)
     metrics: dict[str, tuple[str, ...]]  # fix name -> the metrics it declares, the fixes on
+    update_mask: Callable | None = None  # (entropy (B, T), mask (B, T)) -> (B, T) bool; None: every token
+    rollout_weight: Callable | None = None  # (old_logp, engine_logp, mask) -> (B, T) x advantages; None: 1
 
 
 def run_info(cfg: Any) -> RunInfo:
@@ -94,6 +97,8 @@ def compose(algo: Any, run: RunInfo) -> Hooks:
         surrogate=_one(bound["surrogate"], POLICY_LOSSES.pick(algo.policy_loss)(algo)),
         normaliser=_one(bound["normaliser"], token_level_loss.normaliser(token_level_loss.GRPO_MODE, run)),
         metrics={f.name: f.metrics for f in fixes.active(algo)},
+        update_mask=_and_masks([h for _, h in bound["update_mask"]]),
+        rollout_weight=_one(bound["rollout_weight"], None),
     )
 
 
@@ -124,6 +129,19 @@ def _chain_masks(masks: list[Callable]) -> Callable | None:
         return mask
 
     return token_mask
+
+
+def _and_masks(masks: list[Callable]) -> Callable | None:
+    if len(masks) <= 1:
+        return masks[0] if masks else None
+
+    def update_mask(entropy: Any, mask: Any) -> Any:
+        keep = mask.bool()
+        for m in masks:
+            keep = keep & m(entropy, mask).bool()
+        return keep
+
+    return update_mask
 
 
 def check_logged(hooks: Hooks, row: dict[str, Any]) -> None:

@@ -19,7 +19,7 @@ a test composes the default config (``fixes=grpo``) and checks it equals this sc
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import Any, Optional
+from typing import Any
 
 from hydra.core.config_store import ConfigStore
 from omegaconf import DictConfig, OmegaConf
@@ -57,7 +57,7 @@ class AlgoConfig:
     # upper clip range: ratio <= 1 + eps_high for A > 0 (paper: 0.28; GRPO: 0.2)   [group clip_higher]
     eps_high: float = 0.2
     # dual-clip bound c > 1 on the loss of A < 0 tokens, null = off (released script: 10)
-    dual_clip: Optional[float] = None
+    dual_clip: float | None = None
     # loss aggregation, LOSS_AGG_MODES (GRPO: seq-mean-token-mean; DAPO: token-mean)   [group token_level_loss]
     loss_agg: str = "seq-mean-token-mean"
     # KL penalty coefficient against the initial policy, 0 = off (DAPO: removed)
@@ -73,7 +73,7 @@ class AlgoConfig:
     # scale of the length term (paper: 1.0)
     overlong_factor: float = 1.0
     # L_max of the length term in tokens; null = rollout.max_response_len (paper: 20480, the cap)
-    overlong_max_len: Optional[int] = None
+    overlong_max_len: int | None = None
     # keep only groups with 0 < #correct < G and refill (paper: on)   [group dynamic_sampling]
     dynamic_sampling: bool = False
     # filter signal: acc (raw accuracy, verl) | reward (the shaped reward)
@@ -117,8 +117,24 @@ class AlgoConfig:
     # share of tokens penalised (paper: 2e-4) and kappa (authors' scripts: 1; verl's default 0.1)
     kl_cov_ratio: float = 2e-4
     kl_cov_coef: float = 1.0
+    # top-entropy tokens: the policy gradient only on the top rho of the mini-batch's tokens by
+    # entropy, the rest masked out of the numerator (Wang et al. 2025)   [group top_entropy]
+    top_entropy: bool = False
+    # share of tokens kept (paper: 0.2)
+    top_entropy_rho: float = 0.2
+    # rollout correction: weight (and band-mask) the tokens by the trainer/engine ratio   [group rollout_correction]
+    rollout_correction: bool = False
+    # level of the weight: token | sequence (one weight per response)
+    rc_level: str = "sequence"
+    # sequence weight: product (the likelihood ratio, verl Seq-TIS) | geometric (per-token geometric mean)
+    rc_aggregation: str = "product"
+    # truncation of the weight, null = no weight (band only) (verl's default: 2)
+    rc_cap: float | None = 2.0
+    # weight 0 outside [low, high] of the same level's ratio, null = no band (IcePop: 0.5 / 5)
+    rc_band_low: float | None = None
+    rc_band_high: float | None = None
     # truncated importance sampling: cap on exp(old_logp - engine_logp) per token, null = off
-    tis_cap: Optional[float] = None
+    tis_cap: float | None = None
     # keys of fixes registered outside the package (dapo_exp.fixes.register_fix), set as
     # +algo.ext.<key>=...; a key that no registered fix declares is refused before any compute
     ext: dict[str, Any] = field(default_factory=dict)
@@ -130,21 +146,23 @@ class TaskConfig:
     name: str = "arith"
     # training data: a known name, HF id, hf:<owner>/<name>[@split] or local
     # .parquet/.jsonl/.json (null = the task's default, dapo_math: DAPO-Math-17k)
-    train_source: Optional[str] = None
+    train_source: str | None = None
     # held-out data, same forms (null = the task's default, dapo_math: aime24)
-    eval_source: Optional[str] = None
+    eval_source: str | None = None
     # keep only the first N eval problems (null = all; paper: all 30 AIME problems)
-    eval_limit: Optional[int] = None
+    eval_limit: int | None = None
     # reward rule (VERIFIERS): math_dapo (the paper's exact match) | math_verify (symbolic)
     verifier: str = "math_dapo"
     # per-response limit in seconds for answers checked in a worker process; overrun = wrong
     verifier_timeout_s: float = 5.0
     # verifier worker processes (null = half the CPUs, 1 to 8); started only when needed
-    verifier_workers: Optional[int] = None
+    verifier_workers: int | None = None
     # render prompts through the tokenizer's chat template (paper: yes, one user message)
     chat_template: bool = True
     # maximum prompt length in tokens; longer prompts are cut by the trainer (paper: 2048)
     max_prompt_len: int = 2048
+    # task=arith only: the synthetic problems' seed, train and eval counts, largest operand,
+    # most operands per problem, operators
     arith_seed: int = 1234
     arith_n_train: int = 4000
     arith_n_eval: int = 64
@@ -223,7 +241,7 @@ class TrainConfig:
     # responses per forward/backward pass (gradient accumulation; never changes the gradient)
     micro_batch_size: int = 32
     # padded tokens per micro-batch instead of a fixed count, null = off
-    token_budget: Optional[int] = None
+    token_budget: int | None = None
     # passes over each batch (paper: 1)
     ppo_epochs: int = 1
     # old log-probs of the first mini-batch's rows (every row when a batch gets one update):
@@ -246,6 +264,11 @@ class TrainConfig:
     # checkpointing, attention dropout or train.torch_compile, in micro-batches where prompts
     # repeat; otherwise every row is scored in full whatever this says
     share_prompt_forward: bool = True
+    # stream (one seeded stream per generate call; refills and length differences shift later draws)
+    # | keyed (every draw keyed by its purpose: prompts by (seed, step, slot), refills on their own
+    # slots, sampling noise by (seed, step, prompt, sample, position), eval noise by (seed, problem,
+    # sample, position); dapo_exp/keyed.py)
+    randomness: str = "stream"
 
 
 @dataclass
@@ -275,9 +298,21 @@ class EvalConfig:
     temperature: float = 1.0
     top_p: float = 0.7
     # generation cap at eval, null = rollout.max_response_len
-    max_response_len: Optional[int] = None
+    max_response_len: int | None = None
     # write every sample to eval_samples.jsonl
     save_samples: bool = True
+    # problems of each evaluation: the first N of the held-out set (null = all)
+    problems: int | None = None
+    # the final evaluation (the endpoint): problems and samples per problem, null = as the others
+    # (eval.problems, eval.k); the arith task's held-out set has task.arith_n_eval problems
+    final_problems: int | None = None
+    final_samples: int | None = None
+    # evaluate the final policy N more times with fresh noise (eval/acc_avg_rep<i>): its noise
+    final_repeats: int = 0
+    # the endpoint recorded in the summary and shown by the table: final (the last evaluation) |
+    # last_k_mean (the mean of the last endpoint_k evaluations, labelled as such)
+    endpoint: str = "final"
+    endpoint_k: int = 3
 
 
 @dataclass
@@ -286,9 +321,9 @@ class LoggerConfig:
     backend: str = "wandb"
     # W&B project and entity (null = your default entity)
     project: str = "dapo-exp"
-    entity: Optional[str] = None
+    entity: str | None = None
     # W&B group, null = the sweep name
-    group: Optional[str] = None
+    group: str | None = None
     # offline | online | disabled
     mode: str = "offline"
     # extra W&B tags (the enabled fixes and the preset are added automatically)
@@ -296,6 +331,14 @@ class LoggerConfig:
     # off a terminal (log file, nohup, SLURM, CI): a line of key metrics at most every N seconds
     # (and always at the first and last step and at evaluations); 0 = every step
     progress_every_s: float = 10.0
+
+
+@dataclass
+class RunConfig:
+    # a re-run in a directory that holds a run of another result-changing config (dapo_exp/runner.py,
+    # check_config_change): refuse (name the differing keys) | restart (delete that run, start over
+    # there) | branch (keep it; run this config in <dir>@<hash> next to it)
+    on_config_change: str = "refuse"
 
 
 @dataclass
@@ -311,17 +354,17 @@ class SlurmConfig:
     # backend.launch=slurm: the site settings of the sbatch script (dapo_exp/backends/verl_sbatch.sh.j2), one
     # job per run over backend.nnodes nodes. Site values are best kept in a git-ignored conf/local/<site>.yaml.
     # partition (--partition); null = the cluster's default
-    partition: Optional[str] = None
+    partition: str | None = None
     # account to charge (--account); null = your default account
-    account: Optional[str] = None
+    account: str | None = None
     # quality of service (--qos); null = the default
-    qos: Optional[str] = None
+    qos: str | None = None
     # wall-clock limit of one attempt (--time, [D-]HH:MM:SS); a longer run is requeued and resumes
     time: str = "24:00:00"
     # CPU cores per node, given to Ray (--cpus-per-task, one task per node); null = not requested
-    cpus_per_node: Optional[int] = None
+    cpus_per_node: int | None = None
     # host memory per node in GB (--mem); null = not requested, 0 = all of it
-    mem_gb: Optional[int] = None
+    mem_gb: int | None = None
     # whole nodes (--exclusive): Ray sees every CPU and GPU of its nodes
     exclusive: bool = True
     # SLURM signals the script (USR1) this many seconds before the time limit (--signal=B:USR1@N): it
@@ -389,6 +432,8 @@ class Config:
     eval: EvalConfig = field(default_factory=EvalConfig)
     logger: LoggerConfig = field(default_factory=LoggerConfig)
     checkpoint: CheckpointConfig = field(default_factory=CheckpointConfig)
+    # what a re-run does with a run directory of another configuration
+    run: RunConfig = field(default_factory=RunConfig)
     backend: BackendConfig = field(default_factory=BackendConfig)
     # free-form notes an experiment preset may carry (paper values that have no
     # knob of their own, e.g. the rollout-step count the paper trained for)
@@ -469,12 +514,23 @@ def validate(cfg: DictConfig | Config) -> None:
     _require(o.warmup_steps >= 0, "optim.warmup_steps", "must be >= 0")
     _require(o.grad_clip >= 0, "optim.grad_clip", "must be >= 0 (0 disables clipping)")
 
+    _choice("train.randomness", t.randomness, ("stream", "keyed"))
+
+    _validate_eval(e)
+    _validate_outputs(c)
+
+
+def _validate_eval(e: DictConfig) -> None:
+    """The evaluations: their sampling, sizes and the endpoint a table reports."""
     _require(e.every >= 0, "eval.every", "must be >= 0 (0 = only at the end)")
     _require(e.k >= 1, "eval.k", "must be >= 1")
     _require(e.temperature > 0, "eval.temperature", "must be > 0")
     _require(0 < e.top_p <= 1, "eval.top_p", "must be in (0, 1]")
-
-    _validate_outputs(c)
+    for key in ("problems", "final_problems", "final_samples"):
+        _require(e[key] is None or e[key] >= 1, f"eval.{key}", "must be >= 1 or null")
+    _require(e.final_repeats >= 0, "eval.final_repeats", "must be >= 0")
+    _choice("eval.endpoint", e.endpoint, ("final", "last_k_mean"))
+    _require(e.endpoint_k >= 1, "eval.endpoint_k", "must be >= 1")
 
 
 def _validate_outputs(c: DictConfig) -> None:

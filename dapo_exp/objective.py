@@ -34,7 +34,8 @@ groups of ``G`` responses each (``B = N * G`` when flattened group-major).
 
 from __future__ import annotations
 
-from typing import Callable, NamedTuple
+from collections.abc import Callable
+from typing import NamedTuple
 
 import torch
 from torch import Tensor
@@ -422,6 +423,7 @@ def policy_loss(
     ref_logp: Tensor | None = None,
     kl_coef: float = 0.0,
     kl_estimator: str = "k3",
+    keep: Tensor | None = None,
 ) -> tuple[Tensor, dict[str, Tensor]]:
     """One micro-batch's share of the mini-batch loss, plus its statistics.
 
@@ -435,6 +437,10 @@ def policy_loss(
     ranges bound unless a fix fills the slot). The aggregation is
     :func:`aggregate_loss` with the mini-batch ``weights``.
 
+    ``keep`` (``(B, T)``; None = all) selects the tokens whose policy-gradient term counts (e.g.
+    :func:`top_entropy_mask`), in the numerator only: the surrogate, the ``weights`` and the KL term
+    still see all of ``mask`` (the 80/20 paper's Eq. 3 and TRL's ``top_entropy_quantile``).
+
     Returns:
         ``(loss, stats)``: scalar loss; ``stats`` holds this micro-batch's share of
         the policy-gradient loss and KL (they add up over micro-batches to the
@@ -443,9 +449,10 @@ def policy_loss(
         from which the trainer computes token fractions.
     """
     out = surrogate(logp, old_logp, advantages, mask=mask)
-    pg = aggregate_loss(out.loss, mask, weights=weights)
-    loss = pg
     m = mask.to(logp.dtype)
+    pg_mask = mask if keep is None else m * keep.to(m.dtype)
+    pg = aggregate_loss(out.loss, pg_mask, weights=weights)
+    loss = pg
 
     def count(x: Tensor) -> Tensor:
         return (x.to(logp.dtype) * m).sum().detach()
@@ -458,6 +465,8 @@ def policy_loss(
         "n_clipped_dual": count(out.clipped_dual),
         "ratio_sum": count(out.ratio),
     }
+    if keep is not None:
+        stats["n_kept"] = (pg_mask.to(logp.dtype) * m).sum().detach()
     if ref_logp is not None and kl_coef != 0.0:
         kl = aggregate_loss(kl_penalty(logp, ref_logp, kl_estimator), mask, weights=weights)
         loss = loss + kl_coef * kl
@@ -490,6 +499,7 @@ def policy_loss(
 # Beyond the 80/20 rule         :func:`top_entropy_mask`            (TRL ``top_entropy_quantile``)
 # sequence-level TIS            :func:`sequence_is_weights`         ``rollout_is="sequence"``
 # rejection / IcePop band       :func:`rollout_band_mask`           ``rollout_rs=*_k1``, IcePop
+# rollout correction (both)     :func:`rollout_correction_weights`  ``algorithm.rollout_correction``
 # ============================  ==================================  ===========================
 #
 # Numerical guards: like :func:`clipped_surrogate` (and verl's vanilla / cispo losses),
@@ -1012,3 +1022,60 @@ def rollout_band_mask(
     log_high = torch.tensor(high, dtype=torch.float64).log().item()
     keep = (stat >= log_low) & (stat <= log_high)
     return mask * keep.expand_as(d).to(mask.dtype)
+
+
+ROLLOUT_CORRECTION_LEVELS = ("token", "sequence")
+
+
+def rollout_correction_weights(
+    trainer_old_logp: Tensor,
+    engine_logp: Tensor,
+    mask: Tensor,
+    *,
+    level: str = "sequence",
+    aggregation: str = "product",
+    cap: float | None = 2.0,
+    band_low: float | None = None,
+    band_high: float | None = None,
+) -> Tensor:
+    """The rollout-correction weight of every token: truncated IS at token or sequence level, times
+    a band mask.
+
+    ``w_t = IS_t * keep_t`` with
+
+    - ``IS_t``: ``level="token"``: :func:`truncated_is_weights` ``min(exp(d_t), cap)``;
+      ``level="sequence"``: :func:`sequence_is_weights` of ``aggregation`` (``product``:
+      ``min(exp(sum_t d_t), cap)``, ``geometric``: ``min(exp(mean_t d_t), cap)``) on every token of
+      the row; ``cap=None``: ``IS_t = 1`` (the band alone);
+    - ``keep_t``: 1 when no band is given, else :func:`rollout_band_mask` with ``[band_low,
+      band_high]`` at the same statistic (``token``; ``sequence`` for the product;
+      ``geometric`` for the geometric mean), 0 outside.
+
+    ``d_t = trainer_old_logp_t - engine_logp_t``. With ``level="token"``, a cap and no band it
+    equals :func:`truncated_is_weights`; a band with the cap at or above ``band_high`` is IcePop
+    (verl ``rollout_is_threshold="low_high"``): the cap never binds inside the band.
+
+    Returns:
+        ``(B, T)`` detached weights ``>= 0`` (padding holds whatever the formula gives there; the
+        loss mask drops it).
+    """
+    _check_choice("rollout correction level", level, ROLLOUT_CORRECTION_LEVELS)
+    _check_choice("aggregation", aggregation, SEQUENCE_IS_AGGREGATIONS)
+    if (band_low is None) != (band_high is None):
+        raise ValueError(f"give both band bounds or neither, got low={band_low}, high={band_high}")
+    if cap is None:
+        w = torch.ones_like(trainer_old_logp).detach()
+    elif level == "token":
+        w = truncated_is_weights(trainer_old_logp, engine_logp, cap)
+    else:
+        w = sequence_is_weights(trainer_old_logp, engine_logp, mask, cap=cap, aggregation=aggregation)
+    if band_low is None:
+        return w
+    band_level = "token" if level == "token" else ("sequence" if aggregation == "product" else "geometric")
+    if band_level == "token":
+        keep = rollout_band_mask(trainer_old_logp, engine_logp, torch.ones_like(w), low=band_low, high=band_high)
+    else:  # the row's verdict on every position of the row (padding included; a row without tokens is kept)
+        m = mask.to(w.dtype)
+        kept = rollout_band_mask(trainer_old_logp, engine_logp, m, low=band_low, high=band_high, level=band_level)
+        keep = (kept.sum(dim=1, keepdim=True) == m.sum(dim=1, keepdim=True)).to(w.dtype).expand_as(w)
+    return w * keep

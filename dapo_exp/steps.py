@@ -7,7 +7,8 @@
     -> old_logprobs: the trainer's log-probs of the samples that the update cannot give itself
        (on_policy_rows: those of the first mini-batch), entropy, reference log-probs
     -> update_policy: mini-batches of whole groups, micro-batch accumulation, optimizer steps;
-       per-token advantages (token_advantages, x truncated IS weights)
+       per-token advantages (token_advantages, x truncated IS / rollout_weight weights); with an
+       update_mask hook, a no-grad forward of each mini-batch first (mini_batch_keep: its entropy)
     -> rollout_mismatch / step_metrics / sampling_metrics -> evaluate (periodic)
 
 Each step takes plain values, keyword arguments and the hooks the fixes bound
@@ -18,8 +19,9 @@ from __future__ import annotations
 
 import time
 from collections import defaultdict
+from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Any, Callable
+from typing import Any
 
 import numpy as np
 import torch
@@ -108,7 +110,7 @@ class OldLogprobs:
     known: Tensor  # (B,) bool: rows whose logp (and entropy) are set
 
 
-def on_policy_rows(n_groups: int, *, spec: "UpdateSpec", seed: int) -> list[int]:
+def on_policy_rows(n_groups: int, *, spec: UpdateSpec, seed: int) -> list[int]:
     """Rows whose update forward sees the very policy that sampled them: the first mini-batch's.
 
     Its forward runs before any optimizer step, so its detached log-probs *are* the old
@@ -162,18 +164,39 @@ def adopt_update_logprobs(old: OldLogprobs, rows: list[int], logp: Tensor, entro
     old.known[rows] = True
 
 
-def token_advantages(batch: Batch, old_logp: Tensor, rows: list[int] | range, *, tis_cap: float | None) -> Tensor:
+def token_advantages(batch: Batch, old_logp: Tensor, rows: list[int] | range, *, tis_cap: float | None,
+                     rollout_weight: Callable[[Tensor, Tensor, Tensor], Tensor] | None = None) -> Tensor:
     """``(len(rows), w)`` per-token advantages of ``rows`` (``old_logp``: their ``(len(rows), w)`` old log-probs).
 
-    Each token carries its response's advantage; with ``tis_cap`` set and engine log-probs
-    reported, times its truncated importance weight
-    (:func:`dapo_exp.objective.truncated_is_weights`, trainer's old log-probs vs the engine's).
+    Each token carries its response's advantage; with engine log-probs reported, times its
+    truncated importance weight when ``tis_cap`` is set
+    (:func:`dapo_exp.objective.truncated_is_weights`, trainer's old log-probs vs the engine's), and
+    times ``rollout_weight(old_logp, engine_logp, resp_mask)`` (the ``rollout_weight`` slot) when given.
     """
     rows = list(rows)
-    adv = batch.advantages[rows, None].expand(len(rows), old_logp.shape[1])
-    if tis_cap is None or batch.engine_logp is None:
+    w = old_logp.shape[1]
+    adv = batch.advantages[rows, None].expand(len(rows), w)
+    if batch.engine_logp is None or (tis_cap is None and rollout_weight is None):
         return adv.clone()
-    return adv * objective.truncated_is_weights(old_logp, batch.engine_logp[rows, : old_logp.shape[1]], tis_cap)
+    engine = batch.engine_logp[rows, :w]
+    if tis_cap is not None:
+        adv = adv * objective.truncated_is_weights(old_logp, engine, tis_cap)
+    if rollout_weight is not None:
+        adv = adv * rollout_weight(old_logp, engine, batch.resp_mask[rows, :w]).to(adv.dtype)
+    return adv
+
+
+def rollout_weight_stats(batch: Batch, old_logp: Tensor, rows: list[int],
+                         rollout_weight: Callable[[Tensor, Tensor, Tensor], Tensor]) -> dict[str, float]:
+    """Sums of the ``rollout_weight`` slot's weights over ``rows``' loss-mask tokens: ``rw_sum``,
+    ``rw_zero`` (weight 0: masked by a band) and ``rw_tokens`` (0 when the engine reported no log-probs)."""
+    if batch.engine_logp is None:
+        return {"rw_sum": 0.0, "rw_zero": 0.0, "rw_tokens": 0.0}
+    w = old_logp.shape[1]
+    weight = rollout_weight(old_logp, batch.engine_logp[rows, :w], batch.resp_mask[rows, :w])
+    lm = batch.loss_mask[rows, :w]
+    return {"rw_sum": float((weight * lm).sum()), "rw_zero": float(((weight == 0).float() * lm).sum()),
+            "rw_tokens": float(lm.sum())}
 
 
 def rollout_mismatch(batch: Batch, old: OldLogprobs) -> dict[str, float]:
@@ -202,6 +225,8 @@ class UpdateSpec:
     kl_coef: float
     kl_estimator: str
     tis_cap: float | None  # truncated importance sampling against the engine's log-probs, None = off
+    update_mask: Callable | None = None  # (entropy, mask) -> (B, T) bool, tokens whose pg term counts; None = all
+    rollout_weight: Callable | None = None  # (old_logp, engine_logp, mask) -> (B, T) x advantages; None = 1
 
 
 def minibatch_rows(n_groups: int, *, spec: UpdateSpec, seed: int) -> list[list[int]]:
@@ -231,6 +256,7 @@ def update_policy(
     device = fwd.device
     for rows in minibatch_rows(len(batch.groups), spec=spec, seed=seed):
         weights = spec.normaliser(batch.loss_mask[rows], batch.group_index[rows])
+        keep = None if spec.update_mask is None else mini_batch_keep(model, batch, rows, fwd=fwd, spec=spec, upd=upd)
         lens = row_lengths(batch, rows)
         for micro in microbatches(lens, spec.micro_batch_size, spec.token_budget):
             sel = [rows[i] for i in micro]
@@ -246,12 +272,16 @@ def update_policy(
             old_lp = old.logp[sel, :w]
             loss, st = objective.policy_loss(
                 logp=lp, old_logp=old_lp.to(device),
-                advantages=token_advantages(batch, old_lp, sel, tis_cap=spec.tis_cap).to(device),
+                advantages=token_advantages(batch, old_lp, sel, tis_cap=spec.tis_cap,
+                                            rollout_weight=spec.rollout_weight).to(device),
                 mask=batch.loss_mask[sel, :w].to(device), weights=weights[micro].to(device),
                 surrogate=spec.surrogate, kl_coef=spec.kl_coef, kl_estimator=spec.kl_estimator,
                 ref_logp=None if old.ref_logp is None else old.ref_logp[sel, :w].to(device),
+                keep=None if keep is None else keep[micro, :w].to(device),
             )
             loss.backward()
+            if spec.rollout_weight is not None:
+                st = {**st, **rollout_weight_stats(batch, old_lp, sel, spec.rollout_weight)}
             for key, v in st.items():
                 upd[key] += float(v)
         gn = torch.nn.utils.clip_grad_norm_(model.parameters(), spec.grad_clip if spec.grad_clip > 0 else 1e12)
@@ -263,8 +293,29 @@ def update_policy(
     return upd
 
 
+@torch.no_grad()
+def mini_batch_keep(model: torch.nn.Module, batch: Batch, rows: list[int], *, fwd: ResponseForward,
+                    spec: UpdateSpec, upd: dict[str, float]) -> Tensor:
+    """``(len(rows), width)`` bool: the ``update_mask`` slot's choice of the mini-batch's loss-mask tokens.
+
+    The per-token entropy comes from a no-grad forward of the whole mini-batch under the policy
+    about to be updated (in the update's mode, micro-batch by micro-batch), so the selection is
+    the mini-batch's whatever its split; the mask carries no gradient. Adds the smallest kept
+    entropy to ``upd["keep_entropy_min"]`` and counts the mini-batch in ``upd["keep_minibatches"]``.
+    """
+    entropy = torch.zeros(len(rows), batch.width)
+    for micro in microbatches(row_lengths(batch, rows), spec.micro_batch_size, spec.token_budget):
+        sel = [rows[i] for i in micro]
+        _, ent, mk = fwd(model, [batch.prompts[i] for i in sel], [batch.responses[i] for i in sel], with_entropy=True)
+        entropy[micro, : ent.shape[1]] = (ent * mk).float().cpu()
+    keep = spec.update_mask(entropy, batch.loss_mask[rows]).bool() & batch.loss_mask[rows].bool()
+    upd["keep_entropy_min"] += float(entropy[keep].min()) if bool(keep.any()) else 0.0
+    upd["keep_minibatches"] += 1
+    return keep
+
+
 # --------------------------------------------------------------------------- #
-# Metrics (names and formulas: README "Metrics")                                #
+# Metrics (names and formulas: docs/reference/metrics.md)                      #
 # --------------------------------------------------------------------------- #
 def step_metrics(
     batch: Batch, old: OldLogprobs, upd: dict[str, float], tok_adv: Tensor, *, shaping_metrics: dict[str, str],
@@ -304,6 +355,12 @@ def step_metrics(
     }
     if "kl" in upd:
         m["actor/kl"] = upd["kl"] / n_upd
+    if "n_kept" in upd:  # the update_mask slot: share of the loss-mask tokens whose pg term counted
+        m["actor/update_mask_kept_frac"] = upd["n_kept"] / n_tok
+        m["actor/update_mask_entropy_min"] = upd["keep_entropy_min"] / max(upd["keep_minibatches"], 1.0)
+    if "rw_tokens" in upd:  # the rollout_weight slot (weight 1 where the engine reported no log-probs)
+        m["actor/rollout_weight_mean"] = upd["rw_sum"] / upd["rw_tokens"] if upd["rw_tokens"] else 1.0
+        m["actor/rollout_weight_zero_frac"] = upd["rw_zero"] / max(upd["rw_tokens"], 1.0)
     return m
 
 
@@ -353,6 +410,7 @@ class EvalSpec:
     seed: int
     micro_batch_size: int
     save_samples: bool
+    keys: tuple[int, ...] | None = None  # keyed randomness: one key per problem (dapo_exp.keyed)
 
 
 @torch.no_grad()
@@ -371,7 +429,8 @@ def evaluate(
     k, t0 = spec.k, time.perf_counter()
     engine.wake()
     gens = engine.generate(prompt_ids, SamplingSpec(n=k, max_new_tokens=spec.max_len, temperature=spec.temperature,
-                                                    top_p=spec.top_p, seed=spec.seed + step))
+                                                    top_p=spec.top_p, seed=spec.seed + step,
+                                                    keys=list(spec.keys) if spec.keys is not None else None))
     texts = tokenizer.batch_decode(gens.response_ids, skip_special_tokens=True)
     sample_problems = [p for p in problems for _ in range(k)]
     answers = [p.answer for p in sample_problems]

@@ -15,6 +15,12 @@
 # Output:   multirun/family/<overrides>/ per run; the Hydra callback writes multirun/family/analysis/
 #           (table.md/.csv, figures/). Again later: python -m dapo_exp.analysis multirun/family
 # Extra overrides pass through: bash sweeps/family.sh logger=none
+# Not arms here: top_entropy=enabled (swept on its own: sweeps/results/2026-11-24-top-entropy) and
+#           rollout_correction=enabled|icepop (switches without a preset;
+#           rollout correction needs an engine that reports its log-probs, rollout=vllm). A two-level
+#           design over switches that combine, for the attribution code (effects, aliasing):
+#           python -m dapo_exp.analysis design fractional --switches dr_grpo_adv,gspo,top_entropy
+#           prints one line of overrides per configuration (as sweeps/fractional.sh loops over them).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 SEEDS="${SEEDS:-0,1,2,3,4}"

@@ -48,6 +48,12 @@ EXTENSIONS = [
     ("sum_norm", "snorm", "normaliser",
      lambda v: lambda mask, group_index: _record("normaliser", torch.full((mask.shape[0],), 1.0 / float(v))),
      "actor/pg_loss"),
+    ("keep_first", "kfirst", "update_mask",
+     lambda v: lambda entropy, mask: _record("update_mask", mask.bool() & (torch.arange(mask.shape[1]) < int(v))),
+     "actor/update_mask_kept_frac"),
+    ("const_weight", "cweight", "rollout_weight",
+     lambda v: lambda old_logp, engine_logp, mask: _record("rollout_weight", torch.full_like(old_logp, float(v))),
+     "actor/rollout_weight_mean"),
 ]
 
 
@@ -57,12 +63,21 @@ def _fix(name, short, slot, hook, metric):
                metrics=(metric,))
 
 
-VALUES = {"const_bonus": 0.5, "adv_scale": 2.0, "keep_all": 3, "first_tokens": 2, "plain_pg": 1, "sum_norm": 100.0}
+VALUES = {"const_bonus": 0.5, "adv_scale": 2.0, "keep_all": 3, "first_tokens": 2, "plain_pg": 1, "sum_norm": 100.0,
+          "keep_first": 2, "const_weight": 0.5}
 
 
 @pytest.fixture
-def extensions(tmp_path):
-    """Register the six fixes and write their config groups (``<group>/enabled.yaml``) to a search path."""
+def extensions(tmp_path, monkeypatch):
+    """Register one fix per slot and write their config groups (``<group>/enabled.yaml``) to a search path.
+    The HF engine reports a log-prob of -1 per sampled token, so that the rollout_weight slot is called."""
+    import dataclasses
+
+    from dapo_exp.rollout.hf.engine import HFEngine
+
+    generate = HFEngine.generate
+    monkeypatch.setattr(HFEngine, "generate", lambda self, prompt_ids, spec: dataclasses.replace(
+        g := generate(self, prompt_ids, spec), sampled_logprobs=[[-1.0] * len(r) for r in g.response_ids]))
     conf = tmp_path / "ext_conf"
     for name, *_ in EXTENSIONS:
         (conf / name).mkdir(parents=True)
@@ -84,6 +99,7 @@ def _rows(run_dir):
 def test_a_fix_of_each_slot_from_outside_the_package(tmp_path, small_cfg, extensions):
     from dapo_exp import analysis as A
 
+    assert {slot for _, _, slot, *_ in EXTENSIONS} == set(fixes.SLOTS)  # one fix per hook slot
     runs = tmp_path / "runs"
     for name, short, slot, _, metric in EXTENSIONS:
         s = train(small_cfg(runs / name, "fixes=grpo", extensions.searchpath, f"+{name}=enabled"))
@@ -97,6 +113,10 @@ def test_a_fix_of_each_slot_from_outside_the_package(tmp_path, small_cfg, extens
             assert all(r["reward/mean"] == pytest.approx(2 * r["reward/acc_mean"] - 1 + 0.5, abs=1e-6) for r in trained)
         if slot == "token_mask":  # only the first 2 tokens of each response count
             assert all(r["actor/masked_token_frac"] > 0 for r in trained)
+        if slot == "update_mask":  # the first 2 tokens of each response carry the policy gradient
+            assert all(0 < r["actor/update_mask_kept_frac"] < 1 for r in trained)
+        if slot == "rollout_weight":
+            assert all(r["actor/rollout_weight_mean"] == 0.5 for r in trained)
         if slot == "surrogate":
             assert all(r["actor/pg_clipfrac_higher"] == 0 and r["actor/pg_clipfrac_lower"] == 0 for r in trained)
     train(small_cfg(runs / "grpo", "fixes=grpo"))

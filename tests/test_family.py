@@ -10,7 +10,8 @@ from dapo_exp import fixes, rundir
 from dapo_exp.config import ConfigError
 from dapo_exp.train import preflight, train
 
-FAMILY_SWITCHES = ["dr_grpo_adv", "dr_grpo_norm", "gspo", "cispo", "gmpo", "clip_cov", "kl_cov"]
+FAMILY_SWITCHES = ["dr_grpo_adv", "dr_grpo_norm", "gspo", "cispo", "gmpo", "clip_cov", "kl_cov", "top_entropy",
+                   "rollout_correction"]
 
 
 @pytest.mark.slow
@@ -40,6 +41,83 @@ def test_a_family_fix_changes_the_update(tmp_path, small_cfg):
     assert base["label"] == "grpo" and gspo["label"] == "gspo"
 
 
+def _metric_rows(run_dir):
+    return [r for r in (json.loads(x) for x in (run_dir / rundir.METRICS).read_text().splitlines())
+            if "actor/pg_loss" in r]
+
+
+@pytest.mark.slow
+def test_top_entropy_keeps_the_top_fifth_of_the_tokens(tmp_path, small_cfg):
+    """Two CPU steps: about rho = 0.2 of the loss-mask tokens carry a policy gradient (ties at the
+    threshold are kept), the threshold is a positive entropy, and the update differs from GRPO's."""
+    train(small_cfg(tmp_path / "grpo", "fixes=grpo", "train.steps=1"))
+    s = train(small_cfg(tmp_path / "ent", "fixes=grpo", "top_entropy=enabled"))
+    assert s["label"] == "ent" and s["switches"]["top_entropy"]
+    rows = _metric_rows(tmp_path / "ent")
+    for r in rows:
+        assert 0.2 <= r["actor/update_mask_kept_frac"] < 0.3
+        assert r["actor/update_mask_entropy_min"] > 0 and math.isfinite(r["actor/pg_loss"])
+    grpo = _metric_rows(tmp_path / "grpo")[0]
+    assert grpo["reward/mean"] == rows[0]["reward/mean"]  # same samples at step 1 ...
+    assert grpo["actor/grad_norm"] != rows[0]["actor/grad_norm"]  # ... another gradient
+    assert "actor/update_mask_kept_frac" not in grpo
+
+
+@pytest.fixture
+def engine_logprobs(monkeypatch):
+    """The HF engine reports a log-prob of -1 for every sampled token (it reports none: it samples with
+    the trainer's own weights), so that the trainer-vs-engine ratio exp(old_logp + 1) varies."""
+    import dataclasses
+
+    from dapo_exp.rollout.hf.engine import HFEngine
+
+    generate = HFEngine.generate
+
+    def with_logprobs(self, prompt_ids, spec):
+        gens = generate(self, prompt_ids, spec)
+        return dataclasses.replace(gens, sampled_logprobs=[[-1.0] * len(r) for r in gens.response_ids])
+
+    monkeypatch.setattr(HFEngine, "generate", with_logprobs)
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("option", ["enabled", "icepop"])
+def test_rollout_correction_weights_the_tokens(tmp_path, small_cfg, engine_logprobs, option):
+    s = train(small_cfg(tmp_path, "fixes=grpo", f"rollout_correction={option}"))
+    assert s["status"] == "finished" and s["label"] == "rc"
+    for r in _metric_rows(tmp_path):
+        assert math.isfinite(r["actor/pg_loss"]) and r["rollout/ratio_max"] > r["rollout/ratio_min"]  # mismatch seen
+        if option == "enabled":  # sequence weight min(pi_old(y) / pi_engine(y), 2), no band
+            assert 0 < r["actor/rollout_weight_mean"] <= 2.0 and r["actor/rollout_weight_zero_frac"] == 0
+        else:  # IcePop: the raw token ratio inside [0.5, 5], 0 outside
+            assert 0 < r["actor/rollout_weight_zero_frac"] < 1 and 0 < r["actor/rollout_weight_mean"] <= 5.0
+
+
+@pytest.mark.slow
+def test_rollout_correction_without_engine_logprobs_weighs_one(tmp_path, small_cfg):
+    """rollout=hf reports no log-probs (it samples with the trainer's weights): nothing to correct."""
+    train(small_cfg(tmp_path / "grpo", "fixes=grpo", "train.steps=1"))
+    train(small_cfg(tmp_path / "rc", "fixes=grpo", "rollout_correction=enabled", "train.steps=1"))
+    rc, grpo = _metric_rows(tmp_path / "rc")[0], _metric_rows(tmp_path / "grpo")[0]
+    assert rc["actor/rollout_weight_mean"] == 1.0 and rc["actor/rollout_weight_zero_frac"] == 0.0
+    assert rc["actor/grad_norm"] == grpo["actor/grad_norm"]
+
+
+def test_rollout_correction_and_tis_cap_fail_before_compute_naming_both(small_cfg, tmp_path):
+    with pytest.raises(ConfigError, match=r"rollout_correction and algo.tis_cap=2.0 cannot be combined"):
+        preflight(small_cfg(tmp_path, "fixes=grpo", "rollout_correction=enabled", "algo.tis_cap=2.0"))
+    preflight(small_cfg(tmp_path, "fixes=grpo", "algo.tis_cap=2.0"))  # alone, as before
+
+
+def test_top_entropy_excludes_the_sequence_losses(small_cfg, tmp_path):
+    with pytest.raises(ConfigError, match=r"fixes (gmpo and top_entropy|top_entropy and gmpo) cannot be combined"):
+        preflight(small_cfg(tmp_path, "fixes=grpo", "top_entropy=enabled", "gmpo=enabled"))
+    with pytest.raises(ConfigError, match=r"fixes gspo and top_entropy cannot be combined with algo.gspo_form"):
+        preflight(small_cfg(tmp_path, "fixes=gspo", "top_entropy=enabled", "algo.gspo_form=sequence"))
+    for other in ("gspo", "cispo", "clip_cov", "kl_cov", "full", "dr_grpo"):  # token-wise losses: they combine
+        preflight(small_cfg(tmp_path, f"fixes={other}", "top_entropy=enabled", "rollout_correction=icepop"))
+
+
 @pytest.mark.parametrize("a,b", [("gspo", "cispo"), ("gmpo", "kl_cov"), ("clip_cov", "gspo")])
 def test_two_surrogates_fail_before_compute_naming_both(small_cfg, tmp_path, a, b):
     with pytest.raises(ConfigError, match=rf"fixes ({a} and {b}|{b} and {a}) cannot be combined \(both fill the "
@@ -66,7 +144,12 @@ def test_what_combines_composes(small_cfg, tmp_path):
                                           ("algo.cispo_eps_low=1.5", "algo.cispo_eps_low"),
                                           ("algo.gmpo_eps_low=-0.1", "algo.gmpo_eps_low"),
                                           ("algo.clip_cov_lb=6", "algo.clip_cov_ratio / clip_cov_lb"),
-                                          ("algo.kl_cov_coef=-1", "algo.kl_cov_ratio / kl_cov_coef")])
+                                          ("algo.kl_cov_coef=-1", "algo.kl_cov_ratio / kl_cov_coef"),
+                                          ("algo.top_entropy_rho=0", "algo.top_entropy_rho"),
+                                          ("algo.rc_level=row", "algo.rc_level"),
+                                          ("algo.rc_aggregation=mean", "algo.rc_aggregation"),
+                                          ("algo.rc_cap=0.5", "algo.rc_cap"),
+                                          ("algo.rc_band_low=0.5", "algo.rc_band_low / rc_band_high")])
 def test_bad_family_values_name_the_key(small_cfg, tmp_path, override, key):
     with pytest.raises(ConfigError, match=key):
         preflight(small_cfg(tmp_path, override))
@@ -93,3 +176,139 @@ def test_a_run_recorded_before_a_fix_existed_has_it_off():
     on = fixes.switches(old)
     assert [k for k, v in on.items() if v] == ["clip_higher", "dynamic_sampling", "token_level_loss",
                                                "overlong_punishment"]
+
+
+def test_a_half_fraction_over_three_family_switches_is_generated_and_its_effects_estimated(tmp_path, small_cfg):
+    """The design generator takes any compatible registered switches (``design fractional --switches``);
+    the attribution code, unchanged, estimates their main effects from run directories."""
+    import json as _json
+
+    import numpy as np
+    from fixtures_runs import make_switch_run
+    from omegaconf import OmegaConf
+
+    from dapo_exp.analysis import design as D
+    from dapo_exp.analysis.effects import fit_effects
+    from dapo_exp.analysis.runs import load_runs
+    from dapo_exp.config import AlgoConfig
+
+    chosen = ["dr_grpo_adv", "gspo", "top_entropy"]
+    design = D.make_design("fractional", chosen)
+    assert list(design.columns) == chosen and len(design) == 4 == len(design.drop_duplicates())
+    assert (design["top_entropy"] == (design["dr_grpo_adv"] == design["gspo"])).all()  # I = abc, c = ab
+    lines = D.job_overrides(design)
+    assert "dr_grpo_adv=enabled gspo=enabled top_entropy=enabled" in lines
+    for line in lines:  # every configuration composes and passes the registry's combination check
+        preflight(small_cfg(tmp_path / "cfg", "fixes=grpo", *line.split()))
+    truth = {"dr_grpo_adv": 4.0, "gspo": -10.0, "top_entropy": 2.0}  # percentage points, off -> on
+    for i, row in design.iterrows():
+        for seed in range(3):
+            # + a seed block + a residual that sums to 0 over each configuration's seeds
+            acc = 40 + sum(v / 2 * (1 if row[s] else -1) for s, v in truth.items()) + seed + ((seed + i) % 3 - 1)
+            correct = np.arange(100)[:, None] < round(acc)  # 100 problems x 1 sample, mean = acc / 100
+            run = make_switch_run(tmp_path / "runs" / f"c{i}_s{seed}", dict.fromkeys(D.SWITCHES, False), seed, correct)
+            summary = run["summary"]
+            algo = {**OmegaConf.to_container(OmegaConf.structured(AlgoConfig)), **summary["config"]["algo"],
+                    "adv_norm_std": not row["dr_grpo_adv"], "gspo": bool(row["gspo"]),
+                    "top_entropy": bool(row["top_entropy"])}
+            summary["config"]["algo"] = algo
+            summary["switches"] = fixes.switches(OmegaConf.create(algo))
+            (run["dir"] / rundir.SUMMARY).write_text(_json.dumps(summary))
+    data = load_runs(tmp_path / "runs")
+    assert {k for k in chosen if data.runs[k].nunique() == 2} == set(chosen)
+    eff = fit_effects(data, model="main", switches=chosen)
+    assert eff.design.name == "2^(3-1) fractional factorial, resolution III"
+    t = eff.table.set_index("term")
+    assert (t["status"] == "estimated").all()
+    for s, v in truth.items():
+        assert t.loc[s, "effect"] == pytest.approx(v) and t.loc[s, "lo"] < v < t.loc[s, "hi"]
+    letters = {s: D.LETTERS[s] for s in chosen}  # registry letters: f = dr_grpo_adv, h = gspo, m = top_entropy
+    assert t.loc["gspo", "aliases"] == letters["dr_grpo_adv"] + letters["top_entropy"]  # h = fm, its 2-way alias
+    # the whole analysis (python -m dapo_exp.analysis <dir>) finds the varied family switches itself
+    from dapo_exp.analysis.report import run_analysis
+
+    result = run_analysis(str(tmp_path / "runs"), out=str(tmp_path / "analysis"), figures=False)
+    assert D.switches_in(data.included) == D.SWITCHES + tuple(chosen)
+    effects_md = (tmp_path / "analysis" / "effects.md").read_text()
+    assert all(f"| {s} " in effects_md for s in chosen), effects_md[:2000]
+    assert result is not None
+
+
+@pytest.mark.parametrize("switches, message", [
+    (["gspo", "cispo"], "switches gspo and cispo cannot be factors of one design"),
+    (["top_entropy", "gmpo"], "switches top_entropy and gmpo cannot be factors"),
+    (["gspo", "nope"], "unknown switch 'nope'"),
+    (["gspo"], "two or more distinct switches"),
+])
+def test_a_design_over_switches_that_cannot_combine_is_refused(switches, message):
+    from dapo_exp.analysis import design as D
+
+    with pytest.raises(ValueError, match=message):
+        D.make_design("fractional", switches)
+
+
+def _update(*, micro_batch_size: int, **spec_kw):
+    """One update of the tiny model on test_steps' batch (engine log-probs reported), with ``spec_kw``
+    added to the UpdateSpec: (update stats, the gradient of each optimizer step)."""
+    import functools
+
+    import torch
+    from test_steps import N_GROUPS, TOKEN_MEAN, G, RecordingSGD, V, make_groups, tiny_qwen2
+
+    from dapo_exp import objective, steps
+    from dapo_exp.logprobs import ResponseForward
+
+    model = tiny_qwen2(vocab=V, dtype=torch.float64)
+    batch = steps.build_batch(make_groups(engine_logprobs=True), group_size=G, advantage=objective.group_advantages,
+                              token_mask=None)
+    spec = steps.UpdateSpec(
+        group_size=G, mini_batch_size=G * N_GROUPS, micro_batch_size=micro_batch_size, token_budget=None,
+        ppo_epochs=1, grad_clip=0.0, normaliser=TOKEN_MEAN,
+        surrogate=functools.partial(objective.clipped_surrogate, eps_low=0.2, eps_high=0.28),
+        kl_coef=0.0, kl_estimator="k3", **{"tis_cap": None, **spec_kw})
+    fwd = ResponseForward(pad_id=0, device=torch.device("cpu"))
+    old = steps.old_logprobs(model, batch, fwd=fwd, ref_model=None, micro_batch_size=micro_batch_size,
+                             token_budget=None, on_policy=steps.on_policy_rows(N_GROUPS, spec=spec, seed=3))
+    opt = RecordingSGD(model.parameters(), lr=0.5)
+    return steps.update_policy(model, opt, batch, old, fwd=fwd, spec=spec, seed=3), opt.grads
+
+
+def _same_update(a, b):
+    import torch
+
+    assert a[0]["pg_loss"] == pytest.approx(b[0]["pg_loss"], rel=1e-6, abs=1e-9)  # float32 log-softmax
+    assert len(a[1]) == len(b[1]) == a[0]["n_updates"]
+    for ga, gb in zip(a[1], b[1]):
+        for x, y in zip(ga, gb):
+            torch.testing.assert_close(x, y, rtol=1e-6, atol=1e-9)
+
+
+def test_top_entropy_selects_over_the_mini_batch_whatever_its_micro_batches():
+    """The entropy threshold is the mini-batch's (a no-grad forward of all of it first): one micro-batch
+    or four give the same kept tokens, loss and gradient; about rho of the tokens are kept."""
+    import functools
+
+    from dapo_exp import objective
+
+    mask = functools.partial(objective.top_entropy_mask, rho=0.2)
+    whole, split = _update(micro_batch_size=16, update_mask=mask), _update(micro_batch_size=4, update_mask=mask)
+    _same_update(whole, split)
+    upd = whole[0]
+    assert upd["n_kept"] == split[0]["n_kept"] and 0.2 <= upd["n_kept"] / upd["n_tokens"] < 0.25
+    assert upd["keep_minibatches"] == 1 and upd["keep_entropy_min"] > 0
+    plain = _update(micro_batch_size=16)
+    assert "n_kept" not in plain[0] and plain[0]["pg_loss"] != pytest.approx(upd["pg_loss"])
+
+
+def test_token_level_rollout_correction_is_the_tis_cap_weight():
+    """rollout_correction at token level with cap C (no band) is algo.tis_cap = C, through the update."""
+    import functools
+
+    from dapo_exp import objective
+
+    weight = functools.partial(objective.rollout_correction_weights, level="token", cap=2.0)
+    rc, tis = _update(micro_batch_size=4, rollout_weight=weight), _update(micro_batch_size=4, tis_cap=2.0)
+    _same_update(rc, tis)
+    assert rc[0]["rw_tokens"] == rc[0]["n_tokens"] and 0 < rc[0]["rw_sum"] <= 2 * rc[0]["rw_tokens"]
+    seq = _update(micro_batch_size=4, rollout_weight=functools.partial(objective.rollout_correction_weights, cap=2.0))
+    assert seq[0]["pg_loss"] != pytest.approx(tis[0]["pg_loss"])  # the sequence weight is another one

@@ -94,7 +94,7 @@ def test_gspo_forms_agree_for_sequence_advantages_under_every_aggregation():
     adv = torch.randn(B, 1, dtype=D)
     groups = torch.tensor([0, 0, 1, 1, 1])
     for mode in obj.LOSS_AGG_MODES:
-        def f(form):
+        def f(form, mode=mode):
             return lambda x: obj.aggregate_loss(
                 obj.gspo_surrogate(x, old, adv, mask=mask, eps_low=0.02, eps_high=0.03, form=form).loss, mask, mode,
                 groups)
@@ -156,7 +156,7 @@ def test_cispo_hand_values_gradient_and_flags():
         w = _t([[0.5, 1.0, 3.0, 5.0]])
         torch.testing.assert_close(out.loss, -w * a * logp)
         # the weight is detached: d l / d logp = -w A on every token, none is dropped
-        torch.testing.assert_close(_grad(lambda x: obj.cispo_surrogate(x, old, adv).loss.sum(), logp), -w * a)
+        torch.testing.assert_close(_grad(lambda x, adv=adv: obj.cispo_surrogate(x, old, adv).loss.sum(), logp), -w * a)
         assert out.clipped_high.tolist() == [[False, False, False, True]] and not out.clipped_low.any()
     narrow = obj.cispo_surrogate(logp, old, _t([1.0]), eps_low=0.2, eps_high=0.2)
     torch.testing.assert_close(_grad(lambda x: obj.cispo_surrogate(x, old, _t([1.0]), eps_low=0.2,
@@ -434,3 +434,68 @@ def test_rollout_band_mask_levels_and_icepop():
     torch.testing.assert_close(icepop, _t([[0.0, 0.5, 1.0, 5.0, 0.0]]))
     with pytest.raises(ValueError, match="low"):
         obj.rollout_band_mask(old, engine, mask, low=2.0, high=1.0)
+
+
+def test_rollout_correction_weights_hand_values():
+    engine = torch.zeros(2, 3, dtype=D)
+    old = torch.log(_t([[0.5, 4.0, 7.0], [1.5, 3.0, 1.0]]))
+    mask = _t([[1, 1, 0], [1, 1, 1]])
+    # token TIS, cap 2: min(r_t, 2); equal to truncated_is_weights
+    tok = obj.rollout_correction_weights(old, engine, mask, level="token", cap=2.0)
+    torch.testing.assert_close(tok, _t([[0.5, 2.0, 2.0], [1.5, 2.0, 1.0]]))
+    torch.testing.assert_close(tok, obj.truncated_is_weights(old, engine, 2.0))
+    # sequence product: row 0 0.5 * 4 = 2 (the padded 7 does not count), row 1 1.5 * 3 * 1 = 4.5 -> cap 3
+    seq = obj.rollout_correction_weights(old, engine, mask, cap=3.0)
+    torch.testing.assert_close(seq, _t([[2.0] * 3, [3.0] * 3]))
+    # geometric: row 0 sqrt(2), row 1 4.5^(1/3)
+    geo = obj.rollout_correction_weights(old, engine, mask, aggregation="geometric", cap=10.0)
+    torch.testing.assert_close(geo[:, 0], _t([math.sqrt(2.0), 4.5 ** (1 / 3)]))
+    # token band [0.75, 3.5] (IcePop with the cap at its top): the ratio inside, 0 outside
+    ice = obj.rollout_correction_weights(old, engine, mask, level="token", cap=3.5, band_low=0.75, band_high=3.5)
+    torch.testing.assert_close(ice, _t([[0.0, 0.0, 0.0], [1.5, 3.0, 1.0]]))
+    # sequence band [0.5, 4] on the product: row 0 (2) kept, row 1 (4.5) rejected whole; no cap: weight 1
+    band = obj.rollout_correction_weights(old, engine, mask, cap=None, band_low=0.5, band_high=4.0)
+    torch.testing.assert_close(band, _t([[1.0] * 3, [0.0] * 3]))
+    # the geometric statistic keeps row 1 (4.5^(1/3) = 1.65 in the band)
+    gband = obj.rollout_correction_weights(old, engine, mask, aggregation="geometric", cap=None, band_low=0.5,
+                                           band_high=4.0)
+    torch.testing.assert_close(gband, torch.ones(2, 3, dtype=D))
+    # a row without tokens is kept with weight 1 (nothing of it counts anyway)
+    empty = obj.rollout_correction_weights(old, engine, torch.zeros(2, 3), cap=None, band_low=0.5, band_high=4.0)
+    torch.testing.assert_close(empty, torch.ones(2, 3, dtype=D))
+    assert not obj.rollout_correction_weights(old.clone().requires_grad_(), engine, mask).requires_grad
+    with pytest.raises(ValueError, match="both band bounds"):
+        obj.rollout_correction_weights(old, engine, mask, band_low=0.5)
+    with pytest.raises(ValueError, match="token, sequence"):
+        obj.rollout_correction_weights(old, engine, mask, level="row")
+
+
+def test_policy_loss_keep_masks_the_numerator_only():
+    """``keep`` drops tokens from the policy-gradient sum; the normaliser's weights, the surrogate's
+    mask and the KL term are unchanged (the 80/20 paper's and TRL's top-entropy form)."""
+    logp = _t([[-1.0, -2.0, -0.5], [-0.3, -0.7, -4.0]]).requires_grad_()
+    old = _t([[-1.1, -1.8, -0.5], [-0.3, -0.9, -4.0]])
+    adv = _t([1.0, -2.0])
+    mask = _t([[1, 1, 1], [1, 1, 0]])
+    keep = torch.tensor([[True, False, True], [False, True, False]])
+    weights = obj.loss_normaliser(mask, "token-mean")  # 1/5 for every row: the 5 masked tokens
+    seen = {}
+
+    def surrogate(lp, o, a, *, mask):
+        seen["mask"] = mask
+        return obj.clipped_surrogate(lp, o, a, mask=mask)
+
+    loss, st = obj.policy_loss(logp=logp, old_logp=old, advantages=adv, mask=mask, weights=weights,
+                               surrogate=surrogate, keep=keep, ref_logp=old, kl_coef=0.5, kl_estimator="k1")
+    per_token = obj.clipped_surrogate(logp.detach(), old, adv).loss
+    expect_pg = (per_token * keep * mask).sum() / 5  # kept tokens over ALL 5 tokens of the mask
+    expect_kl = ((logp.detach() - old) * mask).sum() / 5  # the KL over every token
+    torch.testing.assert_close(st["pg_loss"], expect_pg)
+    torch.testing.assert_close(loss.detach(), expect_pg + 0.5 * expect_kl)
+    assert torch.equal(seen["mask"], mask) and st["n_kept"] == 3 and st["n_tokens"] == 5
+    loss.backward()
+    # a dropped token's gradient is the KL's alone
+    assert logp.grad[0, 1].item() == pytest.approx(0.5 / 5)
+    no_keep, st0 = obj.policy_loss(logp=logp.detach(), old_logp=old, advantages=adv, mask=mask, weights=weights,
+                                   surrogate=obj.clipped_surrogate)
+    assert "n_kept" not in st0 and not torch.allclose(no_keep, st["pg_loss"])

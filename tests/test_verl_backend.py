@@ -63,13 +63,13 @@ def ours(*overrides: str):
         return compose("config", overrides=["backend=verl", "out_dir='/runs/x=1,y=2'", *overrides])
 
 
-@functools.lru_cache(maxsize=None)
+@functools.cache
 def translated(experiment: str, preset: str, *extra: str):
     cfg = ours(f"experiment={experiment}", f"fixes={preset}", *extra)
     return cfg, vb.translate(cfg)
 
 
-@functools.lru_cache(maxsize=None)
+@functools.cache
 def verl_config(experiment: str, preset: str, *extra: str):
     _, job = translated(experiment, preset, *extra)
     with initialize_config_dir(config_dir=VERL_CONF, version_base=None):
@@ -620,3 +620,40 @@ def test_the_exported_data_loads_through_verls_dataset(tmp_path):
     assert len(ds) == 4 and item["data_source"] == vb.DATA_SOURCE
     assert item["raw_prompt"] == [{"role": "user", "content": "What is 2 + 2? Answer:"}]
     assert item["reward_model"]["ground_truth"] == "4"
+
+
+# --------------------------------------------------------------------------- #
+# Top-entropy tokens and rollout correction                                     #
+# --------------------------------------------------------------------------- #
+def test_top_entropy_is_refused_on_verl_naming_the_key():
+    with pytest.raises(vb.Untranslatable, match=r"algo.top_entropy=True has no verl 0.9.1 counterpart.*entropy mask"):
+        translated("dapo_32b_paper", "full", "top_entropy=enabled")
+
+
+@pytest.mark.parametrize("extra, level, threshold", [
+    (("rollout_correction=enabled",), "sequence", 2.0),
+    (("rollout_correction=icepop",), "token", "0.5_5.0"),
+    (("rollout_correction=enabled", "algo.rc_level=token", "algo.rc_cap=3.0"), "token", 3.0),
+    (("rollout_correction=enabled", "algo.rc_band_low=0.25", "algo.rc_band_high=2.0"), "sequence", "0.25_2.0"),
+])
+def test_rollout_correction_composes_against_verls_config(extra, level, threshold):
+    from verl.trainer.config.algorithm import RolloutCorrectionConfig
+    from verl.utils.config import omega_conf_to_dataclass
+
+    for preset in ("grpo", "full"):
+        c = verl_config("dapo_32b_paper", preset, *extra)
+        rc = omega_conf_to_dataclass(c.algorithm.rollout_correction, RolloutCorrectionConfig)  # verl's typed config
+        assert (rc.rollout_is, rc.rollout_is_threshold, rc.rollout_rs, rc.bypass_mode) == (level, threshold, None, False)
+        assert c.actor_rollout_ref.rollout.calculate_log_probs  # verl's default: the engine's log-probs are there
+    off = verl_config("dapo_32b_paper", "full")
+    assert off.algorithm.rollout_correction.rollout_is is None  # switch off: verl's default, no correction
+
+
+@pytest.mark.parametrize("extra, key", [
+    (("algo.rc_aggregation=geometric",), r"algo\.rc_aggregation='geometric' has no verl"),
+    (("algo.rc_cap=null", "algo.rc_band_low=0.5", "algo.rc_band_high=2.0"), r"algo\.rc_cap=None has no verl"),
+    (("algo.rc_cap=2.0", "algo.rc_band_low=0.5", "algo.rc_band_high=5.0"), r"algo\.rc_cap=2\.0 has no verl"),
+])
+def test_untranslatable_rollout_corrections_are_refused_naming_the_key(extra, key):
+    with pytest.raises(vb.Untranslatable, match=key):
+        translated("dapo_32b_paper", "full", "rollout_correction=enabled", *extra)

@@ -338,11 +338,11 @@ def test_dr_grpo_normaliser_is_verls_with_its_global_batch_normalisers():
         L = T + 3  # L_max: the generation cap, wider than this batch's padding
         loss_mat = c["logp"] - c["old"]
 
-        def theirs(x, gbs=B, lsf=L):
+        def theirs(x, gbs=B, lsf=L, c=c):
             return core_algos.agg_loss(x, c["mask"], "seq-mean-token-sum-norm", global_batch_size=gbs,
                                        loss_scale_factor=lsf)
 
-        def ours(x, max_len=L):
+        def ours(x, max_len=L, c=c):
             return obj.aggregate_loss(x, c["mask"], "seq-mean-token-sum-norm", max_len=max_len)
 
         a, ga = loss_and_grad(ours, loss_mat)
@@ -416,3 +416,33 @@ def test_icepop_weights_are_verls_token_icepop():
         capped = obj.truncated_is_weights(c["old"], engine, cap=5.0) * c["mask"]
         n_cut += not torch.equal(capped, w)
     assert n_cut > 0
+
+
+# the rollout_correction switch's weight, in each form its verl translation gives (rollout_is level and
+# threshold: the cap, or "low_high" for a band with the cap at or above its top)
+RC_FORMS = [
+    ({"level": "sequence", "cap": 2.0}, "sequence", 2.0),
+    ({"level": "token", "cap": 2.0}, "token", 2.0),
+    ({"level": "token", "cap": 5.0, "band_low": 0.5, "band_high": 5.0}, "token", "0.5_5.0"),
+    ({"level": "sequence", "cap": 1e9, "band_low": 0.2, "band_high": 4.0}, "sequence", "0.2_4.0"),
+]
+
+
+@pytest.mark.parametrize("ours_kw, level, threshold", RC_FORMS)
+def test_rollout_correction_weights_are_verls_in_their_translation(ours_kw, level, threshold):
+    n_compared = n_mutation_seen = 0
+    for c in cases(n=24):
+        engine = c["old"] + 0.3 * torch.randn_like(c["old"]) * (1 + c["k"] % 3) / c["old"].shape[1] ** 0.5
+        ours = obj.rollout_correction_weights(c["old"], engine, c["mask"], **ours_kw)
+        try:
+            w, _ = rc.compute_rollout_correction_weights(c["old"] - engine, c["mask"], rollout_is=level,
+                                                         rollout_is_threshold=threshold)
+        except ZeroDivisionError:  # verl's metrics divide by 0 when every weight of the batch is 0
+            continue
+        torch.testing.assert_close(ours * c["mask"], w, rtol=1e-9, atol=1e-12)
+        n_compared += 1
+        # mutation: the other level is another weight
+        other = obj.rollout_correction_weights(c["old"], engine, c["mask"],
+                                               **{**ours_kw, "level": "token" if level == "sequence" else "sequence"})
+        n_mutation_seen += not torch.allclose(other * c["mask"], w)
+    assert n_compared > 10 and n_mutation_seen > 0

@@ -103,9 +103,15 @@ def design_main(argv: list[str]) -> int:
     )
     p.add_argument("name", choices=DESIGNS, help="fractional: 2^(5-1), e = abcd (16); full: 2^5 (32)")
     p.add_argument("--describe", action="store_true", help="print the design's aliasing instead of the overrides")
+    p.add_argument("--switches", help="comma-separated registered switches to use as the factors instead of "
+                   "DAPO's five (e.g. dr_grpo_adv,gspo,top_entropy: 2^(k-1) or 2^k); they must combine")
     args = p.parse_args(argv)
-    d = make_design(args.name)
-    print(describe_design(d).text() if args.describe else "\n".join(job_overrides(d)))
+    switches = None if args.switches is None else [s.strip() for s in args.switches.split(",") if s.strip()]
+    try:
+        d = make_design(args.name, switches)
+    except ValueError as e:
+        p.error(str(e))
+    print(describe_design(d, list(d.columns)).text() if args.describe else "\n".join(job_overrides(d)))
     return 0
 
 

@@ -20,19 +20,23 @@ reported with its correlation.
 
 ``python -m dapo_exp.analysis design fractional`` prints the 16 configurations as Hydra
 overrides, one line per configuration (``sweeps/fractional.sh`` loops over them).
+``--switches gspo,dr_grpo_adv,top_entropy`` builds the same kind of design over any list of
+registered switches that can be on together (:func:`check_switches`): the full factorial 2^k, or
+the half fraction 2^(k-1) whose last factor is the product of the others (resolution k). Every
+registered switch has a letter: DAPO's five a-e as above, then the others in registry order.
 """
 
 from __future__ import annotations
 
 import itertools
 import string
+from collections.abc import Sequence
 from dataclasses import dataclass, field
-from typing import Sequence
 
 import numpy as np
 import pandas as pd
 
-from dapo_exp.fixes import FIXES, dapo_fixes
+from dapo_exp.fixes import FIXES, dapo_fixes, incompatibility
 
 # The ONE place the attribution code (design, effects, report) reads the switch names and their
 # options: the registry of the fixes (dapo_exp.fixes), whose DAPO fixes (Table 1's five columns)
@@ -44,10 +48,42 @@ SWITCHES: tuple[str, ...] = dapo_fixes()
 # options of each fix (off `disabled`; on `enabled`, and `soft` for the overlong punishment, the
 # paper's Eq. 13: its other options are the seed documents' variants, not the paper's).
 SWITCH_OPTIONS: dict[str, tuple[str, str]] = {s: (FIXES[s].options[0], FIXES[s].options[1]) for s in SWITCHES}
-LETTERS = dict(zip(SWITCHES, string.ascii_lowercase))
+# a letter for every registered switch: DAPO's five first (a-e), then the others in registry order
+LETTERS = dict(zip(SWITCHES + tuple(n for n in FIXES if n not in SWITCHES), string.ascii_letters))
 # the half fraction: four base factors and e = abcd (pyDOE3 generator string)
 HALF_FRACTION_GENERATOR = "a b c d abcd"
 DESIGNS = ("fractional", "full")
+
+
+def _letter(switch: str) -> str:
+    """The switch's letter (one is given, in order, to a fix registered after this module was imported)."""
+    if switch not in LETTERS:
+        LETTERS[switch] = next(c for c in string.ascii_letters if c not in LETTERS.values())
+    return LETTERS[switch]
+
+
+def check_switches(switches: Sequence[str]) -> tuple[str, ...]:
+    """The factors of a design: registered switches, no repeats, at least two, every pair able to be on
+    together (a two-level design turns each pair on at once); else ValueError naming the switches."""
+    names = tuple(switches)
+    unknown = [s for s in names if s not in FIXES]
+    if unknown:
+        raise ValueError(f"unknown switch {unknown[0]!r}; registered switches: {', '.join(FIXES)}")
+    if len(set(names)) != len(names) or len(names) < 2:
+        raise ValueError(f"a design needs two or more distinct switches, got {', '.join(names) or 'none'}")
+    for i, a in enumerate(names):
+        for b in names[i + 1:]:
+            why = incompatibility(FIXES[a], FIXES[b])
+            if why:
+                raise ValueError(f"switches {a} and {b} cannot be factors of one design: they cannot be on together "
+                                 f"({why})")
+    return names
+
+
+def half_fraction_generator(k: int) -> str:
+    """pyDOE3's generator of the 2^(k-1) half fraction: k-1 base factors, the last their product."""
+    base = string.ascii_lowercase[: k - 1]
+    return " ".join([*base, base])
 
 
 def coded(states: pd.DataFrame | np.ndarray) -> np.ndarray:
@@ -56,37 +92,53 @@ def coded(states: pd.DataFrame | np.ndarray) -> np.ndarray:
     return 2.0 * x - 1.0
 
 
-def fractional_design(generator: str = HALF_FRACTION_GENERATOR) -> pd.DataFrame:
-    """The 2^(5-1) half fraction from pyDOE3's ``fracfact``: 16 rows, one bool column per switch."""
+def switches_in(runs: pd.DataFrame) -> tuple[str, ...]:
+    """The factors of the runs' design: DAPO's five switches (:data:`SWITCHES`), then every other
+    registered fix whose column takes both values among ``runs`` (a design over family switches is
+    attributed with no change to the analysis)."""
+    extra = tuple(n for n in FIXES if n not in SWITCHES and n in runs and runs[n].dropna().nunique() > 1)
+    return SWITCHES + extra
+
+
+def fractional_design(generator: str | None = None, switches: Sequence[str] = SWITCHES) -> pd.DataFrame:
+    """A half fraction from pyDOE3's ``fracfact``, one bool column per switch: over DAPO's five the
+    2^(5-1) with e = abcd (16 rows); over k chosen switches the 2^(k-1) of :func:`half_fraction_generator`
+    (its letters are positions in ``switches``) unless ``generator`` is given."""
     from pyDOE3 import fracfact
 
+    switches = check_switches(switches)
+    generator = generator or (HALF_FRACTION_GENERATOR if switches == SWITCHES else half_fraction_generator(len(switches)))
     x = fracfact(generator)
-    if x.shape[1] != len(SWITCHES):
-        raise ValueError(f"generator {generator!r} gives {x.shape[1]} factors; the switches are {len(SWITCHES)}")
-    return pd.DataFrame(x > 0, columns=list(SWITCHES))
+    if x.shape[1] != len(switches):
+        raise ValueError(f"generator {generator!r} gives {x.shape[1]} factors; the switches are {len(switches)}")
+    return pd.DataFrame(x > 0, columns=list(switches))
 
 
-def full_factorial() -> pd.DataFrame:
-    """The 2^5 full factorial from pyDOE3's ``ff2n``: 32 rows, one bool column per switch."""
+def full_factorial(switches: Sequence[str] = SWITCHES) -> pd.DataFrame:
+    """The 2^k full factorial from pyDOE3's ``ff2n`` (2^5 = 32 rows over DAPO's five), one bool column per switch."""
     from pyDOE3 import ff2n
 
-    return pd.DataFrame(ff2n(len(SWITCHES)) > 0, columns=list(SWITCHES))
+    switches = check_switches(switches)
+    return pd.DataFrame(ff2n(len(switches)) > 0, columns=list(switches))
 
 
-def make_design(name: str) -> pd.DataFrame:
-    """``fractional`` (2^(5-1), e = abcd) or ``full`` (2^5)."""
+def make_design(name: str, switches: Sequence[str] | None = None) -> pd.DataFrame:
+    """``fractional`` (2^(k-1); DAPO's five: e = abcd) or ``full`` (2^k) over ``switches`` (default DAPO's five)."""
+    switches = SWITCHES if switches is None else tuple(switches)
     if name == "fractional":
-        return fractional_design()
+        return fractional_design(switches=switches)
     if name == "full":
-        return full_factorial()
+        return full_factorial(switches)
     raise ValueError(f"design {name!r}: choose one of {', '.join(DESIGNS)}")
 
 
 def job_overrides(design: pd.DataFrame) -> list[str]:
-    """One line of Hydra overrides per row: ``clip_higher=enabled dynamic_sampling=disabled ...``."""
+    """One line of Hydra overrides per row: ``clip_higher=enabled dynamic_sampling=disabled ...``
+    (the first two options of each switch's config group: off, on)."""
+    options = {s: (FIXES[s].options[0], FIXES[s].options[1]) for s in design.columns}
     lines = []
     for _, row in design.iterrows():
-        lines.append(" ".join(f"{s}={SWITCH_OPTIONS[s][int(bool(row[s]))]}" for s in SWITCHES))
+        lines.append(" ".join(f"{s}={options[s][int(bool(row[s]))]}" for s in design.columns))
     return lines
 
 
@@ -94,13 +146,13 @@ def job_overrides(design: pd.DataFrame) -> list[str]:
 # Words, alias groups, recognition                                             #
 # --------------------------------------------------------------------------- #
 def word_name(factors: Sequence[str]) -> str:
-    """``("clip_higher", "dynamic_sampling")`` -> ``"ab"`` (letters in :data:`SWITCHES` order)."""
-    return "".join(sorted(LETTERS[f] for f in factors))
+    """``("clip_higher", "dynamic_sampling")`` -> ``"ab"`` (letters in :data:`LETTERS` order)."""
+    return "".join(sorted((_letter(f) for f in factors), key=string.ascii_letters.index))
 
 
 def term_name(factors: Sequence[str]) -> str:
-    """``("clip_higher", "dynamic_sampling")`` -> ``"clip_higher × dynamic_sampling"``."""
-    return " × ".join(sorted(factors, key=SWITCHES.index))
+    """``("clip_higher", "dynamic_sampling")`` -> ``"clip_higher × dynamic_sampling"`` (in letter order)."""
+    return " × ".join(sorted(factors, key=lambda f: string.ascii_letters.index(_letter(f))))
 
 
 def word_columns(points: pd.DataFrame, factors: Sequence[str], max_order: int | None = None) -> dict[tuple, np.ndarray]:
@@ -141,7 +193,7 @@ class DesignInfo:
         return self.kind
 
     def letters(self) -> str:
-        return ", ".join(f"{LETTERS[s]} = {s}" for s in self.varied)
+        return ", ".join(f"{_letter(s)} = {s}" for s in self.varied)
 
     def text(self) -> str:
         """A paragraph: the design, its defining relation and aliasing of main effects and 2-way interactions."""

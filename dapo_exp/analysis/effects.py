@@ -45,14 +45,14 @@ import itertools
 import math
 import os
 import warnings
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Sequence
 
 import numpy as np
 import pandas as pd
 
-from dapo_exp.analysis.design import SWITCHES, DesignInfo, LETTERS, describe_design, term_name, word_name
+from dapo_exp.analysis.design import LETTERS, SWITCHES, DesignInfo, describe_design, term_name, word_name
 from dapo_exp.analysis.runs import RunSet
 from dapo_exp.analysis.table import TABLE_METRICS, TableMetric
 
@@ -84,6 +84,7 @@ class Effects:
     n_seeds: int
     df_resid: float
     notes: list[str] = field(default_factory=list)
+    switches: tuple[str, ...] = SWITCHES  # the switches the fit was over (the design's factors)
 
     def warning(self) -> str:
         """A line for fits on fewer than 3 seeds, else ""."""
@@ -218,9 +219,9 @@ def fit_effects(
     table = pd.DataFrame(rows)
 
     if ci == "bootstrap" and len(table):
-        _bootstrap_effects(runs, table, terms, estimable[first:], confidence, B, seed, levels, notes)
+        _bootstrap_effects(runs, table, terms, estimable[first:], confidence, B, seed, levels, notes, switches)
     _holm_column(table)
-    return Effects(table, info, m, model, ci, confidence, int(len(runs)), n_seeds, df_resid, notes)
+    return Effects(table, info, m, model, ci, confidence, int(len(runs)), n_seeds, df_resid, notes, tuple(switches))
 
 
 def _holm_column(table: pd.DataFrame) -> None:
@@ -261,7 +262,7 @@ def _term_rows(terms, names, first, info, model, estimable, P, n_cols, res, cis,
 def holm(p: np.ndarray) -> np.ndarray:
     """Holm's step-down adjusted p-values (equal to ``statsmodels.stats.multitest.multipletests(p,
     method="holm")[1]``, tested; written out because that function calls ``gc.collect()`` on every
-    call, 0.1-0.2 s in a process holding pandas and statsmodels, which the coverage tests call hundreds of times)."""
+    call, slow in a process holding pandas and statsmodels, and the coverage tests call it hundreds of times)."""
     p = np.asarray(p, dtype=float)
     order = np.argsort(p)
     m = len(p)
@@ -271,26 +272,26 @@ def holm(p: np.ndarray) -> np.ndarray:
     return out
 
 
-def _config_pinv(cube, terms) -> np.ndarray:
+def _config_pinv(cube, terms, switches: Sequence[str] = SWITCHES) -> np.ndarray:
     """pinv of the configuration-level design (mean + terms) over the cube's configurations (switch-state keys)."""
-    states = pd.DataFrame([[c == "1" for c in k] for k in cube.configs], columns=list(SWITCHES))
+    states = pd.DataFrame([[c == "1" for c in k] for k in cube.configs], columns=list(switches))
     Xc, _ = design_matrix(states.assign(seed=0), terms)
     return np.linalg.pinv(Xc)
 
 
-def _state_key(runs: pd.DataFrame) -> pd.Series:
-    return runs[list(SWITCHES)].astype(bool).astype(int).astype(str).agg("".join, axis=1)
+def _state_key(runs: pd.DataFrame, switches: Sequence[str] = SWITCHES) -> pd.Series:
+    return runs[list(switches)].astype(bool).astype(int).astype(str).agg("".join, axis=1)
 
 
-def contrast_weights(eff: "Effects", data: RunSet | pd.DataFrame, cube) -> dict[str, np.ndarray]:
+def contrast_weights(eff: Effects, data: RunSet | pd.DataFrame, cube) -> dict[str, np.ndarray]:
     """Per estimated term: the weights over ``cube``'s configurations (labels) whose combination of
     configuration means is the effect (2 x the OLS coefficient on the configuration means)."""
     runs = data.runs if isinstance(data, RunSet) else data
     runs = runs[runs["included"]] if "included" in runs else runs
-    state_of = dict(zip(runs["label"], _state_key(runs)))
+    state_of = dict(zip(runs["label"], _state_key(runs, eff.switches)))
     keys = [state_of[c] for c in cube.configs]
     terms = model_terms(eff.design.varied, eff.model)
-    states = pd.DataFrame([[c == "1" for c in k] for k in keys], columns=list(SWITCHES))
+    states = pd.DataFrame([[c == "1" for c in k] for k in keys], columns=list(eff.switches))
     Xc, _ = design_matrix(states.assign(seed=0), terms)
     pinv = np.linalg.pinv(Xc)
     out = {}
@@ -300,16 +301,17 @@ def contrast_weights(eff: "Effects", data: RunSet | pd.DataFrame, cube) -> dict[
     return out
 
 
-def _bootstrap_effects(runs, table, terms, estimable, confidence, B, seed, levels, notes) -> None:
+def _bootstrap_effects(runs, table, terms, estimable, confidence, B, seed, levels, notes,
+                       switches: Sequence[str] = SWITCHES) -> None:
     """Replace the t intervals of the estimated terms by bootstrap ones (in place)."""
     from dapo_exp.analysis import bootstrap as boot
 
     # configuration = switch state; the cube's configurations are the distinct states
-    cube = boot.eval_cube(runs.assign(_state=_state_key(runs)), label_col="_state")
+    cube = boot.eval_cube(runs.assign(_state=_state_key(runs, switches)), label_col="_state")
     full = cube.has_run.all()
     if not full:
         notes.append("bootstrap: not every configuration has every seed; configuration means average their own seeds")
-    pinv = _config_pinv(cube, terms)
+    pinv = _config_pinv(cube, terms, switches)
     lv = tuple(levels or boot.LEVELS)
     reps = boot.replicate_means(cube, B=B or boot.DEFAULT_B, seed=boot.DEFAULT_SEED if seed is None else seed,
                                 levels=lv) * 100
@@ -366,6 +368,41 @@ def effects_markdown(eff: Effects) -> str:
     return "\n".join(lines) + "\n"
 
 
+def effects_text(eff: Effects, width: int = 120) -> str:
+    """The effects for a terminal, every line at most ``width`` characters: the warning, a short
+    caption, the design, the estimated terms (effect, CI, Holm-adjusted p) and the terms the runs
+    cannot identify as a note. ``effects.md`` has the full caption, the aliases and every partner."""
+    from tabulate import tabulate
+
+    from dapo_exp.analysis.table import wrap_text
+
+    lines = wrap_text(eff.warning(), width) + [""] if eff.warning() else []
+    conf = int(round(100 * eff.confidence))
+    name = eff.metric.header.replace(" (%)", "")
+    unit = "pp" if eff.metric.scale == 100.0 else "the table's unit"
+    how = "OLS with the seed as a block" if eff.ci == "t" else "hierarchical bootstrap"
+    lines += wrap_text(f"Effects on {name} ({unit}): mean change when the fix goes from off to on, averaged over "
+                       f"the other switches; {conf}% CI ({how}); p Holm-adjusted.", width)
+    for para in eff.design.text().splitlines():
+        lines += wrap_text(para, width)
+    f = format_effects(eff)
+    est = eff.table["status"] == "estimated" if len(eff.table) else pd.Series([], dtype=bool)
+    if est.any():
+        lines.append(tabulate(f[est.to_numpy()].drop(columns=["aliases", "p"]), headers="keys", tablefmt="simple",
+                              showindex=False, disable_numparse=True))
+    elif len(eff.table):
+        lines.append("No term can be estimated from these runs.")
+    else:
+        lines.append("(no switch varies: no effect)")
+    note = aliased_note(eff, width=width - 2)
+    if note:
+        lines.append("Not estimable (aliased; no number):")
+        lines += ["  " + ln for n in note for ln in n.splitlines()]
+    for n in eff.notes:
+        lines += wrap_text(f"Note: {n}.", width)
+    return "\n".join(lines) + "\n"
+
+
 def effects_latex(eff: Effects) -> str:
     from dapo_exp.analysis.table import _latex_escape
 
@@ -392,43 +429,108 @@ def _effect_axis_label(eff: Effects) -> str:
     return f"effect on {name}{unit}"
 
 
+def _partners_text(alias_with: str) -> str:
+    """What an aliased term is confounded with, short: up to two terms by name, else their count;
+    then the seed block or the mean (a constant column) when they take part."""
+    partners = [p for p in alias_with.split("; ") if p]
+    seed = any(p.startswith("seed ") for p in partners)
+    terms = [p for p in partners if not p.startswith("seed ") and p != "the mean"]
+    extra = ["the seed"] if seed else (["the mean"] if "the mean" in partners else [])
+    named = terms if len(terms) <= 2 else [f"{len(terms)} other terms"]
+    return " and ".join([", ".join(named)] + extra if named else extra) or "not identified"
+
+
+def aliased_note(eff: Effects, width: int = 72) -> list[str]:
+    """The terms the runs cannot identify, one wrapped entry each ("term: aliased with ..."), as
+    drawn beside the forest plot, and what "the mean" means there; effects.md has every partner."""
+    import textwrap
+
+    lines, mean = [], False
+    for r in eff.table.itertuples():
+        if r.status == "estimated":
+            continue
+        what = f"aliased with {_partners_text(r.alias_with)}" if r.alias_with else r.status
+        mean |= what.endswith("the mean")
+        lines.append(textwrap.fill(f"{r.term}: {what}", width=width, subsequent_indent="    "))
+    if mean:
+        lines.append(textwrap.fill("(the mean: the overall mean takes part in the confounding, e.g. where switches "
+                                   "only ever change together)", width=width))
+    return lines
+
+
 def plot_effects(eff: Effects):
-    """Forest plot: one row per term, the effect with its CI bar, a zero line; aliased terms say so."""
+    """Forest plot of the estimated terms (the effect with its CI bar, a zero line) and, beside it, a
+    note naming the terms the runs cannot identify and what each is aliased with.
+
+    Only estimated terms are rows of the axis; with none, the figure is the note alone. The axis
+    label and title say what is drawn: intervals only when the fit has residual degrees of freedom,
+    the colour key only for the kinds of term drawn, the star only when a p-value exists.
+    """
     from matplotlib.figure import Figure
-    from matplotlib.transforms import blended_transform_factory
 
     t = eff.table
-    n = max(len(t), 1)
-    fig = Figure(figsize=(8.5, 0.36 * n + 1.8), layout="constrained")
-    ax = fig.subplots()
-    ys = np.arange(len(t))[::-1]
-    text_at = blended_transform_factory(ax.transAxes, ax.transData)
-    for y, r in zip(ys, t.itertuples()):
-        if r.status != "estimated" or math.isnan(r.effect):
-            ax.text(0.01, y, r.status if r.status != "estimated" else "n/a", va="center", ha="left", fontsize=7,
-                    color="0.35", style="italic", transform=text_at)
-            continue
+    est = t[(t["status"] == "estimated") & t["effect"].notna()] if len(t) else t
+    note = aliased_note(eff)
+    note_lines = sum(n.count("\n") + 1 for n in note)
+    conf = int(round(100 * eff.confidence))
+    how = "OLS with a seed block" if eff.ci == "t" else "hierarchical bootstrap"
+    head = f"{eff.design.name}: {eff.n_runs} runs, {eff.n_seeds} seed{'s' if eff.n_seeds != 1 else ''}"
+    n_rows = len(est)
+    height = max(0.36 * n_rows + 2.0, 0.16 * note_lines + 1.4, 2.6)
+    if n_rows and note:
+        fig = Figure(figsize=(12.0, height), layout="constrained")
+        ax, side = fig.subplots(1, 2, width_ratios=[1.35, 1.0])
+    elif n_rows:
+        fig = Figure(figsize=(8.5, height), layout="constrained")
+        ax, side = fig.subplots(), None
+    else:
+        fig = Figure(figsize=(7.0, height + 0.4), layout="constrained")
+        ax, side = None, fig.subplots()
+        note.append("\nA design that separates the terms: python -m dapo_exp.analysis design fractional")
+    if ax is not None:
+        _forest_rows(ax, eff, est, f"estimate and {conf}% CI ({how})", f"estimate ({how}; no interval: {_why_no_ci(eff)})")
+        ax.set_title(f"{head}; {n_rows} of {len(t)} terms estimated\n" + ax.get_title(), fontsize=9)
+    if side is not None:
+        side.axis("off")
+        title = ("Not estimable from these runs:\n(no number drawn; effects.md lists every partner)"
+                 if ax is not None else
+                 f"{head}: no term can be estimated from these runs\n(no number drawn; effects.md lists every partner)")
+        side.set_title(title, fontsize=9, loc="left")
+        side.text(0.0, 1.0, "\n".join(note), transform=side.transAxes, va="top", ha="left", fontsize=8,
+                  color="0.25", linespacing=1.35)
+    return fig
+
+
+def _forest_rows(ax, eff: Effects, est, with_ci: str, without_ci: str) -> None:
+    """The estimated terms as rows of ``ax``: each effect with its CI bar, a zero line, the axis label
+    (``with_ci`` or ``without_ci`` after the effect's unit) and, as the title, the key of what is drawn."""
+    n_rows = len(est)
+    ys = np.arange(n_rows)[::-1]
+    has_ci = bool(est["lo"].notna().any())
+    has_p = bool(est["p_holm"].notna().any())
+    kinds = []
+    for y, r in zip(ys, est.itertuples()):
         color = "#1f77b4" if r.order == 1 else "#ff7f0e"
         if not math.isnan(r.lo):
             ax.plot([r.lo, r.hi], [y, y], color=color, lw=2)
         ax.plot([r.effect], [y], "o", color=color, ms=5)
+        kinds.append(r.order)
         if not math.isnan(r.p_holm) and r.p_holm < 0.05:
             ax.text(r.hi if not math.isnan(r.hi) else r.effect, y, "  *", va="center", fontsize=9)
     ax.axvline(0.0, color="k", lw=0.8)
-    ax.set_yticks(ys, t["term"].tolist(), fontsize=8)
-    ax.set_ylim(-0.7, len(t) - 0.3)
-    if not t["effect"].notna().any():
-        ax.set_xlim(-1, 1)
-    conf = int(round(100 * eff.confidence))
-    how = "OLS with a seed block" if eff.ci == "t" else "hierarchical bootstrap"
-    ax.set_xlabel(f"{_effect_axis_label(eff)}: estimate and {conf}% CI ({how})", fontsize=9)
+    ax.set_yticks(ys, est["term"].tolist(), fontsize=8)
+    ax.set_ylim(-0.7, n_rows - 0.3)
+    ax.margins(x=0.15)
+    ax.set_xlabel(f"{_effect_axis_label(eff)}:\n{with_ci if has_ci else without_ci}", fontsize=9)
     ax.grid(axis="x", alpha=0.3)
-    ax.set_title(
-        f"{eff.design.name}: {eff.n_runs} runs, {eff.n_seeds} seed(s)\n"
-        "blue: main effects, orange: two-way interactions; * Holm-adjusted p < 0.05",
-        fontsize=9,
-    )
-    return fig
+    key = [k for k, o in (("blue: main effects", 1), ("orange: two-way interactions", 2)) if o in kinds]
+    if has_p:
+        key.append("* Holm-adjusted p < 0.05")
+    ax.set_title("; ".join(key), fontsize=9)
+
+
+def _why_no_ci(eff: Effects) -> str:
+    return "no residual degrees of freedom" if eff.df_resid <= 0 else "undefined"
 
 
 def write_forest(eff: Effects, out_dir: str | os.PathLike, formats: Sequence[str] = ("png", "svg"),

@@ -3,9 +3,10 @@
 from __future__ import annotations
 
 import os
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Sequence
+from typing import Any
 
 import pandas as pd
 
@@ -32,16 +33,21 @@ class AnalysisResult:
     def n_excluded(self) -> int:
         return self.data.n_excluded
 
-    def text(self) -> str:
-        """What the command line and the callback print: table, effects, runs, excluded count, paths."""
-        from dapo_exp.analysis.effects import effects_markdown
+    def text(self, width: int = 120) -> str:
+        """What the command line and the callback print, in lines of at most ``width`` characters
+        (paths excepted): the table's and the effects' terminal forms, runs, excluded count, paths.
+        The files hold the full tables (:func:`dapo_exp.analysis.table.table_text`)."""
+        from dapo_exp.analysis.effects import effects_text
+        from dapo_exp.analysis.table import table_text, wrap_text
 
-        eff = f"{effects_markdown(self.effects)}\n" if self.effects is not None else ""
+        eff = f"\n{effects_text(self.effects, width)}\n" if self.effects is not None else "\n"
+        runs = "\n".join(wrap_text(f"runs: {self.data.describe()} (excluded from the statistics: {self.n_excluded})",
+                                   width))
         files = f"effects: {self.out_dir / 'effects.md'} (.csv, .tex)\n" if self.effects is not None else ""
         wb = f"W&B summary run: {self.wandb['id']} (group {self.wandb['group']}, {self.wandb['dir']})\n" if self.wandb else ""
         return (
-            f"{self.markdown}\n{eff}"
-            f"runs: {self.data.describe()} (excluded from the statistics: {self.n_excluded})\n"
+            f"{table_text(self.table, width)}{eff}"
+            f"{runs}\n"
             f"table: {self.out_dir / 'table.md'} (.csv, .tex)\n{files}"
             f"figures: {self.figure_dir if self.figures else '(not drawn)'}\n{wb}"
         )
@@ -128,26 +134,25 @@ def _load(paths, wandb, group, tags, cache_dir, refresh, end_window) -> RunSet:
 
 def _effects(data: RunSet, model: str, ci: str, bootstrap: dict | None):
     """The effects on final accuracy when at least one switch varies among the included runs, else None."""
+    from dapo_exp.analysis.design import switches_in
     from dapo_exp.analysis.effects import fit_effects
-    from dapo_exp.analysis.design import SWITCHES
     from dapo_exp.analysis.table import DIFF_KEY, TABLE_METRICS
 
     inc = data.included
     src = next(m.source for m in TABLE_METRICS if m.key == DIFF_KEY)
-    if not len(inc) or src not in inc or inc[list(SWITCHES)].isna().any().any():
+    switches = switches_in(inc) if len(inc) else ()
+    if not len(inc) or src not in inc or inc[list(switches)].isna().any().any():
         return None
     usable = inc.dropna(subset=[src])
-    if not len(usable) or all(usable[s].nunique() < 2 for s in SWITCHES):
+    if not len(usable) or all(usable[s].nunique() < 2 for s in switches):
         return None
-    return fit_effects(data, DIFF_KEY, model=model, ci=ci, **(bootstrap or {}))
+    return fit_effects(data, DIFF_KEY, model=model, ci=ci, switches=switches, **(bootstrap or {}))
 
 
 def _write_problem_share(data, table, eff, effects_model: str, bootstrap: dict, out_dir: Path) -> Path:
     """``problem_share.md``: bootstrap se with and without resampling problems, per configuration,
     per difference to the baseline and per effect (how much of each interval the problem sample makes)."""
     from dapo_exp.analysis import bootstrap as boot
-    from dapo_exp.analysis.effects import fit_effects
-    from dapo_exp.analysis.table import DIFF_KEY
 
     kw = {k: v for k, v in bootstrap.items() if k in ("B", "seed")}
     cube = boot.eval_cube(data.included)

@@ -3,7 +3,7 @@
 Pure functions, no verl import (verl lives in its own virtualenv): :func:`translate` maps a
 config to a :class:`VerlJob` (Hydra overrides for ``python -m verl.trainer.main_ppo`` and the
 environment of that process). Every key of the config has one :class:`Rule` in :data:`RULES`
-(the README's table is :func:`markdown_table`): a verl key, something the launcher does, or a
+(the table of docs/reference/verl.md is :func:`markdown_table`): a verl key, something the launcher does, or a
 knob of the native trainer that must keep its default. A value verl cannot honour raises
 :class:`Untranslatable` naming the key, before anything is launched; nothing is dropped silently.
 
@@ -25,14 +25,15 @@ from __future__ import annotations
 import math
 import os
 import re
+from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import Any, Callable
+from typing import Any
 
 from omegaconf import DictConfig, OmegaConf
 
 from dapo_exp import fixes
-from dapo_exp.fixes import overlong_punishment
 from dapo_exp.config import Config, ConfigError
+from dapo_exp.fixes import overlong_punishment
 
 VERL_VERSION = "0.9.1"
 EXT_MODULE = "dapo_exp.backends.verl_ext"  # imported by verl's workers (actor_rollout_ref.model.external_lib)
@@ -62,7 +63,7 @@ class Context:
 class Rule:
     """How one dapo-exp key reaches verl.
 
-    ``verl``: the README's column (verl keys, or what happens); ``fn(value, ctx)`` returns
+    ``verl``: the translation table's column (docs/reference/verl.md: verl keys, or what happens); ``fn(value, ctx)`` returns
     ``{verl key: value}`` (a key starting with ``$`` is an environment variable of the verl
     process; ``+key`` adds a key verl's config does not declare) or raises :class:`Untranslatable`.
     """
@@ -237,6 +238,37 @@ def _loss_agg(v: str, ctx: Context) -> dict[str, Any]:
     _fail("algo.loss_agg", v, "verl's agg_loss has no per-prompt-group mode")
 
 
+def _top_entropy(v: bool, ctx: Context) -> dict[str, Any]:
+    if v:
+        _fail("algo.top_entropy", v, "verl's actor has no entropy mask on the policy loss (its entropy keys are "
+              "entropy_coeff and calculate_entropy; the mask exists in TRL as top_entropy_quantile)")
+    return {}
+
+
+_RC = "algorithm.rollout_correction."
+
+
+def _rollout_correction(v: bool, ctx: Context) -> dict[str, Any]:
+    """Our weight (+ band) as verl's decoupled rollout correction: rollout_is at our level, its threshold
+    the cap (truncated IS) or ``"low_high"`` (IcePop: the raw ratio inside the band, 0 outside)."""
+    if not v:
+        return {}
+    a = ctx.cfg.algo
+    if a.rc_cap is None:
+        _fail("algo.rc_cap", None, "a band without a weight is verl's rollout_rs, which also drops the rejected "
+              "tokens from the loss normaliser (ours weighs them 0); set algo.rc_cap >= algo.rc_band_high to "
+              "translate the band as verl's IcePop")
+    if a.rc_level == "sequence" and a.rc_aggregation != "product":
+        _fail("algo.rc_aggregation", a.rc_aggregation, "verl's rollout_is weights are the token ratio or the "
+              "sequence product; the geometric mean is only a rejection statistic there (rollout_rs=seq_mean_k1)")
+    if a.rc_band_low is None:
+        return {_RC + "rollout_is": a.rc_level, _RC + "rollout_is_threshold": float(a.rc_cap)}
+    if a.rc_cap < a.rc_band_high:
+        _fail("algo.rc_cap", a.rc_cap, f"verl's IcePop (rollout_is_threshold='low_high') keeps the raw ratio inside "
+              f"the band; a cap below algo.rc_band_high={a.rc_band_high} has no counterpart")
+    return {_RC + "rollout_is": a.rc_level, _RC + "rollout_is_threshold": f"{a.rc_band_low}_{a.rc_band_high}"}
+
+
 def _soft(rule: Callable[[Any, Context], dict[str, Any]]) -> Callable[[Any, Context], dict[str, Any]]:
     """A setting of the overlong punishment: read only when it is on (as natively)."""
     return lambda v, ctx: rule(v, ctx) if ctx.cfg.algo.overlong_punishment != "none" else {}
@@ -320,6 +352,14 @@ FIX_RULES: dict[str, Rule] = {
                             _A + "policy_loss.ppo_kl_coef": a.kl_cov_coef})),
     "algo.kl_cov_ratio": unused("read by algo.kl_cov's rule"),
     "algo.kl_cov_coef": unused("read by algo.kl_cov's rule"),
+    "algo.top_entropy": Rule("none (only `false`: verl 0.9.1 has no entropy mask on the policy loss)", _top_entropy),
+    "algo.top_entropy_rho": unused("read by algo.top_entropy's rule"),
+    "algo.rollout_correction": Rule(f"`{_RC}rollout_is` = `algo.rc_level`, `{_RC}rollout_is_threshold` = `algo.rc_cap`, "
+                                    "or `'<rc_band_low>_<rc_band_high>'` with a band (IcePop; needs rc_cap >= "
+                                    "rc_band_high); a band without a weight and the geometric sequence weight fail",
+                                    _rollout_correction),
+    **{f"algo.{k}": unused("read by algo.rollout_correction's rule")
+       for k in ("rc_level", "rc_aggregation", "rc_cap", "rc_band_low", "rc_band_high")},
     "algo.overlong_filtering": Rule(f"`{_R}agent.default_agent_loop={OF_AGENT_LOOP}` + "
                                     f"`actor_rollout_ref.model.external_lib={EXT_MODULE}` (our agent loop)", _filtering),
 }
@@ -404,8 +444,18 @@ def _betas(v: float, ctx: Context) -> dict[str, Any]:
 
 
 def _seed(v: int, ctx: Context) -> dict[str, Any]:
-    return {"data.seed": v, _R + "seed": v, _A + "data_loader_seed": v,
+    return {"data.seed": v, _R + "seed": v, _A + "data_loader_seed": v, _A + "fsdp_config.seed": v,
             "trainer.experiment_name": f"{ctx.label}-s{v}"}
+
+
+def _randomness(v: str, ctx: Context) -> dict[str, Any]:
+    # verl has no per-purpose keys; its closest is full determinism: batch-invariant vLLM and every
+    # request seeded with rollout.seed (+ the replica's rank), deterministic training kernels
+    if v == "stream":
+        return {}
+    if v != "keyed":
+        _fail("train.randomness", v, "choose stream or keyed")
+    return {_R + "full_determinism": True, _A + "fsdp_config.full_determinism": True}
 
 
 def _out_dir(v: str, ctx: Context) -> dict[str, Any]:
@@ -422,13 +472,14 @@ def _extra(v: list, ctx: Context) -> dict[str, Any]:
 
 
 OTHER_RULES: dict[str, Rule] = {
-    "seed": Rule("`data.seed`, `actor_rollout_ref.rollout.seed`, `actor_rollout_ref.actor.data_loader_seed`; "
-                 "`trainer.experiment_name` = label-s<seed>", _seed),
+    "seed": Rule("`data.seed`, `actor_rollout_ref.rollout.seed`, `actor_rollout_ref.actor.data_loader_seed`, "
+                 "`actor_rollout_ref.actor.fsdp_config.seed`; `trainer.experiment_name` = label-s<seed>", _seed),
     "preset": unused("recorded (W&B tag `preset:<name>`, config.json)"),
     "sweep": unused("the default W&B group (see logger.group)"),
     "out_dir": Rule("`trainer.default_local_dir=<out_dir>/checkpoints`, `trainer.resume_mode=auto`; the data "
                     "export and verl's file logger also write there", _out_dir),
     "notes": unused("recorded"),
+    "run.on_config_change": unused("applied to the run directory before launch, as for the native backend"),
     # algo, beyond the fixes
     "algo.adv_estimator": _only("algo.adv_estimator", "grpo", "verl runs our registry's grpo as its own grpo",
                                 {"algorithm.adv_estimator": "grpo"}),
@@ -495,6 +546,9 @@ OTHER_RULES: dict[str, Rule] = {
     "train.bf16": Rule(f"`{_A}fsdp_config.dtype` (+ ref): the compute dtype, as the native autocast", _compute_dtype),
     "train.torch_compile": to(_A + "use_torch_compile"),
     "train.logprob_chunk": native_only("the native trainer's log-prob chunking (memory)"),
+    "train.randomness": Rule(f"keyed: `{_R}full_determinism=true`, `{_A}fsdp_config.full_determinism=true` "
+                             "(verl's full determinism: batch-invariant vLLM, every request seeded with the rollout "
+                             "seed; no per-purpose keys); stream: none", _randomness),
     "train.share_prompt_forward": unused("the native trainer's shared prompt forward, a speed knob with the same "
                                          "result (verl packs rows its own way)"),
     # optim
@@ -515,6 +569,12 @@ OTHER_RULES: dict[str, Rule] = {
     "eval.top_p": to(_R + "val_kwargs.top_p"),
     "eval.max_response_len": Rule("none (only null or = rollout.max_response_len: verl validates at the training cap)",
                                   _eval_len),
+    "eval.problems": native_only("the native evaluation's problem count (verl evaluates the whole held-out set)"),
+    "eval.final_problems": native_only("the native final evaluation's size (verl's last validation is like the others)"),
+    "eval.final_samples": native_only("the native final evaluation's size (verl's last validation is like the others)"),
+    "eval.final_repeats": native_only("repeats of the native final evaluation"),
+    "eval.endpoint": unused("recorded: the endpoint the native summary and the table declare"),
+    "eval.endpoint_k": unused("recorded, with eval.endpoint"),
     "eval.save_samples": Rule("`trainer.validation_data_dir=<out_dir>/verl_eval_samples` (false: null)",
                               lambda v, ctx: {"trainer.validation_data_dir": os.path.join(ctx.out, "verl_eval_samples")
                                               if v else None}),
@@ -623,7 +683,7 @@ def _checked_extra(extra: list[str], values: dict[str, Any]) -> list[str]:
         key = item.split("=", 1)[0].lstrip("+~")
         if key in translated:
             raise Untranslatable(f"backend.extra sets {key}, which the translation sets from the dapo-exp config; "
-                                 "change the dapo-exp key instead (README: backend=verl)")
+                                 "change the dapo-exp key instead (docs: reference/verl.md)")
     return extra
 
 
@@ -705,7 +765,7 @@ def summary_fields(rows: list[dict[str, Any]]) -> dict[str, Any]:
 
 
 def markdown_table() -> str:
-    """The README's table: every dapo-exp key and where it goes in verl."""
+    """The translation table (docs/reference/verl.md): every dapo-exp key and where it goes in verl."""
     lines = ["| dapo-exp key | verl (0.9.1) |", "|---|---|"]
     for path, rule in RULES.items():
         lines.append(f"| `{path}` | {rule.verl} |")

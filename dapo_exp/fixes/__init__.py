@@ -3,14 +3,16 @@
 Importing this package registers the built-in fixes: DAPO's five in the order of Table 1's
 columns, then the GRPO family after DAPO.
 A fix of your own is one module that calls :func:`register_fix` plus a config group
-``conf/<name>/{disabled,enabled}.yaml`` (README, "Where to add a fix").
+``conf/<name>/{disabled,enabled}.yaml`` (docs: how-to/extend.md).
 """
 
+# The imports below register the fixes: their order is the registry's column order, so the import
+# sorter leaves this file alone (pyproject.toml, [tool.ruff.lint.per-file-ignores]).
 from dapo_exp.fixes.base import *  # noqa: F401,F403 - the registry's public names
 from dapo_exp.fixes.base import __all__  # noqa: F401
 from dapo_exp.fixes import (  # noqa: E402,F401 - registration order = column order
     clip_higher, dynamic_sampling, token_level_loss, overlong_punishment, overlong_filtering,
 )
 from dapo_exp.fixes import (  # noqa: E402,F401 - the GRPO family after DAPO
-    dr_grpo_adv, dr_grpo_norm, gspo, cispo, gmpo, clip_cov, kl_cov,
+    dr_grpo_adv, dr_grpo_norm, gspo, cispo, gmpo, clip_cov, kl_cov, top_entropy, rollout_correction,
 )

@@ -22,6 +22,16 @@ tensors and scalars, bound once per run by the fix's ``bind(algo, run)``:
   (default: PPO's clipped surrogate, ``algo.policy_loss``).
 - ``normaliser``: ``(mask (B, T), group_index (B,)) -> (B,)`` loss weights of a mini-batch
   (default: GRPO's ``seq-mean-token-mean``).
+- ``update_mask``: ``(entropy (B, T), mask (B, T)) -> (B, T) bool``, of a mini-batch's loss-mask
+  tokens those whose policy-gradient term counts, from the per-token entropy of the mini-batch
+  under the policy being updated (a no-grad forward before its gradient passes). It masks the
+  numerator only: the normaliser, the surrogate's own sums and the KL term still see the loss
+  mask. Several fixes: their masks are and-ed. (``token_mask`` acts once per batch, before any
+  forward, and its mask is what the normaliser counts.)
+- ``rollout_weight``: ``(old_logp (B, T), engine_logp (B, T), mask (B, T)) -> (B, T)`` detached
+  weights multiplied into the per-token advantages, the correction of the rollout engine's
+  sampling distribution (trainer's old log-probs vs the engine's); called only when the engine
+  reported its log-probs.
 
 Slots marked ``exclusive`` take one fix at a time: two fixes that are on and fill the
 same exclusive slot fail before any compute, naming both (so do fixes that name each
@@ -33,8 +43,9 @@ so the analysis can read the registry.
 
 from __future__ import annotations
 
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
-from typing import Any, Callable, Mapping
+from typing import Any
 
 from dapo_exp.config import ConfigError
 
@@ -54,6 +65,9 @@ SLOTS: dict[str, Slot] = {
     "token_mask": Slot("(mask (B, T), truncated (B,)) -> (B, T)", exclusive=False),
     "surrogate": Slot("(logp, old_logp, advantages, *, mask) -> objective.SurrogateOut", exclusive=True),
     "normaliser": Slot("(mask (B, T), group_index (B,)) -> (B,) weights", exclusive=True),
+    "update_mask": Slot("(entropy (B, T), mask (B, T)) -> (B, T) bool, numerator only", exclusive=False),
+    "rollout_weight": Slot("(old_logp (B, T), engine_logp (B, T), mask (B, T)) -> (B, T) x advantages",
+                           exclusive=True),
 }
 
 
@@ -139,14 +153,24 @@ def active(algo: Any) -> list[Fix]:
     return [f for f in FIXES.values() if is_on(f, algo)]
 
 
+def incompatibility(a: Fix, b: Fix) -> str | None:
+    """Why fixes ``a`` and ``b`` cannot be on together (they fill the same exclusive slot, or one
+    excludes the other), or None when they combine."""
+    shared = [s for s in a.slots if s in b.slots and SLOTS[s].exclusive]
+    if shared:
+        return f"both fill the {shared[0]} slot"
+    if b.name in a.excludes or a.name in b.excludes:
+        return "they exclude each other"
+    return None
+
+
 def check_combination(algo: Any) -> None:
     """Refuse fixes that are on together but exclude each other or fill the same exclusive slot."""
     on = active(algo)
     for i, a in enumerate(on):
         for b in on[i + 1:]:
-            shared = [s for s in a.slots if s in b.slots and SLOTS[s].exclusive]
-            if shared or b.name in a.excludes or a.name in b.excludes:
-                why = f"both fill the {shared[0]} slot" if shared else "they exclude each other"
+            why = incompatibility(a, b)
+            if why:
                 raise ConfigError(f"fixes {a.name} and {b.name} cannot be combined ({why}); "
                                   f"switch one off ({a.name}=disabled or {b.name}=disabled)")
 
@@ -206,5 +230,5 @@ def label(state: Mapping[str, bool], preset: str | None = None,
 
 
 __all__ = ["BASELINE", "FAMILY", "FIXES", "LADDER", "PRESETS", "SLOTS", "Fix", "GroupFilter", "RunInfo", "Slot", "active",
-           "check_combination", "dapo_fixes", "declared_ext_keys", "is_on", "label", "register_fix", "switch_names", "switches",
-           "unregister_fix"]
+           "check_combination", "dapo_fixes", "declared_ext_keys", "incompatibility", "is_on", "label", "register_fix",
+           "switch_names", "switches", "unregister_fix"]

@@ -12,7 +12,8 @@ exclude it.
 
 from __future__ import annotations
 
-from typing import Any, Callable
+from collections.abc import Callable
+from typing import Any
 
 from dapo_exp.config import ConfigError
 from dapo_exp.fixes.base import Fix, RunInfo, register_fix

@@ -12,7 +12,8 @@ mini-batch is split into micro-batches never changes the gradient.
 from __future__ import annotations
 
 import functools
-from typing import Any, Callable
+from collections.abc import Callable
+from typing import Any
 
 from dapo_exp.config import ConfigError
 from dapo_exp.fixes.base import Fix, RunInfo, register_fix

@@ -1,0 +1,67 @@
+"""Rollout correction: weight (and mask) the loss by the trainer-vs-engine ratio, at token or sequence level.
+
+The engine that samples (vLLM, in bf16, with its own kernels) does not give the tokens the
+probabilities the trainer's ``pi_old`` gives them. With ``d_t = old_logp_t - engine_logp_t`` each
+token's advantage is multiplied by a detached weight (:func:`dapo_exp.objective.rollout_correction_weights`):
+
+- ``rc_level=token``: ``min(exp(d_t), rc_cap)`` (truncated IS, the same weight as ``algo.tis_cap``);
+- ``rc_level=sequence``: one weight per response, ``min(exp(sum_t d_t), rc_cap)``
+  (``rc_aggregation=product``, the sequence likelihood ratio, verl's Seq-TIS) or
+  ``min(exp(mean_t d_t), rc_cap)`` (``geometric``, length-normalised); ``rc_cap=null``: weight 1;
+- ``rc_band_low`` / ``rc_band_high`` (null: none): weight 0 for the tokens (token level) or whole
+  responses (sequence level, by the same statistic) whose ratio lies outside the band, the form
+  verl calls ``rollout_rs`` / IcePop (Ling team 2025: token band [0.5, 5], ``rollout_correction=icepop``).
+
+Masked tokens stay in the normaliser (their weight is 0), as verl's IcePop; verl's ``rollout_rs``
+also drops them from the normaliser. It fills the ``rollout_weight`` slot; ``algo.tis_cap``, the
+token-level weight that predates this switch, cannot be set with it. With an engine that reports
+no log-probs (``rollout=hf``, which samples with the trainer's own weights) there is nothing to
+correct and the weight is 1.
+"""
+
+from __future__ import annotations
+
+import functools
+
+from dapo_exp.config import ConfigError
+from dapo_exp.fixes.base import Fix, register_fix
+
+
+def _bind(algo, run):
+    from dapo_exp import objective
+
+    return {"rollout_weight": functools.partial(
+        objective.rollout_correction_weights, level=algo.rc_level, aggregation=algo.rc_aggregation, cap=algo.rc_cap,
+        band_low=algo.rc_band_low, band_high=algo.rc_band_high)}
+
+
+def _check(algo, run):
+    from dapo_exp.objective import ROLLOUT_CORRECTION_LEVELS, SEQUENCE_IS_AGGREGATIONS
+
+    if algo.rc_level not in ROLLOUT_CORRECTION_LEVELS:
+        raise ConfigError(f"algo.rc_level={algo.rc_level!r} is not valid; choose one of: "
+                          f"{', '.join(ROLLOUT_CORRECTION_LEVELS)}")
+    if algo.rc_aggregation not in SEQUENCE_IS_AGGREGATIONS:
+        raise ConfigError(f"algo.rc_aggregation={algo.rc_aggregation!r} is not valid; choose one of: "
+                          f"{', '.join(SEQUENCE_IS_AGGREGATIONS)}")
+    if algo.rc_cap is not None and algo.rc_cap < 1:
+        raise ConfigError(f"algo.rc_cap: must be >= 1 or null, got {algo.rc_cap}")
+    low, high = algo.rc_band_low, algo.rc_band_high
+    if (low is None) != (high is None) or (low is not None and not 0 < low <= high):
+        raise ConfigError(f"algo.rc_band_low / rc_band_high: need both null, or 0 < low <= high, got {low}, {high}")
+    if algo.rollout_correction and algo.rc_cap is None and low is None:
+        raise ConfigError("algo.rc_cap / rc_band_low: rollout_correction is on with neither a weight (rc_cap) nor a "
+                          "band (rc_band_low, rc_band_high): it would change nothing")
+    if algo.rollout_correction and algo.tis_cap is not None:
+        raise ConfigError(f"rollout_correction and algo.tis_cap={algo.tis_cap} cannot be combined (both weight the "
+                          "tokens by the engine ratio); set algo.tis_cap=null or rollout_correction=disabled")
+
+
+FIX = register_fix(Fix(
+    name="rollout_correction", short="rc", title="Rollout correction (sequence-level IS, band masking)",
+    paper="verl rollout correction (Liu et al. 2025), IcePop (Ling team 2025)",
+    keys=("rollout_correction", "rc_level", "rc_aggregation", "rc_cap", "rc_band_low", "rc_band_high"),
+    is_on=lambda a: bool(a.rollout_correction), slots=("rollout_weight",), bind=_bind, check=_check,
+    metrics=("actor/rollout_weight_mean", "actor/rollout_weight_zero_frac"),
+    options=("disabled", "enabled", "icepop"),
+))
