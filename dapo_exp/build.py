@@ -63,27 +63,60 @@ def policy_path(cfg: DictConfig) -> str:
 class PromptSampler:
     """Walks through the training prompts in a seeded random order, epoch after epoch.
 
-    Its whole state is ``position`` (prompts consumed), so a resumed run continues
-    with exactly the prompts an uninterrupted run would have drawn.
+    ``stream`` (default): every round of every step takes the next prompts of one walk; its whole
+    state is ``position`` (prompts consumed), so a resumed run continues with exactly the prompts
+    an uninterrupted run would have drawn. A refill round of Dynamic Sampling moves every later
+    step's prompts.
+
+    ``keyed=True`` (``train.randomness=keyed``, :mod:`dapo_exp.keyed`): a prompt is a function of
+    (seed, step, round, slot) alone. The first round of step ``s`` takes positions
+    ``(s - 1) * k .. (s - 1) * k + k - 1`` of a keyed permutation walk (every prompt once per epoch
+    when every step asks the same ``k``); refill rounds draw each slot uniformly from its own key
+    ``(seed, step, round, slot)``. So arms that refill differently still see the same first-round
+    prompts at every step; ``position`` is kept (prompts consumed) but not used.
     """
 
-    def __init__(self, n: int, seed: int, position: int = 0) -> None:
-        self.n, self.seed, self.position = n, seed, position
+    def __init__(self, n: int, seed: int, position: int = 0, keyed: bool = False) -> None:
+        self.n, self.seed, self.position, self.keyed = n, seed, position, keyed
         self._epoch, self._order = -1, None
 
     def _order_of(self, epoch: int) -> list[int]:
         if epoch != self._epoch:
-            g = torch.Generator().manual_seed(self.seed * 7919 + epoch)
+            if self.keyed:
+                from dapo_exp.keyed import TRAIN_PROMPTS, derive
+
+                g = torch.Generator().manual_seed(derive(TRAIN_PROMPTS, self.seed, epoch))
+            else:
+                g = torch.Generator().manual_seed(self.seed * 7919 + epoch)
             self._order, self._epoch = torch.randperm(self.n, generator=g).tolist(), epoch
         return self._order
 
-    def take(self, k: int) -> list[int]:
+    def take(self, k: int, *, step: int | None = None, round_idx: int = 0) -> list[int]:
+        """``k`` prompt indices; ``step`` and ``round_idx`` (the step's round of generation) key
+        the draw in keyed mode and are ignored by the stream walk."""
+        if self.keyed:
+            if step is None:
+                raise ValueError("a keyed PromptSampler needs the step of the draw")
+            self.position += k
+            if round_idx == 0:
+                return [self._order_of(e)[i] for e, i in (divmod((step - 1) * k + j, self.n) for j in range(k))]
+            from dapo_exp.keyed import REFILL_PROMPTS, derive
+
+            return [derive(REFILL_PROMPTS, self.seed, step, round_idx, j) % self.n for j in range(k)]
         out = []
         for _ in range(k):
             epoch, i = divmod(self.position, self.n)
             out.append(self._order_of(epoch)[i])
             self.position += 1
         return out
+
+    def noise_keys(self, step: int, round_idx: int, indices: list[int]) -> list[int] | None:
+        """The sampling-noise keys of a round's prompts in keyed mode (None: the engine's stream)."""
+        if not self.keyed:
+            return None
+        from dapo_exp.keyed import train_sample_keys
+
+        return train_sample_keys(self.seed, step, round_idx, indices)
 
 
 @dataclass

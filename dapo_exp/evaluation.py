@@ -12,12 +12,20 @@
 
 Samples are laid out group-major: sample ``j`` of problem ``i`` sits at index ``i * k + j``
 (the order of ``verify_batch`` over ``[p.answer for p in problems for _ in range(k)]``).
+
+The endpoint (``eval.endpoint``): the final evaluation may be larger than the intermediate ones
+that draw the curves (``eval.final_problems`` x ``eval.final_samples`` against ``eval.problems`` x
+``eval.k``, :func:`eval_size`), so that its noise is a small share of a paired difference's
+variance while the curves stay cheap; :func:`endpoint_summary` records which endpoint a run
+declares (the final evaluation, or the mean of the last k, labelled as such) in ``summary.json``,
+and :func:`endpoint_line` is the sentence the comparison table's caption opens with.
 """
 
 from __future__ import annotations
 
 from collections import Counter
-from typing import Any, Hashable, Optional, Sequence
+from collections.abc import Hashable, Sequence
+from typing import Any
 
 import numpy as np
 
@@ -49,7 +57,7 @@ def avg_at_k(correct_matrix: Sequence[Sequence[Any]] | np.ndarray) -> float:
     return float(np.mean([r.mean() for r in rows]))
 
 
-def majority_vote(preds: Sequence[Optional[Hashable]]) -> tuple[Optional[Hashable], Optional[int]]:
+def majority_vote(preds: Sequence[Hashable | None]) -> tuple[Hashable | None, int | None]:
     """The most frequent non-None answer and the index of its first occurrence.
 
     Ties go to the answer that appears first among the samples (lowest index), so the
@@ -68,7 +76,7 @@ def majority_vote(preds: Sequence[Optional[Hashable]]) -> tuple[Optional[Hashabl
 
 
 def maj_at_k(
-    preds_per_problem: Sequence[Sequence[Optional[Hashable]]],
+    preds_per_problem: Sequence[Sequence[Hashable | None]],
     correct_per_problem: Sequence[Sequence[Any]],
 ) -> float:
     """maj@k: fraction of problems whose majority answer (see :func:`majority_vote`) is correct.
@@ -114,7 +122,7 @@ def _eval_inputs(problem_ids: Sequence[Any], sample_correct: Sequence[Any], samp
 def summarise_eval(
     problem_ids: Sequence[Any],
     sample_correct: Sequence[Any],
-    sample_preds: Sequence[Optional[Hashable]],
+    sample_preds: Sequence[Hashable | None],
     lengths: Sequence[Any],
     truncated: Sequence[Any],
     k: int,
@@ -158,3 +166,91 @@ def summarise_eval(
         "eval/truncated_frac": float(trunc.mean()),
         "per_problem": per_problem,
     }
+
+
+# --------------------------------------------------------------------------- #
+# The endpoint: the final evaluation's size and what the table reports          #
+# --------------------------------------------------------------------------- #
+ENDPOINTS = ("final", "last_k_mean")
+
+
+def eval_size(eval_cfg: Any, final: bool, n_available: int) -> tuple[int, int]:
+    """(problems, samples per problem) of an evaluation: the first ``eval.problems`` held-out
+    problems x ``eval.k`` samples, or at the final step ``eval.final_problems`` x
+    ``eval.final_samples`` (each null = the intermediate value). Problems are capped at the
+    held-out set's size (the arith task's is ``task.arith_n_eval``)."""
+    problems = eval_cfg.problems or n_available
+    k = eval_cfg.k
+    if final:
+        problems = eval_cfg.final_problems or problems
+        k = eval_cfg.final_samples or k
+    return min(problems, n_available), k
+
+
+def endpoint_summary(eval_cfg: Any, evals: dict[int, dict[str, float]], final_step: int,
+                     n_available: int) -> dict[str, Any]:
+    """The run's declared endpoint for the summary: its name, the label the table prints, its value
+    of ``eval/acc_avg`` and how it was measured (the final evaluation's problems x samples, the
+    steps it covers, and the repeats of the final evaluation when ``eval.final_repeats`` > 0).
+
+    ``final``: the last evaluation. ``last_k_mean``: the mean of the last ``eval.endpoint_k``
+    evaluations of the trained policy (step > 0 when there is one), labelled as such."""
+    name = eval_cfg.endpoint
+    if name not in ENDPOINTS:
+        raise ValueError(f"eval.endpoint={name!r}: choose one of {', '.join(ENDPOINTS)}")
+    problems, k = eval_size(eval_cfg, True, n_available)
+    acc = "eval/acc_avg"
+    if name == "final":
+        covered = [final_step]
+        label = f"final held-out accuracy (avg@{k} over {problems} problems at step {final_step})"
+    else:
+        trained = sorted(s for s in evals if s > 0) or sorted(evals)
+        covered = trained[-eval_cfg.endpoint_k:]
+        label = (f"mean held-out accuracy over the last {len(covered)} evaluations (steps "
+                 f"{', '.join(map(str, covered))}; final avg@{k} over {problems} problems)")
+    values = [evals[s].get(acc) for s in covered]
+    value = float(np.mean(values)) if values and all(v is not None for v in values) else float("nan")
+    final = evals.get(final_step, {})
+    repeats = [final[key] for key in sorted(final) if key.startswith(acc + "_rep")]
+    return {"name": name, "k": int(eval_cfg.endpoint_k) if name == "last_k_mean" else 1, "label": label,
+            "metric": acc, "value": value, "steps": covered, "final_problems": problems, "final_samples": k,
+            "final_repeats": repeats}
+
+
+def endpoint_line(runs: Any) -> str:
+    """The table's first caption sentence: which endpoint its final-accuracy column is, and its size,
+    read from the runs' resolved configs (``config.eval.*`` columns of the runs frame); runs that
+    declare different endpoints are named as such. "" without config columns."""
+    import pandas as pd
+
+    if not isinstance(runs, pd.DataFrame) or not len(runs) or "config.eval.k" not in runs:
+        return ""
+
+    def col(name: str) -> pd.Series:
+        return runs[name] if name in runs else pd.Series([None] * len(runs), index=runs.index)
+
+    def size(i: Any, final: bool) -> str:
+        k = col("config.eval.final_samples")[i] if final else None
+        p = col("config.eval.final_problems")[i] if final else None
+        k = int(k) if pd.notna(k) else int(col("config.eval.k")[i])
+        p = p if pd.notna(p) else col("config.eval.problems")[i]
+        n = col("config.task.arith_n_eval")[i] if col("config.task.name")[i] == "arith" else None
+        if pd.notna(p) and pd.notna(n):
+            p = min(int(p), int(n))
+        elif pd.isna(p):
+            p = n
+        return f"avg@{k} over {int(p)} problems" if pd.notna(p) else f"avg@{k} over the held-out set"
+
+    texts = set()
+    for i in runs.index:
+        name = col("config.eval.endpoint")[i]
+        name = "final" if pd.isna(name) else name
+        text = f"final held-out accuracy, the last evaluation ({size(i, True)}"
+        if size(i, False) != size(i, True):
+            text += f"; intermediate evaluations {size(i, False)}"
+        text += ")"
+        if name == "last_k_mean":
+            text += (f"; the runs declare last_k_mean (k={int(col('config.eval.endpoint_k')[i])}) as their "
+                     "endpoint, in summary.json's endpoint")
+        texts.add(text)
+    return "Endpoint: " + (" | ".join(sorted(texts)) if len(texts) > 1 else texts.pop()) + "."

@@ -1,7 +1,6 @@
 """Dynamic Sampling: refill with only mixed groups, count rounds, the cap, surplus handling."""
 
 import pytest
-
 from omegaconf import OmegaConf
 
 from dapo_exp.fixes import dynamic_sampling

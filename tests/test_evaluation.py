@@ -102,3 +102,55 @@ def test_summarise_eval_shape_errors():
         summarise_eval(["p0", "p1"], correct, preds, lengths, truncated, 4)
     with pytest.raises(ValueError, match="lengths has 11 entries"):
         summarise_eval(["p0", "p1", "p2"], correct, preds, lengths[:-1], truncated, 4)
+
+
+# --------------------------------------------------------------------------- #
+# The endpoint: the final evaluation's size and the summary's record            #
+# --------------------------------------------------------------------------- #
+def _eval_cfg(**kw):
+    from omegaconf import OmegaConf
+
+    from dapo_exp.config import EvalConfig
+
+    c = OmegaConf.structured(EvalConfig)
+    for k, v in kw.items():
+        c[k] = v
+    return c
+
+
+def test_eval_size_final_and_intermediate():
+    from dapo_exp.evaluation import eval_size
+
+    assert eval_size(_eval_cfg(), False, 64) == eval_size(_eval_cfg(), True, 64) == (64, 4)  # today's
+    c = _eval_cfg(problems=64, final_problems=512, final_samples=16)
+    assert eval_size(c, False, 512) == (64, 4) and eval_size(c, True, 512) == (512, 16)
+    assert eval_size(c, True, 100) == (100, 16)  # capped at the held-out set
+
+
+def test_endpoint_summary_names_and_values():
+    from dapo_exp.evaluation import endpoint_summary
+
+    evals = {0: {"eval/acc_avg": 0.1}, 10: {"eval/acc_avg": 0.4}, 20: {"eval/acc_avg": 0.5},
+             30: {"eval/acc_avg": 0.6, "eval/acc_avg_rep1": 0.58, "eval/acc_avg_rep2": 0.61}}
+    f = endpoint_summary(_eval_cfg(final_problems=512, final_samples=16), evals, 30, 512)
+    assert f["name"] == "final" and f["value"] == 0.6 and f["steps"] == [30]
+    assert f["final_repeats"] == [0.58, 0.61] and "avg@16 over 512 problems" in f["label"]
+    m = endpoint_summary(_eval_cfg(endpoint="last_k_mean", endpoint_k=3), evals, 30, 64)
+    assert m["name"] == "last_k_mean" and m["steps"] == [10, 20, 30] and abs(m["value"] - 0.5) < 1e-12
+    assert "last 3 evaluations" in m["label"]
+
+
+def test_a_larger_held_out_set_keeps_the_first_problems_and_the_training_set():
+    """The precise endpoint grows task.arith_n_eval: intermediate evaluations (its first problems)
+    and training stay those of the default set."""
+    from omegaconf import OmegaConf
+
+    from dapo_exp.config import Config
+    from dapo_exp.tasks.arith import load_arith
+
+    c = OmegaConf.structured(Config).task
+    small = load_arith(c)
+    c.arith_n_eval = 512
+    big = load_arith(c)
+    assert [p.prompt for p in big.eval[:len(small.eval)]] == [p.prompt for p in small.eval]
+    assert [p.prompt for p in big.train] == [p.prompt for p in small.train] and len(big.eval) == 512

@@ -10,8 +10,8 @@ import torch
 
 from dapo_exp.models import build_char_tokenizer, build_tiny_model
 from dapo_exp.rollout.engine import SamplingSpec
-from dapo_exp.rollout.hf.fused_decode import FusedDecoder
 from dapo_exp.rollout.hf.engine import HFEngine
+from dapo_exp.rollout.hf.fused_decode import FusedDecoder
 
 
 @pytest.fixture(scope="module")

@@ -42,8 +42,9 @@ def launcher_cfg(overrides, config_dir=CONF):
 def sbatch_text(launcher_node, folder, monkeypatch) -> str:
     """The sbatch script submitit would submit, built as ``BaseSubmititLauncher.launch`` does."""
     import submitit
-    from submitit.slurm.slurm import SlurmExecutor
     from hydra.utils import instantiate
+    from submitit.slurm.slurm import SlurmExecutor
+
     from hydra_plugins.hydra_submitit_launcher.config import BaseQueueConf
 
     monkeypatch.setattr(SlurmExecutor, "affinity", classmethod(lambda cls: 2))  # pretend srun exists
@@ -185,7 +186,7 @@ def test_killed_local_job_resumes_from_its_checkpoint(tmp_path):
     def cmd(sweep: Path) -> list[str]:
         return [
             sys.executable, str(REPO / "run.py"), "-m", "hydra/launcher=local_gpus", "logger=none",
-            "fixes=grpo,clip", "train.steps=20", "checkpoint.every=1", "train.prompts_per_step=4",
+            "fixes=grpo,clip", "seed=0", "train.steps=20", "checkpoint.every=1", "train.prompts_per_step=4",
             "rollout.n=4", "train.mini_batch_size=16", "train.micro_batch_size=16", "eval.every=10",
             "eval.k=1", "task.arith_n_eval=8", f"hydra.sweep.dir={sweep}", "hydra.callbacks={}",
         ]
@@ -230,7 +231,7 @@ def test_cfg_job_dry_run_of_a_slurm_sweep_shows_the_slurm_settings():
     root = Path(__file__).resolve().parents[1]
     out = subprocess.run(
         [sys.executable, "run.py", "-m", "hydra/launcher=slurm", "hydra.launcher.partition=gpu",
-         "hydra.launcher.account=myproj", "fixes=grpo,full", "--cfg", "job"],
+         "hydra.launcher.account=myproj", "fixes=grpo,full", "seed=0", "--cfg", "job"],
         cwd=root, capture_output=True, text=True, timeout=120,
     )
     assert out.returncode == 0, out.stderr

@@ -62,7 +62,7 @@ def test_parallel_sweep_runs_jobs_side_by_side_with_their_threads(tmp_path, warm
 
     small = [a for a in SMALL if not a.startswith("rollout.n=")]
     args = [sys.executable, "run.py", "-m", "hydra/launcher=parallel", "hydra.launcher.cores=2",
-            "fixes=full", "rollout.n=1,2,4", f"hydra.sweep.dir={tmp_path}", "~hydra.callbacks.analysis", *small,
+            "fixes=full", "rollout.n=1,2,4", "seed=0", f"hydra.sweep.dir={tmp_path}", "~hydra.callbacks.analysis", *small,
             "train.mini_batch_size=8", "train.micro_batch_size=4", f"model.cache_dir={warm_cache}"]
     out = subprocess.run(args, cwd=REPO, capture_output=True, text=True, timeout=900)
     # the failed job fails the sweep (exit 1, named), once the other two have finished

@@ -23,8 +23,13 @@ import pytest
 
 from dapo_exp.analysis.callback import failed_jobs
 from dapo_exp.config import ConfigError
-from dapo_exp.hydra_setup import (SMALL_MODEL_PARAMS, check_sweep_name, choose_threads, compose_config,
-                                  model_params_estimate)
+from dapo_exp.hydra_setup import (
+    SMALL_MODEL_PARAMS,
+    check_sweep_name,
+    choose_threads,
+    compose_config,
+    model_params_estimate,
+)
 
 REPO = Path(__file__).resolve().parents[1]
 
@@ -90,7 +95,7 @@ def test_a_sweep_with_a_failed_job_finishes_the_others_prints_the_table_and_exit
     from conftest import SMALL
 
     small = [a for a in SMALL if not a.startswith("rollout.n=")]
-    args = [sys.executable, "run.py", "-m", "fixes=full", "rollout.n=1,4", f"hydra.sweep.dir={tmp_path}",
+    args = [sys.executable, "run.py", "-m", "fixes=full", "rollout.n=1,4", "seed=0", f"hydra.sweep.dir={tmp_path}",
             "+hydra.callbacks.analysis.figures=false", *small, f"model.cache_dir={warm_cache}"]
     env = {k: v for k, v in os.environ.items() if k not in ("OMP_NUM_THREADS", "DAPO_THREADS")}
     out = subprocess.run(args, cwd=REPO, capture_output=True, text=True, timeout=900, env=env)
@@ -166,3 +171,57 @@ def test_choose_threads(params, cores, load, env, expected):
 def test_a_bad_thread_count_is_refused():
     with pytest.raises(ConfigError, match="DAPO_THREADS=0: must be a positive integer"):
         choose_threads(None, 2, 0.0, {"DAPO_THREADS": "0"})
+
+
+# --------------------------------------------------------------------------- #
+# a sweep without seed= runs the default seeds                                  #
+# --------------------------------------------------------------------------- #
+def _multirun_config(launcher: list[str], task_overrides: list[str]):
+    """The config a multirun's callback sees: composed with ``launcher``, the command line in
+    ``hydra.overrides.task`` (compose itself refuses sweep overrides)."""
+    from hydra import compose, initialize_config_dir
+    from omegaconf import open_dict
+
+    from dapo_exp.hydra_setup import CONFIG_DIR, register_resolvers
+
+    register_resolvers()
+    with initialize_config_dir(config_dir=CONFIG_DIR, version_base="1.3"):
+        cfg = compose("config", overrides=launcher, return_hydra_config=True)
+    with open_dict(cfg):
+        cfg.hydra.overrides.task = task_overrides
+    return cfg
+
+
+def test_launch_plan_counts_the_default_seeds_and_estimates_the_toys_wall_time():
+    from dapo_exp.analysis.callback import launch_plan, sweep_jobs
+
+    headline = _multirun_config([], ["fixes=grpo,clip,clip_ds,full"])
+    jobs = sweep_jobs(headline)
+    assert len(jobs) == 20 and {o for j in jobs for o in j if o.startswith("seed=")} == {f"seed={i}" for i in range(5)}
+    line = launch_plan(headline)
+    assert line.startswith("[sweep] 20 runs: 4 configuration(s) x 5 seed(s) (seed= not given")
+    assert "expected wall time 10-13 min, 1 run(s) at a time" in line
+    assert "5 seeds per arm detect about 8 points of final accuracy at power 0.8 on the toy (10 seeds detect 5)" in line
+    given = launch_plan(_multirun_config([], ["fixes=grpo,clip", "seed=0,1"]))
+    assert given.startswith("[sweep] 4 runs: 2 configuration(s) x 2 seed(s) (seed= given)")
+    parallel = launch_plan(_multirun_config(["hydra/launcher=parallel", "hydra.launcher.jobs=2"],
+                                            ["fixes=grpo", "hydra/launcher=parallel", "hydra.launcher.jobs=2"]))
+    assert "5 runs" in parallel and "2 run(s) at a time" in parallel and "expected wall time 2-2 min" in parallel
+    hub = launch_plan(_multirun_config(["model.path=some/model"], ["model.path=some/model", "fixes=grpo,full"]))
+    assert hub.startswith("[sweep] 10 runs") and "wall time" not in hub  # no estimate beyond the toy
+
+
+@pytest.mark.slow
+def test_a_sweep_without_seed_runs_the_default_seeds_and_its_table_has_intervals(tmp_path, warm_cache):
+    from conftest import SMALL
+
+    args = [sys.executable, "run.py", "-m", "fixes=grpo,clip", f"hydra.sweep.dir={tmp_path}", *SMALL,
+            "train.steps=1", "+hydra.callbacks.analysis.figures=false", f"model.cache_dir={warm_cache}"]
+    out = subprocess.run(args, cwd=REPO, capture_output=True, text=True, timeout=900)
+    assert out.returncode == 0, out.stderr[-3000:]
+    assert "[sweep] 10 runs: 2 configuration(s) x 5 seed(s) (seed= not given" in out.stdout
+    summaries = [json.loads(p.read_text()) for p in tmp_path.glob("*/summary.json")]
+    seeds = sorted((s["label"], s["seed"]) for s in summaries)
+    assert seeds == sorted((label, s) for label in ("clip", "grpo") for s in range(5))
+    table = (tmp_path / "analysis" / "table.csv").read_text()
+    assert "n/a" not in table.split("\n", 2)[1]  # the first row's cells carry intervals

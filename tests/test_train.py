@@ -108,7 +108,7 @@ def test_user_sweep_writes_runs_wandb_and_table_and_rerun_skips(tmp_path, warm_c
     """`python run.py -m fixes=grpo,clip,clip_ds,full` (shrunken): 4 jobs, W&B offline, table at the end."""
     from conftest import SMALL
 
-    args = [sys.executable, "run.py", "-m", "fixes=grpo,clip,clip_ds,full", f"hydra.sweep.dir={tmp_path}",
+    args = [sys.executable, "run.py", "-m", "fixes=grpo,clip,clip_ds,full", "seed=0", f"hydra.sweep.dir={tmp_path}",
             *[a for a in SMALL if a != "logger=none"], "train.steps=1", f"model.cache_dir={warm_cache}"]
     out = subprocess.run(args, cwd=ROOT, capture_output=True, text=True, timeout=900)
     assert out.returncode == 0, out.stderr[-3000:]
@@ -131,7 +131,7 @@ def test_a_failed_job_does_not_take_down_the_sweep(tmp_path, warm_cache):
 
     # rollout.n=1 with dynamic sampling is rejected by validate(): that job fails, the other runs
     small = [a for a in SMALL if not a.startswith("rollout.n=")]
-    args = [sys.executable, "run.py", "-m", "fixes=full", "rollout.n=1,4", f"hydra.sweep.dir={tmp_path}",
+    args = [sys.executable, "run.py", "-m", "fixes=full", "rollout.n=1,4", "seed=0", f"hydra.sweep.dir={tmp_path}",
             *small, "train.steps=1", "train.mini_batch_size=4", "train.micro_batch_size=4",
             f"model.cache_dir={warm_cache}"]
     out = subprocess.run(args, cwd=ROOT, capture_output=True, text=True, timeout=900)

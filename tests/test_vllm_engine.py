@@ -19,13 +19,14 @@ os.environ.setdefault("VLLM_CPU_KVCACHE_SPACE", "1")
 import subprocess  # noqa: E402
 import sys  # noqa: E402
 
+import numpy as np  # noqa: E402
 import pytest  # noqa: E402
 import torch  # noqa: E402
 
 from dapo_exp.benchmarks.random_models import EOS_ID, Qwen2Size, save_random_qwen2  # noqa: E402
 from dapo_exp.logprobs import token_logprobs  # noqa: E402
-from dapo_exp.rollout.engine import SamplingSpec  # noqa: E402
 from dapo_exp.objective import truncated_is_weights  # noqa: E402
+from dapo_exp.rollout.engine import SamplingSpec  # noqa: E402
 from dapo_exp.rollout.mismatch import pad_logprobs, rollout_mismatch_stats  # noqa: E402
 from dapo_exp.rollout.vllm_engine import prompt_seed  # noqa: E402
 
@@ -178,6 +179,43 @@ def test_unsupported_cpu_head_dim_fails_before_startup(setup, tmp_path):
 # --------------------------------------------------------------------------- #
 # Pure helpers: no vLLM needed                                                  #
 # --------------------------------------------------------------------------- #
+@pytest.mark.vllm
+@pytest.mark.parametrize("warp_kw", [{"temperature": 1.0, "top_p": 1.0}, {"temperature": 0.7, "top_p": 0.8}])
+def test_keyed_requests_follow_the_warped_softmax_and_ignore_the_batch(setup, warp_kw):
+    """Keyed randomness on vLLM: each request's seed comes from its prompt key (per request, not per
+    token: vLLM's own sampler draws), so its samples do not depend on the other requests, and the
+    first tokens of many keyed requests follow the warped softmax (chi-square, tests/test_keyed.py)."""
+    from scipy import stats
+
+    from dapo_exp import keyed
+    from dapo_exp.rollout.hf.static_decode import warp
+
+    engine, hf = setup
+    prompt = PROMPTS[2]
+    with torch.no_grad():
+        logits = hf(input_ids=torch.tensor([prompt])).logits[:, -1].float()
+    probs = torch.softmax(warp(logits, warp_kw["temperature"], warp_kw["top_p"]), -1)[0].double().numpy()
+    n_req = 3000
+    keys = [keyed.derive("vllm-test", i) for i in range(n_req)]
+    g = engine.generate([prompt] * n_req, SamplingSpec(n=1, max_new_tokens=1, keys=keys, **warp_kw))
+    first = np.array([r[0] for r in g.response_ids])
+    counts = np.bincount(first, minlength=len(probs))[: len(probs)]
+    assert counts[probs == 0].sum() == 0
+    exp = probs * n_req
+    big = exp >= 5
+    obs_b, exp_b = list(counts[big]), list(exp[big])
+    if (~big & (probs > 0)).any():
+        obs_b.append(counts[~big & (probs > 0)].sum())
+        exp_b.append(exp[~big & (probs > 0)].sum())
+    exp_b = np.asarray(exp_b) * sum(obs_b) / sum(exp_b)
+    assert stats.chisquare(obs_b, exp_b).pvalue > 1e-3
+    # the same keys give the same samples whatever else is in the batch, and in any order
+    spec = SamplingSpec(n=3, max_new_tokens=8, keys=[11, 22, 33, 44], **warp_kw)
+    full = engine.generate(PROMPTS, spec)
+    part = engine.generate([PROMPTS[3], PROMPTS[1]], SamplingSpec(n=3, max_new_tokens=8, keys=[44, 22], **warp_kw))
+    assert part.response_ids[:3] == full.response_ids[9:12] and part.response_ids[3:] == full.response_ids[3:6]
+
+
 def test_engine_module_imports_without_importing_vllm():
     code = "import sys, dapo_exp.rollout.vllm_engine, dapo_exp.rollout.mismatch; assert 'vllm' not in sys.modules"
     subprocess.run([sys.executable, "-c", code], check=True)

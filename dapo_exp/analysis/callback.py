@@ -32,7 +32,6 @@ from typing import Any
 
 from hydra.experimental.callback import Callback
 
-
 _SWEEPS: list[str] = []  # the sweep directories this process ran (note_sweep), in order
 
 
@@ -66,6 +65,7 @@ class AnalysisCallback(Callback):
         self.started = time.time()
         try:
             note_sweep(config.hydra.sweep.dir)
+            print(launch_plan(config), flush=True)
         except Exception:  # noqa: BLE001 - never fail a sweep
             pass
 
@@ -113,6 +113,61 @@ class AnalysisCallback(Callback):
                 flush=True,
             )
             traceback.print_exc(file=sys.stderr)
+
+
+# Wall time of one default toy run (30 steps) with one torch thread on an idle core, the basis of
+# the launch estimate; a busy machine is slower (docs: benchmarks).
+TOY_RUN_S = (30.0, 40.0)
+# The toy's paired standard deviation of final held-out accuracy between two arms of one seed, in
+# points, as the verdict_cost benchmark measured it (docs: results): what the launch line's smallest
+# detectable effect is computed from.
+TOY_PAIRED_SD = 5.0
+
+
+def sweep_jobs(config: Any) -> list[list[str]]:
+    """The jobs of the multirun ``config`` belongs to, as Hydra's basic sweeper expands them: the
+    command line's overrides after ``hydra.sweeper.params`` (so ``seed=`` given there replaces the
+    default seeds)."""
+    from hydra._internal.core_plugins.basic_sweeper import BasicSweeper
+    from hydra.core.override_parser.overrides_parser import OverridesParser
+    from omegaconf import OmegaConf
+
+    params = OmegaConf.select(config, "hydra.sweeper.params", default=None) or {}
+    args = [f"{k}={v}" for k, v in params.items()] + list(config.hydra.overrides.task)
+    return BasicSweeper.split_arguments(OverridesParser.create().parse_overrides(args), None)[0]
+
+
+def launch_plan(config: Any) -> str:
+    """One line at a sweep's start: its runs (configurations x seeds, saying where the seeds come from)
+    and, for the toy on a local launcher, the expected wall time."""
+    import os
+
+    from omegaconf import OmegaConf
+
+    jobs = sweep_jobs(config)
+    seeds = {o.split("=", 1)[1] for job in jobs for o in job if o.startswith("seed=")}
+    given = any(o.split("=", 1)[0].lstrip("+~") == "seed" for o in config.hydra.overrides.task)
+    n_cfg = max(1, len(jobs) // max(1, len(seeds)))
+    where = ("seed= given" if given else
+             "seed= not given: the default seeds of hydra.sweeper.params.seed; seed=0 runs one, seed=0,1,... others")
+    line = f"[sweep] {len(jobs)} runs: {n_cfg} configuration(s) x {max(1, len(seeds))} seed(s) ({where})"
+    launcher = str(OmegaConf.select(config, "hydra.launcher._target_", default="") or "")
+    toy = OmegaConf.select(config, "model.path", default=None) == "tiny"
+    if not toy or not launcher.endswith(("BasicLauncher", "ParallelLauncher")):
+        return line
+    at_once = 1
+    if launcher.endswith("ParallelLauncher"):
+        at_once = OmegaConf.select(config, "hydra.launcher.jobs", default=None) or min(len(jobs), os.cpu_count() or 1)
+    steps = OmegaConf.select(config, "train.steps", default=30) or 30
+    lo, hi = (t * steps / 30 * -(-len(jobs) // at_once) / 60 for t in TOY_RUN_S)
+    from dapo_exp.analysis.verdicts import mde_paired, seeds_paired
+
+    n_seeds = max(1, len(seeds))
+    detect = (f"; {n_seeds} seeds per arm detect about {mde_paired(TOY_PAIRED_SD, n_seeds):.0f} points of final "
+              f"accuracy at power 0.8 on the toy ({seeds_paired(5.0, TOY_PAIRED_SD)} seeds detect 5)"
+              if n_seeds > 1 else "; one seed: no interval, nothing can be concluded")
+    return (f"{line}; expected wall time {lo:.0f}-{hi:.0f} min, {at_once} run(s) at a time on idle cores "
+            f"(hydra/launcher=parallel runs one per core){detect}")
 
 
 def failed_jobs(sweep_dir: str, since: float) -> list[tuple[str, str]]:

@@ -33,10 +33,10 @@ import numpy as np
 import pandas as pd
 
 from dapo_exp import rundir
-from dapo_exp.fixes import BASELINE, LADDER
+from dapo_exp.analysis import verdicts
 from dapo_exp.analysis.runs import RunSet, order_labels  # noqa: F401  (order_labels: part of this module's API)
 from dapo_exp.analysis.stats import IDENTICAL_PAIRED, difference, t_interval
-from dapo_exp.analysis import verdicts
+from dapo_exp.fixes import BASELINE, LADDER
 
 
 @dataclass(frozen=True)
@@ -209,7 +209,7 @@ def comparison_table(
         baseline = baseline_label(inc["label"]) if len(inc) else None
     diff = next((m for m in metrics if m.key == DIFF_KEY), None)
 
-    rows, notes = [], []
+    rows, notes = [], list(runs.attrs.get("notes", []))  # runs split by config (analysis.runs)
     for label in labels:
         row, note = _row(label, runs, inc, metrics, confidence, diff, baseline, margin)
         rows.append(row)
@@ -237,6 +237,9 @@ def _finish(table: pd.DataFrame, runs: pd.DataFrame, inc: pd.DataFrame, *, basel
     table.attrs["margin"] = margin
     table.attrs["one_seed"] = verdicts.one_seed_line(table, inc, margin) if len(table) else ""
     table.attrs["notes"] = notes + table.attrs.get("notes", [])
+    from dapo_exp.evaluation import endpoint_line
+
+    table.attrs["endpoint"] = endpoint_line(inc)
     table.attrs["caption"] = caption(table)
     return table
 
@@ -297,7 +300,7 @@ def caption(table: pd.DataFrame) -> str:
     conf = int(round(100 * table.attrs.get("confidence", 0.95)))
     base = table.attrs.get("baseline")
     n_ex = table.attrs.get("n_excluded", 0)
-    parts = [
+    parts = [p for p in [table.attrs.get("endpoint", "")] if p] + [
         f"Mean over seeds ± half-width of the {conf}% Student-t confidence interval "
         f"(t_{{{(1 + conf / 100) / 2:.3f}, n-1}} · s / √n); n/a where n = 1 (undefined); "
         "(n=k) marks a cell with fewer values than the row's n; mean [lo, hi]: the interval clipped to the "
@@ -458,6 +461,129 @@ _LATEX = {
 
 def _latex_escape(s: str) -> str:
     return "".join(_LATEX.get(c, c) for c in s)
+
+
+# --------------------------------------------------------------------------- #
+# The terminal's table: what fits in TERMINAL_WIDTH columns                      #
+# --------------------------------------------------------------------------- #
+TERMINAL_WIDTH = 120
+# column of format_table -> short header; in the order the columns are added while they fit
+_TERMINAL_COLUMNS = {
+    "config": "config", "n": "n", "final acc (%)": "final acc %", "Δ": "Δ final acc (pp)", "Δ verdict": "Δ verdict",
+    "best acc (%)": "best acc %", "entropy (end)": "entropy", "response length (end)": "resp len",
+    "truncated frac (end)": "truncated", "clipfrac higher (avg)": "clip high", "clipfrac lower (avg)": "clip low",
+    "zero-var groups (avg)": "zero-var", "rollouts / trained (avg)": "rollouts/trained", "wall time (s)": "wall s",
+}
+
+
+def wrap_text(text: str, width: int = TERMINAL_WIDTH) -> list[str]:
+    """A paragraph as lines of at most ``width`` characters; a command in backticks longer than a
+    few words stands on a line of its own, unbroken (so that it can be copied)."""
+    import re
+    import textwrap
+
+    out: list[str] = []
+    buf = ""
+    for i, part in enumerate(re.split(r"(`[^`]+`)", text.replace("**", ""))):
+        if i % 2 and len(part) > 40:  # a command: flush the text before it, then the command alone
+            out += textwrap.wrap(buf.strip(), width=width, break_long_words=False, break_on_hyphens=False)
+            out.append(part.strip("`"))
+            buf = ""
+        else:
+            buf += part
+    out += textwrap.wrap(buf.strip(), width=width, break_long_words=False, break_on_hyphens=False)
+    return out
+
+
+def _short_label(label: str, most: int) -> str:
+    return label if len(label) <= most else label[: most - 12] + "…" + label[-11:]
+
+
+def _short_verdict(r) -> str:
+    word = r.get("d_verdict", "")
+    if r.get("d_test") == "baseline":
+        return "—"
+    if not isinstance(word, str):
+        return ""
+    mde = r.get(f"d_{DIFF_KEY}_mde", np.nan)
+    if word == verdicts.NO_DIFFERENCE and np.isfinite(mde):
+        return f"{word} (MDE {mde:.3g})"
+    return word
+
+
+def _fit_columns(f: pd.DataFrame, width: int) -> tuple[list[str], list[str]]:
+    """The columns of ``f`` (in :data:`_TERMINAL_COLUMNS`' order) whose table fits ``width``, and the
+    display names of those left out."""
+    from tabulate import tabulate
+
+    chosen: list[str] = []
+    left_out: list[str] = []
+    for col in _TERMINAL_COLUMNS:
+        if col not in f:
+            continue
+        trial = tabulate(f[chosen + [col]].rename(columns=_TERMINAL_COLUMNS), headers="keys", tablefmt="simple",
+                         showindex=False, disable_numparse=True)
+        if max(len(ln) for ln in trial.splitlines()) <= width:
+            chosen.append(col)
+        else:
+            left_out.append(_TERMINAL_COLUMNS[col])
+    return chosen, left_out
+
+
+def table_text(table: pd.DataFrame, width: int = TERMINAL_WIDTH) -> str:
+    """The comparison table for a terminal: every line at most ``width`` characters.
+
+    The columns are added in order (configuration, n, final accuracy, its difference to the
+    baseline and the verdict, then the other metrics) while the table fits; long configuration
+    labels are shortened in the middle. The caption is shortened too; ``table.md`` and
+    ``table.csv`` (:func:`write_table`) hold every column, the full labels and the caption.
+    """
+    from tabulate import tabulate
+
+    lines: list[str] = []
+    for para in (table.attrs.get("one_seed", ""), warning_line(table)):
+        if para:
+            lines += wrap_text(para, width) + [""]
+    if not len(table):
+        return "\n".join(lines + ["(no runs)"]) + "\n"
+    f = format_table(table)
+    f = f.rename(columns={c: "Δ" for c in f.columns if c.startswith("Δ final acc vs")})
+    if "Δ" in f:
+        f["Δ verdict"] = [_short_verdict(r) for _, r in table.iterrows()]
+    labels = [str(c) for c in f["config"]]
+    most = max(16, width // 4)
+    while len({_short_label(c, most) for c in labels}) < len(set(labels)):  # never two rows with one label
+        most += 4
+    f["config"] = [_short_label(c, most) for c in labels]
+    chosen, left_out = _fit_columns(f, width)
+    conf = int(round(100 * table.attrs.get("confidence", 0.95)))
+    base = table.attrs.get("baseline")
+    endpoint = table.attrs.get("endpoint", "")
+    cap = ((endpoint.rstrip(".") + ". " if endpoint else "")
+           + f"Comparison table: mean over seeds ± half-width of the {conf}% t interval (n/a: one seed; "
+           "[lo, hi]: clipped to the metric's range)")
+    if base and "Δ" in chosen:
+        cap += (f"; Δ: final accuracy minus {base}'s, paired t by seed when the seeds match, else Welch; "
+                "MDE: the difference this test would detect (power 0.8)")
+    lines += wrap_text(cap + ".", width)
+    lines.append(tabulate(f[chosen].rename(columns=_TERMINAL_COLUMNS), headers="keys", tablefmt="simple",
+                          showindex=False, disable_numparse=True))
+    more = []
+    if left_out:
+        more.append(f"Not shown at {width} columns: {', '.join(left_out)}.")
+    if any(len(str(c)) > most for c in table.index):
+        more.append("Long configuration labels are shortened (…).")
+    more.append("table.md has every column, the full labels and the caption; table.csv the numbers.")
+    lines += wrap_text(" ".join(more), width)
+    for note in table.attrs.get("notes", []):
+        lines += wrap_text(f"Note: {note}.", width)
+    ex = table.attrs.get("excluded") or []
+    if ex:
+        lines.append(f"Excluded runs ({len(ex)}):")
+        for r in ex:
+            lines += wrap_text(f"- {r['run']} ({r['label']}, seed {r['seed']}): {r['status']} — {r['exclude_reason']}",
+                               width)
+    return "\n".join(lines) + "\n"
 
 
 def write_table(table: pd.DataFrame, out_dir: str | os.PathLike) -> dict[str, Path]:

@@ -28,8 +28,8 @@ group is kept. The zero-variance fraction is measured on accuracy in both cases.
 from __future__ import annotations
 
 import math
+from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Callable
 
 import torch
 

@@ -26,6 +26,10 @@ class SamplingSpec:
     temperature: float = 1.0
     top_p: float = 1.0
     seed: int = 0  # base seed of this call; engines derive per-sequence seeds from it
+    # keyed randomness (train.randomness=keyed, dapo_exp.keyed): one key per prompt; sample j of
+    # prompt i draws from the key derive(SAMPLE, keys[i], j) alone (HF: per token; vLLM: a per-request
+    # seed). None: the engine's seeded stream from ``seed``
+    keys: list[int] | None = None
 
 
 @dataclass

@@ -8,8 +8,9 @@ the fixes that are on (:mod:`dapo_exp.fixes`; the overlong term of DAPO Eq. 13 w
 
 from __future__ import annotations
 
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
-from typing import Any, Callable, Mapping
+from typing import Any
 
 import torch
 

@@ -3,7 +3,7 @@
 One process holds both the trainer's ``torch`` model and vLLM's copy of it. After
 each optimizer step the trainer's tensors are pushed into vLLM's model in place
 (:meth:`VLLMEngine.sync_weights`: ``collective_rpc("reload_weights",
-weights_iterator=...)``, no disk round trip, ~10 ms for a small model on CPU).
+weights_iterator=...)``, no disk round trip).
 
 Choices, and why:
 
@@ -26,7 +26,13 @@ Choices, and why:
 - **Seeds.** Every prompt gets its own ``SamplingParams`` seed derived from
   ``spec.seed`` and the prompt's index; vLLM gives the ``n`` children of a prompt
   ``seed + j``, so prompt seeds are spaced by ``n``. The same call on the same
-  weights returns the same samples.
+  weights returns the same samples. With ``SamplingSpec.keys`` (keyed randomness,
+  :mod:`dapo_exp.keyed`) the seed of prompt ``i``'s request comes from its key instead
+  (:func:`dapo_exp.keyed.vllm_seed`), so it does not depend on the prompt's place in the batch
+  or on the other requests. The coupling is per request, not per token: vLLM's own sampler
+  draws from its per-request generator, so two arms share a request's samples only while
+  they share its every sampling step (same logits, same draws consumed); the first token that
+  differs gives different draws after it.
 - **Prefix cache.** It holds keys/values computed with the old weights, so it is
   cleared after every weight sync.
 - **Sleep.** ``sleep()`` / ``wake()`` release and restore vLLM's GPU memory
@@ -40,8 +46,8 @@ Choices, and why:
   CPU engine is meant to step with one intra-op thread (its
   ``set_torch_threads_for_runtime``; more threads spin-wait between its many small
   ops): ``generate`` and ``sync_weights`` run with ``cpu_threads`` (default 1)
-  threads and restore the trainer's count afterwards. Measured on a shared 2-core
-  box with a trainer model already built: 12k tokens/s with 1 thread, 1.2k with 2.
+  threads and restore the trainer's count afterwards (docs: benchmarks, for the
+  throughput with one thread and with two).
 - **CPU head sizes.** vLLM's CPU attention kernels need ``head_dim`` in
   {32, 64, 80, 96, 112, 128, 160, 192, 224, 256, 512}; a tiny model with
   ``hidden_size / num_heads = 24`` loads but fails at the first forward.
@@ -210,13 +216,17 @@ class VLLMEngine:
                 f"longest prompt ({longest}) + max_new_tokens ({spec.max_new_tokens}) exceeds the engine's "
                 f"max_model_len ({self.max_model_len}); raise the engine's max_model_len"
             )
+        if spec.keys is not None and len(spec.keys) != len(prompt_ids):
+            raise ValueError(f"SamplingSpec.keys has {len(spec.keys)} keys for {len(prompt_ids)} prompts")
+        from dapo_exp.keyed import vllm_seed
+
         params = [
             SamplingParams(
                 n=spec.n,
                 temperature=spec.temperature,
                 top_p=spec.top_p,
                 max_tokens=spec.max_new_tokens,
-                seed=prompt_seed(spec.seed, i, spec.n),
+                seed=prompt_seed(spec.seed, i, spec.n) if spec.keys is None else vllm_seed(spec.keys[i], spec.n),
                 logprobs=0,  # the sampled token's log-prob only
                 detokenize=False,  # the trainer works on ids
             )

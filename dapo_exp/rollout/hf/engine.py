@@ -12,6 +12,12 @@ Llama / Qwen2 step of :mod:`dapo_exp.rollout.hf.fused_decode`, or the static-cac
 on CUDA, fused on CPU). Same samples either way for a fixed seed (up to float rounding); a loop
 that cannot run the model (or a compile that fails) falls back to ``generate`` with a logged
 warning that names the reason, and ``decode_used`` says which loop ran.
+
+With ``SamplingSpec.keys`` (keyed randomness, :mod:`dapo_exp.keyed`) every row draws Gumbel-max
+noise keyed by its own key and the token position, after the same warping (min-new-tokens ban,
+temperature, top-p): the hand-written loops through ``sample_next``, ``generate`` through
+:class:`KeyedGumbelProcessor` with greedy decoding (argmax of warped scores plus noise). No global
+stream is touched, and a row's tokens depend neither on the chunking nor on the other rows.
 """
 
 from __future__ import annotations
@@ -27,6 +33,23 @@ from dapo_exp.rollout.hf.fused_decode import FusedDecoder
 from dapo_exp.rollout.hf.static_decode import StaticDecoder, resolve_decode
 
 log = logging.getLogger(__name__)
+
+
+class KeyedGumbelProcessor:
+    """A transformers logits processor for keyed sampling with ``generate(do_sample=False)``:
+    temperature, top-p (as ``TopPLogitsWarper``), then keyed Gumbel noise, so that greedy decoding
+    picks a token distributed as the warped softmax. Runs after generate's own processors (the
+    min-new-tokens EOS ban). ``width``: the prompt width (position 0 is the first new token)."""
+
+    def __init__(self, keys: torch.Tensor, width: int, temperature: float, top_p: float) -> None:
+        self.keys, self.width, self.temperature, self.top_p = keys, width, temperature, top_p
+
+    def __call__(self, input_ids: torch.Tensor, scores: torch.Tensor) -> torch.Tensor:
+        from dapo_exp.keyed import gumbel
+        from dapo_exp.rollout.hf.static_decode import warp
+
+        scores = warp(scores, self.temperature, self.top_p)
+        return scores + gumbel(self.keys, input_ids.shape[1] - self.width, scores.shape[-1])
 
 
 class HFEngine:
@@ -51,19 +74,33 @@ class HFEngine:
         self.decode_used = "generate"
         self._decoder = None
 
-    def _sample_chunk(self, ids: torch.Tensor, att: torch.Tensor, spec: SamplingSpec, seed: int) -> torch.Tensor:
-        """New tokens of one left-padded chunk ``[rows, <= max_new_tokens]``, pad after EOS."""
+    def _sample_chunk(self, ids: torch.Tensor, att: torch.Tensor, spec: SamplingSpec, seed: int,
+                      keys: torch.Tensor | None = None) -> torch.Tensor:
+        """New tokens of one left-padded chunk ``[rows, <= max_new_tokens]``, pad after EOS
+        (``keys``: the rows' keys for keyed sampling; None: the torch stream seeded with ``seed``)."""
         pad = self.tokenizer.pad_token_id
         if self._decoder is not None:
-            torch.manual_seed(seed)
+            if keys is None:
+                torch.manual_seed(seed)
             try:
                 return self._decoder.decode(ids, att, max_new_tokens=spec.max_new_tokens, temperature=spec.temperature,
                                             top_p=spec.top_p, pad=pad, eos_ids=self.eos_ids,
-                                            min_new_tokens=self.model.generation_config.min_new_tokens or 0)
+                                            min_new_tokens=self.model.generation_config.min_new_tokens or 0,
+                                            **({"keys": keys} if keys is not None else {}))
             except Exception as e:  # noqa: BLE001 - e.g. inductor without a C++ compiler; eager still works
                 if not self._decoder.compiled or isinstance(e, torch.OutOfMemoryError):
                     raise  # a bug of the loop itself, or memory that generate would lack too
                 self._fall_back(f"the compiled decode step failed: {type(e).__name__}: {str(e)[:300]}")
+        if keys is not None:
+            from transformers import LogitsProcessorList
+
+            out = self.model.generate(
+                input_ids=ids, attention_mask=att, do_sample=False, temperature=1.0, top_p=1.0, top_k=None,
+                logits_processor=LogitsProcessorList([KeyedGumbelProcessor(keys, ids.shape[1], spec.temperature,
+                                                                           spec.top_p)]),
+                max_new_tokens=spec.max_new_tokens, pad_token_id=pad, eos_token_id=sorted(self.eos_ids),
+            )
+            return out[:, ids.shape[1]:]
         torch.manual_seed(seed)
         out = self.model.generate(
             input_ids=ids,
@@ -92,6 +129,13 @@ class HFEngine:
         device = next(self.model.parameters()).device
         pad = self.tokenizer.pad_token_id
         flat = [p for p in prompt_ids for _ in range(spec.n)]  # group-major
+        all_keys = None
+        if spec.keys is not None:
+            from dapo_exp.keyed import keys_tensor, row_keys
+
+            if len(spec.keys) != len(prompt_ids):
+                raise ValueError(f"SamplingSpec.keys has {len(spec.keys)} keys for {len(prompt_ids)} prompts")
+            all_keys = keys_tensor(row_keys(spec.keys, spec.n), device)
         responses: list[list[int]] = []
         truncated: list[bool] = []
         was_training = self.model.training
@@ -100,7 +144,8 @@ class HFEngine:
         for c, start in enumerate(range(0, len(flat), self.gen_batch_size)):
             chunk = flat[start : start + self.gen_batch_size]
             ids, att = pad_rows(chunk, pad, left=True)
-            new = self._sample_chunk(ids.to(device), att.to(device), spec, spec.seed * 1_000_003 + c)
+            keys = None if all_keys is None else all_keys[start : start + self.gen_batch_size]
+            new = self._sample_chunk(ids.to(device), att.to(device), spec, spec.seed * 1_000_003 + c, keys)
             for row in new.tolist():
                 cut = next((j for j, t in enumerate(row) if t in self.eos_ids), None)
                 if cut is None:

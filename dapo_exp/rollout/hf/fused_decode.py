@@ -4,7 +4,7 @@ At a small model's size a decode step is bound by per-op and per-module overhead
 arithmetic: transformers ``generate`` spends most of a step in Python (module calls, mask
 building, a growing ``DynamicCache`` concatenated every token), and on CPU a
 ``torch.compile``-d step (:mod:`dapo_exp.rollout.hf.static_decode`) does not remove it (the
-benchmark figures are in the README's benchmark section). :class:`FusedDecoder` runs the one-token step of a Llama / Qwen2 decoder as
+benchmark figures: docs/results/benchmarks.md). :class:`FusedDecoder` runs the one-token step of a Llama / Qwen2 decoder as
 a short straight-line sequence of tensor ops on the model's own weights:
 
 - q, k and v come from one matmul (their weights concatenated), gate and up from another;
@@ -249,13 +249,14 @@ class FusedDecoder:
         return _linear(x, head.weight.t(), head.bias)
 
     def decode(self, ids: Tensor, att: Tensor, *, max_new_tokens: int, temperature: float, top_p: float, pad: int,
-               eos_ids: set[int], min_new_tokens: int = 0) -> Tensor:
-        """New tokens ``[rows, <= max_new_tokens]`` of a left-padded batch, ``pad`` after each row's EOS."""
+               eos_ids: set[int], min_new_tokens: int = 0, keys: Tensor | None = None) -> Tensor:
+        """New tokens ``[rows, <= max_new_tokens]`` of a left-padded batch, ``pad`` after each row's EOS
+        (``keys``: per-row keys of keyed sampling, :func:`~dapo_exp.rollout.hf.static_decode.sample_next`)."""
         st, logits = self._prefill(ids, att, max_new_tokens)
         finished = torch.zeros(ids.shape[0], dtype=torch.bool, device=ids.device)
         return sampling_loop(logits, lambda t, nxt: self._step(st, nxt), finished, max_new_tokens=max_new_tokens,
                              temperature=temperature, top_p=top_p, pad=pad, eos_ids=eos_ids,
-                             min_new_tokens=min_new_tokens)
+                             min_new_tokens=min_new_tokens, keys=keys)
 
     def teacher_forced_logits(self, ids: Tensor, att: Tensor, tokens: Tensor) -> Tensor:
         """Logits ``[rows, T, vocab]`` that score each of ``tokens`` ``[rows, T]``, feeding the tokens

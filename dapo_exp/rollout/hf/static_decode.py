@@ -10,7 +10,7 @@
   (inductor; ``mode="reduce-overhead"``, i.e. CUDA graphs, on CUDA);
 - ``fused``: :mod:`dapo_exp.rollout.hf.fused_decode`, a hand-fused eager step for Llama / Qwen2;
 - ``auto``: ``compiled`` on CUDA, ``fused`` on CPU (where compiling costs seconds per shape
-  and buys little over eager code; figures in the README's benchmark section).
+  and buys little over eager code; figures in docs/results/benchmarks.md).
 
 The sampling is transformers' own, op for op: temperature (skipped at 1.0), then the top-p
 filter of ``TopPLogitsWarper`` (skipped at 1.0), a float32 softmax and one
@@ -27,6 +27,10 @@ are dropped), the cache length ``prompt width + max new tokens`` up to a multipl
 ``LEN_BUCKET``. Padding rows change which random numbers a real row gets, so the equality
 with ``generate`` holds when the batch is already a power of two (the toy's 128 and 256).
 
+With keyed randomness (``SamplingSpec.keys``, :mod:`dapo_exp.keyed`) the draw is Gumbel-max over
+the same warped scores with noise keyed per row and position: every loop (and ``generate``, through
+a logits processor) then draws the same tokens for the same keys, whatever the padding or chunking.
+
 A model or machine that cannot compile (no C++ compiler for inductor, a model without
 static-cache support) falls back to ``generate`` with a logged warning naming the reason
 (:meth:`StaticDecoder.fallback_reason`).
@@ -36,7 +40,8 @@ from __future__ import annotations
 
 import inspect
 import logging
-from typing import Any, Callable
+from collections.abc import Callable
+from typing import Any
 
 import torch
 
@@ -119,12 +124,10 @@ def top_p_filter(scores: torch.Tensor, top_p: float) -> torch.Tensor:
     return scores.masked_fill(remove, -float("inf"))
 
 
-def sample_next(logits: torch.Tensor, temperature: float, top_p: float, banned: torch.Tensor | None = None) -> torch.Tensor:
-    """One token per row, as transformers' sampling does it (see the module docstring).
-
-    ``banned``: token ids set to -inf first (the EOS ids while fewer than ``min_new_tokens``
-    are out, as ``MinNewTokensLengthLogitsProcessor`` does).
-    """
+def warp(logits: torch.Tensor, temperature: float, top_p: float, banned: torch.Tensor | None = None) -> torch.Tensor:
+    """The sampling scores (float32) as transformers computes them: ``banned`` ids set to -inf first
+    (the EOS ids while fewer than ``min_new_tokens`` are out, as ``MinNewTokensLengthLogitsProcessor``
+    does), then temperature (skipped at 1.0), then the top-p filter (skipped at 1.0)."""
     scores = logits.float()
     if banned is not None:
         scores = scores.index_fill(-1, banned, -float("inf"))
@@ -132,23 +135,41 @@ def sample_next(logits: torch.Tensor, temperature: float, top_p: float, banned: 
         scores = scores / temperature
     if top_p < 1.0:
         scores = top_p_filter(scores, top_p)
+    return scores
+
+
+def sample_next(logits: torch.Tensor, temperature: float, top_p: float, banned: torch.Tensor | None = None,
+                keys: torch.Tensor | None = None, position: int = 0) -> torch.Tensor:
+    """One token per row from the warped distribution (:func:`warp`).
+
+    Without ``keys``: as transformers' sampling does it, a float32 softmax and one
+    ``torch.multinomial`` over the batch from the global torch stream (see the module docstring).
+    With ``keys`` (one int64 per row, ``train.randomness=keyed``): Gumbel-max with noise keyed by
+    (row key, ``position``, token id), :func:`dapo_exp.keyed.gumbel_argmax`.
+    """
+    scores = warp(logits, temperature, top_p, banned)
+    if keys is not None:
+        from dapo_exp.keyed import gumbel_argmax
+
+        return gumbel_argmax(scores, keys, position)
     probs = torch.softmax(scores, dim=-1)
     return torch.multinomial(probs, num_samples=1).squeeze(1)
 
 
 def sampling_loop(logits: torch.Tensor, step: Callable[[int, torch.Tensor], torch.Tensor], finished: torch.Tensor, *,
                   max_new_tokens: int, temperature: float, top_p: float, pad: int, eos_ids: set[int],
-                  min_new_tokens: int = 0) -> torch.Tensor:
+                  min_new_tokens: int = 0, keys: torch.Tensor | None = None) -> torch.Tensor:
     """The token loop of the hand-written decoders (static and fused): sample from ``logits``,
     ``pad`` after a row's EOS, stop at ``max_new_tokens`` or when every row not already
     ``finished`` has ended; ``step(t, tokens)`` feeds the ``t``-th sampled tokens and returns
-    the next logits. Returns ``[rows, <= max_new_tokens]``."""
+    the next logits. ``keys``: per-row keys for keyed sampling (:func:`sample_next`), the
+    ``t``-th new token of a row drawn at position ``t``. Returns ``[rows, <= max_new_tokens]``."""
     device = logits.device
     eos = torch.tensor(sorted(eos_ids), device=device)
     out = []
     sync_every = 1 if device.type == "cpu" else 16  # checking "all finished" syncs the GPU
     for t in range(max_new_tokens):
-        nxt = sample_next(logits, temperature, top_p, eos if t < min_new_tokens else None)
+        nxt = sample_next(logits, temperature, top_p, eos if t < min_new_tokens else None, keys, t)
         nxt = torch.where(finished, torch.full_like(nxt, pad), nxt)
         out.append(nxt)
         finished = finished | torch.isin(nxt, eos)
@@ -216,13 +237,16 @@ after which it runs the step eagerly with a warning); the engine's ``close`` res
 
     @torch.no_grad()
     def decode(self, ids: torch.Tensor, att: torch.Tensor, *, max_new_tokens: int, temperature: float,
-               top_p: float, pad: int, eos_ids: set[int], min_new_tokens: int = 0) -> torch.Tensor:
+               top_p: float, pad: int, eos_ids: set[int], min_new_tokens: int = 0,
+               keys: torch.Tensor | None = None) -> torch.Tensor:
         device = ids.device
         n, width = ids.shape
         rows = padded_rows(n)
         if rows > n:  # padding rows repeat the first prompt; their samples are dropped
             ids = torch.cat([ids, ids[:1].expand(rows - n, -1)])
             att = torch.cat([att, att[:1].expand(rows - n, -1)])
+            if keys is not None:  # (keyed noise: a real row's draws do not depend on the padding)
+                keys = torch.cat([keys, keys[:1].expand(rows - n)])
         length = padded_len(width + max_new_tokens)
         cache = self._cache(rows, length)
         # the 2-D mask covers the whole cache: left padding 0, the rest 1 (the causal mask hides
@@ -245,5 +269,5 @@ after which it runs the step eagerly with a warning); the engine's ``close`` res
             return logits.clone()  # a CUDA graph's output buffer is overwritten by its next replay
 
         out = sampling_loop(logits, step, finished, max_new_tokens=max_new_tokens, temperature=temperature,
-                            top_p=top_p, pad=pad, eos_ids=eos_ids, min_new_tokens=min_new_tokens)
+                            top_p=top_p, pad=pad, eos_ids=eos_ids, min_new_tokens=min_new_tokens, keys=keys)
         return out[:n]

@@ -1,0 +1,400 @@
+"""Benchmark: what a verdict costs in seeds, under each candidate way of running the arms.
+
+    python -m dapo_exp.benchmarks.verdict_cost --seeds 12 --jobs 2          # the measurement (hours on 2 cores)
+    python -m dapo_exp.benchmarks.verdict_cost --quick                      # a smoke run (a minute or two)
+
+On the toy's default regime (``fixes=grpo``), for each fix of ``--fixes`` (default Clip-Higher and
+Token-level Loss) it trains ``--seeds`` seeds of GRPO with the fix off and on (the off arm is
+shared by the fixes), under each setting of ``--settings``:
+
+- ``today``: the defaults;
+- ``precise``: a larger final evaluation (``eval.final_problems`` x ``eval.final_samples``, the
+  held-out set grown with ``task.arith_n_eval``; intermediate evaluations stay 64 x 4);
+- ``keyed``: ``train.randomness=keyed`` (:mod:`dapo_exp.keyed`);
+- ``both``: the two together.
+
+Every run also evaluates its final policy ``--repeats`` more times with fresh noise
+(``eval.final_repeats``), which measures the evaluation's own noise. Runs are ordinary run
+directories (``<runs>/steps<S>-rep<R>-final<P>x<K>/<setting>/<arm>/seed<s>``, ``--runs`` default
+``multirun/verdict_cost``): a run with a finished ``summary.json`` is reused,
+an interrupted one resumes from its checkpoint, so the command can be stopped and run again, and
+``--jobs`` runs that many side by side. The jobs are interleaved (seed by seed, setting by
+setting), so that a slow spell of the machine falls on every setting alike.
+
+Per setting, fix and metric (the final held-out accuracy in points, and the fix's mechanism metric
+averaged over training: Clip-Higher's share of step-strategy samples ``diag/style_step``,
+Token-level Loss's mean response length), with a bootstrap interval over seeds (pairs resampled):
+
+- ``sd``: standard deviation across seeds within an arm (the two arms pooled);
+- ``sd_paired``: standard deviation of the per-seed difference on - off;
+- ``r``: correlation of the two arms' per-seed values;
+- ``eval_share`` (accuracy): the share of the paired difference's variance that is evaluation
+  noise, ``2 * mean within-run variance of the repeated final evaluations / var(difference)``
+  (with keyed randomness both arms' final evaluations share their noise, which then partly
+  cancels in the difference: the figure is an upper bound there);
+- ``n_paired``: seeds per arm for a paired t test to detect ``--delta`` points at power 0.8,
+  alpha 0.05 (:func:`dapo_exp.analysis.verdicts.seeds_paired`; its interval is the sd_paired
+  interval's);
+- ``effect``: the mean difference with its 95% t interval, and whether it agrees with ``today``'s
+  (the two settings' runs are independent: agreement = the difference of the two estimates is
+  within 1.96 of its standard error).
+
+Writes ``verdict_cost.md`` and ``verdict_cost.csv`` to ``--out`` (default
+``sweeps/results/<date>-verdict-cost``) and prints the table. Timings of the runs (``timing_s/eval``
+of the final evaluation against the intermediate ones) give the extra cost of the precise endpoint.
+"""
+
+from __future__ import annotations
+
+import argparse
+import datetime
+import json
+import math
+import os
+import subprocess
+import sys
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass
+from pathlib import Path
+
+import numpy as np
+
+ROOT = Path(__file__).resolve().parents[2]
+BASE = ("fixes=grpo",)
+FIXES = {  # fix -> (its arm's overrides, its mechanism metric (a metrics.jsonl key, mean over training), scale)
+    "clip_higher": (("clip_higher=enabled",), "diag/style_step", 1.0),
+    "token_level_loss": (("token_level_loss=enabled",), "response_length/mean", 1.0),
+}
+ACC = "final_acc"
+COLUMNS = ("setting", "fix", "metric", "n", "sd", "sd_lo", "sd_hi", "sd_paired", "sd_paired_lo", "sd_paired_hi",
+           "r", "r_lo", "r_hi", "eval_share", "eval_share_lo", "eval_share_hi", "n_paired", "n_paired_lo",
+           "n_paired_hi", "effect", "effect_lo", "effect_hi", "agrees_with_today", "final_eval_s", "eval_s")
+
+
+FINAL_PROBLEMS, FINAL_SAMPLES = 512, 16  # the precise endpoint's default size (the toy's intermediate: 64 x 4)
+
+
+def settings(quick: bool, final_problems: int = FINAL_PROBLEMS,
+             final_samples: int = FINAL_SAMPLES) -> dict[str, tuple[str, ...]]:
+    """Each setting's overrides (``--quick``: the shrunken toy's sizes)."""
+    precise = (("task.arith_n_eval=16", "eval.problems=8", "eval.final_problems=16", "eval.final_samples=4")
+               if quick else
+               (f"task.arith_n_eval={max(final_problems, 64)}", "eval.problems=64",
+                f"eval.final_problems={final_problems}", f"eval.final_samples={final_samples}"))
+    keyed = ("train.randomness=keyed",)
+    return {"today": (), "precise": precise, "keyed": keyed, "both": precise + keyed}
+
+
+# the shrunken toy of the tests (tests/conftest.py): 4 prompts x 4 responses, 8 eval problems x 2
+QUICK = ("train.prompts_per_step=4", "rollout.n=4", "train.mini_batch_size=8", "train.micro_batch_size=4",
+         "task.arith_n_eval=8", "eval.k=2", "eval.every=0")
+
+
+@dataclass(frozen=True)
+class Job:
+    setting: str
+    arm: str  # "off" or a fix name
+    seed: int
+    overrides: tuple[str, ...]
+    out: Path
+
+    def done(self) -> bool:
+        s = _summary(self.out)
+        return bool(s) and s.get("status") == "finished"
+
+
+def _summary(out: Path) -> dict | None:
+    try:
+        return json.loads((out / "summary.json").read_text())
+    except (OSError, ValueError):
+        return None
+
+
+def jobs(*, runs: Path, seeds: int, steps: int, repeats: int, fixes: list[str], which: list[str], quick: bool,
+         extra: tuple[str, ...] = (), final_problems: int = FINAL_PROBLEMS,
+         final_samples: int = FINAL_SAMPLES) -> list[Job]:
+    """Every run, interleaved: seed by seed, setting by setting, arm by arm."""
+    sets = settings(quick, final_problems, final_samples)
+    common = ("logger=none", f"train.steps={steps}", f"eval.final_repeats={repeats}", *(QUICK if quick else ()),
+              *extra)
+    arms = {"off": BASE, **{f: BASE + FIXES[f][0] for f in fixes}}
+    out = []
+    for seed in range(seeds):
+        for s in which:
+            for arm, ov in arms.items():
+                out.append(Job(s, arm, seed, _last_wins(*common, *ov, *sets[s], f"seed={seed}"),
+                               runs / s / arm / f"seed{seed}"))
+    return out
+
+
+def _last_wins(*overrides: str) -> tuple[str, ...]:
+    """One override per key, the last given (a setting's ``task.arith_n_eval`` over ``QUICK``'s)."""
+    by_key = {o.split("=", 1)[0]: o for o in overrides}
+    return tuple(by_key.values())
+
+
+def run_job(job: Job, python: str = sys.executable) -> tuple[Job, int, str]:
+    """Train one run (``run.py`` in a subprocess, one torch thread); a finished run is reused."""
+    if job.done():
+        return job, 0, "reused"
+    job.out.mkdir(parents=True, exist_ok=True)
+    env = {**os.environ, "OMP_NUM_THREADS": "1", "WANDB_MODE": "disabled", "DAPO_THREADS": "1"}
+    cmd = [python, str(ROOT / "run.py"), *job.overrides, f"hydra.run.dir={job.out}"]
+    with open(job.out / "verdict_cost.log", "a") as log:
+        rc = subprocess.run(cmd, cwd=ROOT, env=env, stdout=log, stderr=subprocess.STDOUT, check=False).returncode
+    return job, rc, "ran"
+
+
+def _mean_metric(out: Path, key: str) -> float:
+    vals = []
+    try:
+        for line in (out / "metrics.jsonl").read_text().splitlines():
+            try:
+                row = json.loads(line)
+            except ValueError:
+                continue
+            if key in row and "reward/mean" in row:  # a training step's row
+                vals.append(float(row[key]))
+    except OSError:
+        return float("nan")
+    return float(np.mean(vals)) if vals else float("nan")
+
+
+def _eval_times(out: Path, final_step: int) -> tuple[float, float]:
+    """(seconds of the final evaluation, mean seconds of the others) from metrics.jsonl."""
+    final, other = float("nan"), []
+    try:
+        for line in (out / "metrics.jsonl").read_text().splitlines():
+            row = json.loads(line)
+            if "timing_s/eval" in row:
+                if row["step"] == final_step:
+                    final = float(row["timing_s/eval"])
+                else:
+                    other.append(float(row["timing_s/eval"]))
+    except (OSError, ValueError):
+        pass
+    return final, float(np.mean(other)) if other else float("nan")
+
+
+def collect(all_jobs: list[Job], fixes: list[str]) -> dict:
+    """Per (setting, arm, seed): final accuracy (points), its repeats, the mechanism metrics, eval times."""
+    data: dict = {}
+    for j in all_jobs:
+        s = _summary(j.out)
+        if not s or s.get("status") != "finished":
+            continue
+        final = s["final"]
+        reps = [final["eval/acc_avg"]] + [final[k] for k in sorted(final) if k.startswith("eval/acc_avg_rep")]
+        row = {ACC: 100 * final["eval/acc_avg"], "reps": [100 * v for v in reps]}
+        for f in fixes:
+            row[FIXES[f][1]] = _mean_metric(j.out, FIXES[f][1]) * FIXES[f][2]
+        row["final_eval_s"], row["eval_s"] = _eval_times(j.out, s["final"]["step"])
+        data[(j.setting, j.arm, j.seed)] = row
+    return data
+
+
+def _stats(a: np.ndarray, b: np.ndarray, ev: np.ndarray | None) -> dict[str, float]:
+    d = b - a
+    n = len(d)
+    out = {"sd": math.sqrt((np.var(a, ddof=1) + np.var(b, ddof=1)) / 2) if n > 1 else float("nan"),
+           "sd_paired": float(np.std(d, ddof=1)) if n > 1 else float("nan"),
+           "r": float(np.corrcoef(a, b)[0, 1]) if n > 2 and np.std(a) > 0 and np.std(b) > 0 else float("nan"),
+           "effect": float(np.mean(d)) if n else float("nan")}
+    vd = np.var(d, ddof=1) if n > 1 else float("nan")
+    out["eval_share"] = float(2 * np.mean(ev) / vd) if ev is not None and n > 1 and vd > 0 else float("nan")
+    return out
+
+
+def _bootstrap(row: dict, a: np.ndarray, b: np.ndarray, ev: np.ndarray | None, boot: int,
+               rng: np.random.Generator) -> None:
+    """Percentile intervals of sd, sd_paired, r and eval_share by resampling the seeds' pairs, into ``row``."""
+    n = len(a)
+    reps = {k: [] for k in ("sd", "sd_paired", "r", "eval_share")}
+    if n > 2:
+        for _ in range(boot):
+            i = rng.integers(0, n, n)
+            r_ = _stats(a[i], b[i], None if ev is None else ev[i])
+            for k, vals in reps.items():
+                vals.append(r_[k])
+    for k, v in reps.items():
+        v = np.asarray(v, dtype=float)
+        v = v[np.isfinite(v)]
+        row[f"{k}_lo"], row[f"{k}_hi"] = ((float(np.quantile(v, 0.025)), float(np.quantile(v, 0.975)))
+                                          if len(v) else (float("nan"), float("nan")))
+
+
+def _row(data: dict, setting: str, f: str, metric: str, *, delta: float, boot: int,
+         rng: np.random.Generator) -> dict:
+    """One row: a fix's paired comparison with the GRPO arm on one metric under one setting."""
+    from scipy import stats as st
+
+    from dapo_exp.analysis.verdicts import seeds_paired
+
+    seeds = sorted(s for (st_, arm, s) in data if st_ == setting and arm == "off" and (setting, f, s) in data)
+    a = np.array([data[(setting, "off", s)][metric] for s in seeds], dtype=float)
+    b = np.array([data[(setting, f, s)][metric] for s in seeds], dtype=float)
+    ok = np.isfinite(a) & np.isfinite(b)
+    a, b = a[ok], b[ok]
+    kept = [s for s, k in zip(seeds, ok) if k]
+    ev = None
+    if metric == ACC:  # within-run variance of the repeated final evaluation, per seed (both arms)
+        ev = np.array([np.mean([np.var(data[(setting, arm, s)]["reps"], ddof=1)
+                                if len(data[(setting, arm, s)]["reps"]) > 1 else np.nan
+                                for arm in ("off", f)]) for s in kept], dtype=float)
+        if not np.isfinite(ev).all():
+            ev = None
+    est = _stats(a, b, ev)
+    n = len(a)
+    row = {"setting": setting, "fix": f, "metric": metric, "n": n, **est}
+    _bootstrap(row, a, b, ev, boot, rng)
+    for k, sd in (("n_paired", est["sd_paired"]), ("n_paired_lo", row["sd_paired_lo"]),
+                  ("n_paired_hi", row["sd_paired_hi"])):
+        row[k] = seeds_paired(delta, sd) if metric == ACC else -1
+    half = (float(st.t.ppf(0.975, n - 1)) * est["sd_paired"] / math.sqrt(n)) if n > 1 else float("nan")
+    row["effect_lo"], row["effect_hi"] = est["effect"] - half, est["effect"] + half
+    row["se"] = est["sd_paired"] / math.sqrt(n) if n > 1 else float("nan")
+    for k in ("final_eval_s", "eval_s"):
+        times = [data[(setting, arm, s)][k] for s in kept for arm in ("off", f)]
+        row[k] = float(np.nanmean(times)) if times else float("nan")
+    return row
+
+
+def summarise(data: dict, which: list[str], fixes: list[str], *, delta: float, boot: int, seed: int = 0) -> list[dict]:
+    """The table's rows (see the module docstring), each setting's effect checked against today's."""
+    rng = np.random.default_rng(seed)
+    rows = [_row(data, setting, f, metric, delta=delta, boot=boot, rng=rng)
+            for setting in which for f in fixes for metric in (ACC, FIXES[f][1])]
+    today = {(r["fix"], r["metric"]): r for r in rows if r["setting"] == "today"}
+    for r in rows:
+        t = today.get((r["fix"], r["metric"]))
+        if t is None or r["setting"] == "today":
+            r["agrees_with_today"] = "-" if r["setting"] == "today" else "n/a"
+            continue
+        se = math.hypot(r["se"], t["se"])
+        z = (r["effect"] - t["effect"]) / se if se > 0 else float("nan")
+        r["agrees_with_today"] = "n/a" if not np.isfinite(z) else ("yes" if abs(z) < 1.96 else f"no (z={z:+.1f})")
+    return rows
+
+
+def _f(x, digits: int = 2) -> str:
+    return "n/a" if not isinstance(x, (int, float)) or not np.isfinite(x) else f"{x:.{digits}f}"
+
+
+def _ci(r: dict, k: str, digits: int = 2) -> str:
+    return f"{_f(r[k], digits)} [{_f(r[f'{k}_lo'], digits)}, {_f(r[f'{k}_hi'], digits)}]"
+
+
+def markdown(rows: list[dict], header: str) -> str:
+    lines = [header, "",
+             ("| setting | fix | metric | n | sd | sd_paired | r | eval_share | n_paired | effect | agrees_with_today "
+              "| final eval s | other eval s |"),
+             "|---|---|---|---|---|---|---|---|---|---|---|---|---|"]
+    for r in rows:
+        def seeds(n: int) -> str:
+            return str(n) if n > 0 else "n/a"
+
+        npd = ("-" if r["metric"] != ACC else
+               f"{seeds(r['n_paired'])} [{seeds(r['n_paired_lo'])}, {seeds(r['n_paired_hi'])}]")
+        lines.append(
+            f"| {r['setting']} | {r['fix']} | {r['metric']} | {r['n']} | {_ci(r, 'sd')} | {_ci(r, 'sd_paired')} | "
+            f"{_ci(r, 'r')} | {_ci(r, 'eval_share') if r['metric'] == ACC else '-'} | {npd} | {_ci(r, 'effect')} | "
+            f"{r['agrees_with_today']} | {_f(r['final_eval_s'])} | {_f(r['eval_s'])} |")
+    return "\n".join(lines) + "\n"
+
+
+def write(rows: list[dict], out: Path, header: str) -> tuple[Path, Path]:
+    import csv
+
+    out.mkdir(parents=True, exist_ok=True)
+    md, cs = out / "verdict_cost.md", out / "verdict_cost.csv"
+    md.write_text(markdown(rows, header))
+    with open(cs, "w", newline="") as fh:
+        w = csv.DictWriter(fh, fieldnames=list(COLUMNS), extrasaction="ignore")
+        w.writeheader()
+        w.writerows(rows)
+    return md, cs
+
+
+def _parser() -> argparse.ArgumentParser:
+    p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0], formatter_class=argparse.RawTextHelpFormatter)
+    p.add_argument("--seeds", type=int, default=12, help="seeds per arm and setting (default 12)")
+    p.add_argument("--jobs", type=int, default=1, help="runs side by side (default 1; one torch thread each)")
+    p.add_argument("--steps", type=int, default=30, help="rollout steps per run (default 30, the toy's)")
+    p.add_argument("--repeats", type=int, default=2, help="extra final evaluations per run (eval noise; default 2)")
+    p.add_argument("--fixes", default=",".join(FIXES), help=f"comma-separated, of {', '.join(FIXES)}")
+    p.add_argument("--settings", default="today,precise,keyed,both", help="comma-separated settings")
+    p.add_argument("--final-problems", type=int, default=FINAL_PROBLEMS,
+                   help=f"the precise final evaluation's problems (default {FINAL_PROBLEMS})")
+    p.add_argument("--final-samples", type=int, default=FINAL_SAMPLES,
+                   help=f"the precise final evaluation's samples per problem (default {FINAL_SAMPLES})")
+    p.add_argument("--delta", type=float, default=5.0, help="difference to detect, in points (default 5)")
+    p.add_argument("--boot", type=int, default=2000, help="bootstrap replicates (default 2000)")
+    p.add_argument("--out", default=None, help="results directory (default sweeps/results/<date>-verdict-cost)")
+    p.add_argument("--runs", default=None, help="run directories (default multirun/verdict_cost[_quick])")
+    p.add_argument("--quick", action="store_true",
+                   help="smoke mode: the shrunken toy, 2 seeds, 2 steps, 1 repeat (unless given)")
+    p.add_argument("--analyse-only", action="store_true", help="train nothing; summarise the finished runs")
+    return p
+
+
+def _header(a: argparse.Namespace, fixes: list[str], which: list[str]) -> str:
+    load = os.getloadavg()
+    return (f"# verdict_cost: {a.seeds} seeds x 2 arms per fix and setting, {a.steps} steps, {a.repeats} repeats of "
+            f"the final evaluation{' (--quick: the shrunken toy)' if a.quick else ''}\n\n"
+            f"Toy default regime (fixes=grpo), fixes {', '.join(fixes)}; settings: "
+            + "; ".join(f"{s} = {' '.join(settings(a.quick, a.final_problems, a.final_samples)[s]) or 'defaults'}"
+                        for s in which)
+            + f". n_paired: seeds per arm at delta = {a.delta:g} points, power 0.8, alpha 0.05; intervals: "
+            f"bootstrap over seeds ({a.boot} replicates, percentile) for sd, sd_paired, r, eval_share, n_paired; "
+            f"t interval for the effect (on - off). Accuracy in points. Load average at the end "
+            f"{load[0]:.2f} {load[1]:.2f} {load[2]:.2f}.")
+
+
+def main(argv: list[str] | None = None) -> int:
+    p = _parser()
+    a = p.parse_args(argv)
+    if a.quick:
+        given = set(argv if argv is not None else sys.argv[1:])
+        a.seeds = a.seeds if "--seeds" in given else 2
+        a.steps = a.steps if "--steps" in given else 2
+        a.repeats = a.repeats if "--repeats" in given else 1
+        a.boot = a.boot if "--boot" in given else 200
+    fixes = [f for f in a.fixes.split(",") if f]
+    which = [s for s in a.settings.split(",") if s]
+    bad = [f for f in fixes if f not in FIXES] + [s for s in which if s not in settings(a.quick)]
+    if bad:
+        p.error(f"unknown fix or setting: {', '.join(bad)}")
+    if "today" not in which:
+        which = ["today", *which]  # the reference every setting is compared with
+    day = datetime.date.today().isoformat()
+    out = Path(a.out or ROOT / "sweeps" / "results" / f"{day}-verdict-cost{'-quick' if a.quick else ''}")
+    # the run directories' root names what every run shares, so that other sizes never resume these runs
+    runs = (Path(a.runs or ROOT / "multirun" / ("verdict_cost_quick" if a.quick else "verdict_cost"))
+            / f"steps{a.steps}-rep{a.repeats}-final{a.final_problems}x{a.final_samples}")
+    todo = jobs(runs=runs, seeds=a.seeds, steps=a.steps, repeats=a.repeats, fixes=fixes, which=which, quick=a.quick,
+                final_problems=a.final_problems, final_samples=a.final_samples)
+    load = os.getloadavg()
+    print(f"[verdict_cost] {len(todo)} runs ({sum(j.done() for j in todo)} finished already) in {runs}, "
+          f"{a.jobs} at a time; load average {load[0]:.2f} {load[1]:.2f} {load[2]:.2f}", flush=True)
+    failed = []
+    if not a.analyse_only:
+        with ThreadPoolExecutor(max_workers=max(1, a.jobs)) as pool:
+            for i, (job, rc, how) in enumerate(pool.map(run_job, todo), 1):
+                if rc:
+                    failed.append(job)
+                print(f"[verdict_cost] {i}/{len(todo)} {job.setting} {job.arm} seed {job.seed}: "
+                      f"{'failed (rc ' + str(rc) + ', see ' + str(job.out / 'verdict_cost.log') + ')' if rc else how}",
+                      flush=True)
+    rows = summarise(collect(todo, fixes), which, fixes, delta=a.delta, boot=a.boot)
+    header = _header(a, fixes, which)
+    md, cs = write(rows, out, header)
+    print(markdown(rows, header))
+    print(f"[verdict_cost] written {md} and {cs}")
+    if failed:
+        print(f"[verdict_cost] {len(failed)} runs failed; run the command again to retry them", file=sys.stderr)
+        return 1
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,74 @@
+"""The verdict-cost benchmark (python -m dapo_exp.benchmarks.verdict_cost): its statistics on known
+numbers, and a smoke run at minimal size that prints its columns and reuses finished runs."""
+
+import csv
+import math
+
+import numpy as np
+import pytest
+
+from dapo_exp.benchmarks import verdict_cost as vc
+
+HEADER = ("| setting | fix | metric | n | sd | sd_paired | r | eval_share | n_paired | effect | agrees_with_today "
+          "| final eval s | other eval s |")
+
+
+def _data(shift_keyed: float):
+    rng = np.random.default_rng(0)
+    data = {}
+    for setting, shift in (("today", 0.0), ("keyed", shift_keyed)):
+        for s in range(12):
+            base = 40 + 5 * rng.standard_normal()
+            for arm, eff in (("off", 0.0), ("clip_higher", 3.0 + shift)):
+                acc = base + eff + rng.standard_normal()
+                reps = [acc, acc + 1.0, acc - 1.0]  # within-run variance 1
+                data[(setting, arm, s)] = {vc.ACC: acc, "reps": reps, "diag/style_step": acc / 100,
+                                           "final_eval_s": 2.0, "eval_s": 0.5}
+    return data
+
+
+def test_statistics_on_known_numbers():
+    data = _data(0.0)
+    rows = vc.summarise(data, ["today", "keyed"], ["clip_higher"], delta=5.0, boot=200)
+    r = next(x for x in rows if x["setting"] == "today" and x["metric"] == vc.ACC)
+    a = np.array([data[("today", "off", s)][vc.ACC] for s in range(12)])
+    b = np.array([data[("today", "clip_higher", s)][vc.ACC] for s in range(12)])
+    assert r["n"] == 12
+    assert math.isclose(r["sd_paired"], np.std(b - a, ddof=1))
+    assert math.isclose(r["r"], np.corrcoef(a, b)[0, 1]) and r["r"] > 0.8  # the seed's shared part
+    assert math.isclose(r["eval_share"], 2 * 1.0 / np.var(b - a, ddof=1))
+    assert r["sd_paired_lo"] < r["sd_paired"] < r["sd_paired_hi"]
+    assert r["n_paired_lo"] <= r["n_paired"] <= r["n_paired_hi"] and r["n_paired"] >= 2
+    assert r["effect_lo"] < r["effect"] < r["effect_hi"]
+    k = next(x for x in rows if x["setting"] == "keyed" and x["metric"] == vc.ACC)
+    assert k["agrees_with_today"] == "yes"
+    moved = vc.summarise(_data(10.0), ["today", "keyed"], ["clip_higher"], delta=5.0, boot=50)
+    assert next(x for x in moved if x["setting"] == "keyed" and x["metric"] == vc.ACC)[
+        "agrees_with_today"].startswith("no")
+
+
+def test_jobs_are_interleaved_and_settings_override_last(tmp_path):
+    jobs = vc.jobs(runs=tmp_path, seeds=2, steps=3, repeats=1, fixes=["clip_higher"], which=["today", "precise"],
+                   quick=True)
+    assert [(j.seed, j.setting, j.arm) for j in jobs[:4]] == [
+        (0, "today", "off"), (0, "today", "clip_higher"), (0, "precise", "off"), (0, "precise", "clip_higher")]
+    precise = jobs[2].overrides
+    assert "task.arith_n_eval=16" in precise and "task.arith_n_eval=8" not in precise
+    assert "clip_higher=enabled" in jobs[3].overrides and "seed=0" in jobs[3].overrides
+
+
+@pytest.mark.slow
+def test_smoke_run_prints_its_columns_and_reuses_finished_runs(tmp_path, capsys):
+    argv = ["--quick", "--settings", "keyed", "--fixes", "clip_higher", "--seeds", "1", "--steps", "1",
+            "--boot", "10", "--out", str(tmp_path / "out"), "--runs", str(tmp_path / "runs")]
+    assert vc.main(argv) == 0
+    out = capsys.readouterr().out
+    assert HEADER in out
+    for setting in ("today", "keyed"):
+        for metric in (vc.ACC, "diag/style_step"):
+            assert f"| {setting} | clip_higher | {metric} | 1 |" in out
+    with open(tmp_path / "out" / "verdict_cost.csv") as fh:
+        rows = list(csv.DictReader(fh))
+    assert len(rows) == 4 and set(vc.COLUMNS) <= set(rows[0])
+    assert vc.main(argv) == 0  # a second call trains nothing
+    assert capsys.readouterr().out.count(": reused") == 4
