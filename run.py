@@ -6,17 +6,25 @@ config of every job of the sweep without running it. In a multirun, a job that
 fails is recorded (``summary.json`` with ``status: failed``) and the sweep goes on;
 a single run re-raises. Config errors (bad values, unknown keys, composition errors)
 are printed as one line without a traceback (:mod:`dapo_exp.cli_errors`), and a single
-run that fails before writing anything leaves no directory behind. A multirun without
+run that fails before its first step (a bad value, a missing data file, an unreachable hub
+model) leaves no directory behind (:func:`dapo_exp.rundir.remove_if_nothing_computed`; a sweep
+keeps such a job's directory, marked ``failed``, for its list of failed jobs).
+Before anything of the run directory is written (Hydra's ``.hydra/`` record included: Hydra is
+told not to write it, :func:`dapo_exp.hydra_setup.write_hydra_record` writes it after), the
+directory is locked (a second writer is refused, exit 1) and the config it records is compared
+with this one (:func:`dapo_exp.runner.claimed`): another result-changing config is refused in one
+line naming the keys (exit 2), unless ``run.on_config_change=restart|branch``. A multirun without
 ``sweep=`` is named after its swept overrides (``multirun/fixes=grpo,clip,clip_ds,full``).
 SIGTERM / SIGINT stop a run cleanly after its current step (exit code 128 + the signal); a
 second signal stops it at once, with one line (the run recorded as failed, its checkpoints kept).
-A multirun whose jobs failed runs the others, prints their table, names the failed jobs and
-exits 1. ``sweep=`` must name a directory inside ``multirun/`` (refused before anything is
+A multirun whose jobs failed (or were refused: another writer, another config) runs the
+others, prints their table, names those jobs and exits 1. ``sweep=`` must name a directory inside ``multirun/`` (refused before anything is
 written otherwise). torch's thread count is chosen per run before any compute
 (:func:`dapo_exp.hydra_setup.choose_threads`: ``DAPO_THREADS`` / ``OMP_NUM_THREADS`` if set, one
-thread for the toy, else the free cores) and logged. See README.md.
+thread for the toy, else the free cores) and logged. See docs/reference/cli.md.
 """
 
+import copy
 import logging
 import os
 import re
@@ -26,13 +34,22 @@ import time
 import hydra
 from omegaconf import DictConfig
 
-from dapo_exp.cli_errors import check_known_keys, exit_if_config_error, one_line_errors, remove_if_empty
-from dapo_exp.hydra_setup import (check_sweep_name, default_sweep_name, dry_run_sweep, job_output_dir,
-                                  register_resolvers, set_threads)
-from dapo_exp.rundir import RunLockedError, record_failure
+from dapo_exp.cli_errors import check_known_keys, exit_if_config_error, one_line_errors
+from dapo_exp.hydra_setup import (
+    check_sweep_name,
+    default_sweep_name,
+    dry_run_sweep,
+    job_output_dir,
+    move_log_files,
+    register_resolvers,
+    set_threads,
+    write_hydra_record,
+)
+from dapo_exp.rundir import RunLockedError, record_failure, remove_if_nothing_computed
 
 CONFIG_DIR = os.path.join(os.path.dirname(os.path.abspath(__file__)), "conf")
 register_resolvers()
+SKIPPED: list[str] = []  # jobs of a sweep (run in this process) refused for another writer or another config
 log = logging.getLogger("run")
 
 
@@ -41,30 +58,39 @@ def main(cfg: DictConfig) -> float | None:
     from hydra.core.hydra_config import HydraConfig
     from hydra.types import RunMode
 
+    from dapo_exp.runner import ConfigChangedError, claimed
     from dapo_exp.train import train
 
+    multirun = HydraConfig.get().mode == RunMode.MULTIRUN
+    task_cfg = copy.deepcopy(cfg)  # as Hydra composed it: what .hydra/config.yaml records
     cfg.out_dir = job_output_dir()
-    if HydraConfig.get().mode == RunMode.MULTIRUN:  # jobs run in this process: run.py checks them at the end
+    if multirun:  # jobs run in this process: run.py checks them at the end
         from dapo_exp.analysis.callback import note_sweep
 
         note_sweep(HydraConfig.get().sweep.dir)
     try:
         check_known_keys(cfg)  # a `+key=...` the schema does not declare would be silently ignored
-        threads, why = set_threads(cfg)  # before any compute
-        log.info("torch threads: %d (%s)", threads, why)
-        summary = train(cfg)
-    except RunLockedError as exc:  # another process writes this run: touch nothing of it
-        if HydraConfig.get().mode != RunMode.MULTIRUN:
-            print(f"error: {exc}", file=sys.stderr)
-            raise SystemExit(1) from None
-        log.error("job %s skipped: %s", cfg.out_dir, exc)
+        # the directory is locked and its recorded config checked before anything of it is written
+        with claimed(cfg) as out:
+            if str(out) != job_output_dir():  # run.on_config_change=branch
+                move_log_files(job_output_dir(), out)
+            write_hydra_record(out, task_cfg)
+            threads, why = set_threads(cfg)  # before any compute
+            log.info("torch threads: %d (%s)", threads, why)
+            summary = train(cfg)
+    except (RunLockedError, ConfigChangedError) as exc:  # another writer, or another config: touch nothing
+        if not multirun:
+            print(f"error: {' '.join(str(exc).split())}", file=sys.stderr)
+            raise SystemExit(1 if isinstance(exc, RunLockedError) else 2) from None
+        print(f"[dapo-exp] job {cfg.out_dir} skipped: {exc}", file=sys.stderr, flush=True)  # not its log file
+        SKIPPED.append(str(cfg.out_dir))
         return None
     except Exception as exc:
-        if HydraConfig.get().mode != RunMode.MULTIRUN:
-            remove_if_empty(cfg.out_dir)  # failed before writing anything: no empty run directory
+        if not multirun:
+            remove_if_nothing_computed(cfg.out_dir)  # failed before its first step: no run directory
             exit_if_config_error(exc, CONFIG_DIR)  # one line, no traceback
             raise
-        record_failure(cfg.out_dir, exc)
+        record_failure(cfg.out_dir, exc)  # a sweep keeps a failed job's directory, marked failed
         log.exception("job %s failed; the sweep goes on (status recorded in summary.json)", cfg.out_dir)
         return None
     return (summary or {}).get("final", {}).get("eval/acc_avg")
@@ -109,6 +135,10 @@ if __name__ == "__main__":
                     print(f"error: {len(failed)} job(s) of the sweep failed (the others finished): "
                           f"{', '.join(d for d, _ in failed)}; each one's summary.json has its error and "
                           "traceback; re-running the command re-runs only them", file=sys.stderr)
+                    sys.exit(1)
+                if SKIPPED:
+                    print(f"error: {len(SKIPPED)} job(s) of the sweep were refused and did not run: "
+                          f"{', '.join(SKIPPED)} (each one's reason is printed above)", file=sys.stderr)
                     sys.exit(1)
     except KeyboardInterrupt as exc:
         sys.exit(interrupted(exc))

@@ -99,10 +99,14 @@ def dry_run_sweep(argv: list[str], config_dir: str) -> bool:
     if what not in ("job", "hydra", "all"):
         raise SystemExit(f"--cfg must be one of job, hydra, all; got {what!r}")
     register_resolvers()
-    parsed = OverridesParser.create().parse_overrides(rest)
-    jobs = BasicSweeper.split_arguments(parsed, None)[0]
-    print(f"[dry run] {len(jobs)} jobs")
+    parser = OverridesParser.create()
+    jobs = BasicSweeper.split_arguments(parser.parse_overrides(rest), None)[0]
     with initialize_config_dir(config_dir=config_dir, version_base="1.3"):
+        # the sweeper's own parameters (the default seeds) come first, as the basic sweeper applies them
+        params = compose("config", overrides=jobs[0], return_hydra_config=True).hydra.sweeper.get("params") or {}
+        jobs = BasicSweeper.split_arguments(parser.parse_overrides([f"{k}={v}" for k, v in params.items()] + rest),
+                                            None)[0]
+        print(f"[dry run] {len(jobs)} jobs")
         if what == "job" and any(a.startswith(("hydra/launcher=", "hydra.launcher.")) for a in rest):
             # the launcher is what a sweep dry run is usually checked for: show its settings once
             first = compose("config", overrides=jobs[0], return_hydra_config=True)
@@ -133,7 +137,7 @@ def compose_config(overrides: list[str]) -> DictConfig:
         return compose("config", overrides=overrides)
 
 
-@functools.lru_cache(maxsize=None)
+@functools.cache
 def preset_algo(name: str) -> DictConfig | None:
     """The ``algo`` section that ``fixes=<name>`` composes to; None if there is no such preset."""
     if not (Path(CONFIG_DIR) / "fixes" / f"{name}.yaml").is_file():
@@ -152,10 +156,50 @@ def run_label(cfg: Any) -> str:
     else the first preset with the run's switches, else ``clip+ds+...`` (:func:`dapo_exp.fixes.label`)."""
     state = fixes.switches(cfg.algo)
     preset = getattr(cfg, "preset", None)
-    states = {preset: s for s in [preset_switches(preset)] if s is not None} if preset else {}
+    own = preset_switches(preset) if preset else None
+    states = {preset: own} if own is not None else {}
     if states.get(preset) != state:
         states.update({p: s for p in fixes.PRESETS if (s := preset_switches(p)) is not None})
     return fixes.label(state, preset, states)
+
+
+# --------------------------------------------------------------------------- #
+# the job's record, written once the run directory is ours                      #
+# --------------------------------------------------------------------------- #
+HYDRA_RECORD = ".hydra"
+
+
+def write_hydra_record(out_dir: str | os.PathLike, task_cfg: DictConfig) -> None:
+    """Write what Hydra writes into ``<run>/.hydra/`` (``config.yaml``, ``hydra.yaml``, ``overrides.yaml``).
+
+    conf/config.yaml sets ``hydra.output_subdir: null``, so Hydra itself writes nothing into the run
+    directory before the job function runs: ``run.py`` first locks the directory and checks the config
+    recorded there (:func:`dapo_exp.runner.claimed`), then calls this. A second writer that is refused,
+    or a re-run refused for another configuration, so leaves the live run's record as it was."""
+    from hydra.core.hydra_config import HydraConfig
+
+    from dapo_exp.rundir import write_text_atomic
+
+    record = Path(out_dir) / HYDRA_RECORD
+    record.mkdir(parents=True, exist_ok=True)
+    write_text_atomic(record / "config.yaml", OmegaConf.to_yaml(task_cfg))
+    if HydraConfig.initialized():
+        write_text_atomic(record / "hydra.yaml", OmegaConf.to_yaml(HydraConfig.instance().cfg))
+        write_text_atomic(record / "overrides.yaml", OmegaConf.to_yaml(HydraConfig.get().overrides.task))
+
+
+def move_log_files(old_dir: str | os.PathLike, new_dir: str | os.PathLike) -> None:
+    """Point the logging file handlers Hydra opened in ``old_dir`` (the job's ``<name>.log``) at
+    ``new_dir``: a branched run (``run.on_config_change=branch``) logs into its own directory. The
+    handlers open their file at the first line (``delay: true`` in conf/config.yaml), so nothing was
+    written in ``old_dir``."""
+    import logging
+
+    old, new = Path(old_dir).resolve(), Path(new_dir)
+    for handler in logging.getLogger().handlers:
+        if isinstance(handler, logging.FileHandler) and Path(handler.baseFilename).parent == old:
+            handler.close()
+            handler.baseFilename = str(new / Path(handler.baseFilename).name)
 
 
 # --------------------------------------------------------------------------- #

@@ -16,7 +16,10 @@ Run directory layout::
     <run>/metrics.jsonl        one JSON object per line: {"step": int, "<ns>/<name>": float, ...}
                                training lines every rollout step; eval lines (keys "eval/...")
                                at the steps where evaluation ran (step 0 = before training)
-    <run>/summary.json         written at the end (status "finished") or on a crash ("failed"):
+    <run>/summary.json         written first, small, with status "running" and padded to
+                               SUMMARY_RESERVE bytes (reserve_summary), so that a failure on a full
+                               disk can still overwrite it in place; rewritten at the end (status
+                               "finished") or on a crash ("failed"):
                                {"status", "label", "preset", "switches": {fix: bool}, "seed",
                                 "config": <resolved config>, "git_commit", "environment", "wall_time_s",
                                 "steps_done", "final": {"eval/...": float}, "best": {...},
@@ -40,8 +43,9 @@ from __future__ import annotations
 import json
 import os
 import subprocess
+from collections.abc import Iterator
 from pathlib import Path
-from typing import Any, Iterator
+from typing import Any
 
 METRICS = "metrics.jsonl"
 CONFIG = "config.json"
@@ -56,7 +60,7 @@ STATUS_RUNNING = "running"
 STATUS_STOPPED = "stopped"  # a clean stop on SIGTERM / SIGINT: checkpointed, resumable
 LOCK = ".lock"
 
-# Main metric names (documented one line each with their formula in README.md).
+# Main metric names (documented one line each with their formula in docs/reference/metrics.md).
 EVAL_ACC = "eval/acc_avg"  # avg@k accuracy: mean over problems and k samples of correct
 EVAL_PASS = "eval/pass_at_k"  # unbiased pass@k
 EVAL_MAJ = "eval/maj_at_k"  # majority vote over normalised answers
@@ -268,22 +272,198 @@ def is_run_dir(path: str | os.PathLike) -> bool:
     return (p / SUMMARY).is_file() or (p / METRICS).is_file()
 
 
+SUMMARY_RESERVE = 16384  # bytes reserved by the summary written at the start (reserve_summary)
+
+
+def reserve_summary(run_dir: str | os.PathLike, summary: dict[str, Any]) -> None:
+    """Write ``summary.json`` small and first (status ``running``), padded with spaces to
+    :data:`SUMMARY_RESERVE` bytes: the blocks a failure summary needs later are allocated now, so
+    :func:`record_failure` can overwrite the file in place when the disk has filled up since.
+    (JSON allows trailing whitespace: readers see only the object.)"""
+    text = json.dumps(summary, default=str)
+    write_text_atomic(Path(run_dir) / SUMMARY, text + " " * max(0, SUMMARY_RESERVE - len(text.encode("utf-8"))))
+
+
+def _overwrite_in_place(path: Path, obj: dict[str, Any]) -> None:
+    """Overwrite the existing file ``path`` with ``obj`` as JSON without allocating a new file: the
+    full object if it fits in the file's size, else only its short fields (status, error cut short,
+    label, seed, ...; the config stays in config.json). Raises OSError if even that cannot be done."""
+    room = path.stat().st_size
+    data = json.dumps(obj, default=str).encode("utf-8")
+    if len(data) > room:
+        short = {k: v for k, v in obj.items() if k not in ("config", "traceback", "environment")}
+        short["error"] = str(short.get("error") or "")[:1000]
+        data = json.dumps(short, default=str).encode("utf-8")
+    if len(data) > room:
+        data = json.dumps({"status": obj.get("status"), "error": str(obj.get("error") or "")[:room // 2]},
+                          default=str).encode("utf-8")[:room]
+    with open(path, "r+b") as f:
+        f.write(data + b" " * (room - len(data)))  # no new blocks: the file keeps its size
+        f.flush()
+        os.fsync(f.fileno())
+
+
 def record_failure(run_dir: str | os.PathLike, exc: BaseException, **fields: Any) -> None:
     """Make the run directory say the run failed (``summary.json``, status ``failed``).
 
     ``fields`` (the trainer passes its whole summary: config, label, traceback) are
     written with the status and the error; without them the fields a previous summary
-    holds are kept and only the status and the error are replaced. Never raises: it runs on error paths (a full disk included), where the original
-    error is the one to report.
+    holds are kept and only the status and the error are replaced. Never raises: it runs on
+    error paths (a full disk included), where the original error is the one to report. When the
+    atomic write fails (no space for a new file), the summary reserved at the start
+    (:func:`reserve_summary`) is overwritten in place, so a failed run still reads as failed.
     """
     run_dir = Path(run_dir)
     try:
         previous = {} if fields else (read_summary(run_dir) or {})
-        run_dir.mkdir(parents=True, exist_ok=True)
-        write_json(run_dir / SUMMARY, {**previous, **fields, "status": STATUS_FAILED,
-                                       "error": f"{type(exc).__name__}: {exc}"})
+        obj = {**previous, **fields, "status": STATUS_FAILED, "error": f"{type(exc).__name__}: {exc}"}
     except Exception:  # noqa: BLE001 - see docstring
-        pass
+        return
+    try:
+        run_dir.mkdir(parents=True, exist_ok=True)
+        write_json(run_dir / SUMMARY, obj)
+    except Exception:  # noqa: BLE001 - see docstring
+        try:
+            _overwrite_in_place(run_dir / SUMMARY, obj)
+        except Exception:  # noqa: BLE001 - nothing reserved, or no disk at all
+            pass
+
+
+def writer_alive(run_dir: str | os.PathLike) -> bool | None:
+    """Whether the process named by the run's lock file (``.lock``) is still alive: False when the
+    file is missing or empty (released) or names a process of this host that is gone, True when that
+    process exists, None when it names another host (this machine cannot tell). Reads only: never
+    takes the lock, so it cannot get in a starting writer's way."""
+    import socket
+
+    try:
+        holder = _holder((Path(run_dir) / LOCK).read_bytes())
+    except OSError:
+        return False
+    if not holder or not isinstance(holder.get("pid"), int):
+        return False
+    if holder.get("host") != socket.gethostname():
+        return None
+    try:
+        os.kill(holder["pid"], 0)
+    except ProcessLookupError:
+        return False
+    except OSError:  # PermissionError: it exists, as another user
+        return True
+    return True
+
+
+# files a start writes before any compute: a run directory holding only these has no result
+_START_FILES = (CONFIG, SUMMARY, LOCK, ".hydra")
+
+
+def nothing_computed(run_dir: str | os.PathLike) -> bool:
+    """True when ``run_dir`` holds only what a run writes before its first step (the lock, its config
+    record, a summary that says ``running`` or ``failed``, Hydra's record and log): no metric row,
+    no checkpoint, no sample, no tracker run."""
+    path = Path(run_dir)
+    if not path.is_dir():
+        return False
+    if any(p.name not in _START_FILES and p.suffix != ".log" for p in path.iterdir()):
+        return False
+    status = (read_summary(path) or {}).get("status")
+    return status in (None, STATUS_RUNNING, STATUS_FAILED)
+
+
+def remove_if_nothing_computed(run_dir: str | os.PathLike) -> bool:
+    """Remove a run directory that a run failed in before its first step (:func:`nothing_computed`), so
+    that a bad data path and an unreachable model leave the same thing behind: nothing. Returns True if
+    removed."""
+    import shutil
+
+    if not nothing_computed(run_dir):
+        return False
+    shutil.rmtree(run_dir, ignore_errors=True)
+    return True
+
+
+# --------------------------------------------------------------------------- #
+# One configuration per run directory                                           #
+# --------------------------------------------------------------------------- #
+# Keys that do not change what a run computes: where it writes and is named, how it is logged,
+# checkpointed (a resume is exact whatever the interval) and launched, free-form notes. Every other key
+# of the resolved config changes results. A prefix covers its whole section.
+PRESENTATION_KEYS = ("out_dir", "sweep", "preset", "notes", "logger", "run", "model.cache_dir", "checkpoint.every",
+                     "checkpoint.keep", "eval.save_samples", "task.verifier_workers", "backend.python",
+                     "backend.dry_run", "backend.launch", "backend.slurm")
+# Result-changing keys a re-run may still change in the same directory: a longer train.steps continues
+# the same trajectory (nothing a step computes depends on the total: the learning-rate schedule is a
+# warm-up then constant), so extending a run is a resume, not a mix. The analysis still tells runs of
+# different lengths apart.
+EXTENDABLE_KEYS = ("train.steps",)
+
+
+def flat_config(config: dict[str, Any], prefix: str = "") -> dict[str, Any]:
+    """A nested config as ``{"a.b": value}`` (lists and other leaves as they are)."""
+    out: dict[str, Any] = {}
+    for k, v in config.items():
+        if isinstance(v, dict) and v:
+            out.update(flat_config(v, f"{prefix}{k}."))
+        else:
+            out[f"{prefix}{k}"] = v
+    return out
+
+
+def _covered(key: str, prefixes: tuple[str, ...]) -> bool:
+    return any(key == p or key.startswith(p + ".") for p in prefixes)
+
+
+def result_config(config: dict[str, Any], ignore: tuple[str, ...] = ()) -> dict[str, Any]:
+    """The result-changing part of a resolved config, flat: every key but :data:`PRESENTATION_KEYS`
+    (and ``ignore``)."""
+    drop = PRESENTATION_KEYS + tuple(ignore)
+    return {k: v for k, v in flat_config(config).items() if not _covered(k, drop)}
+
+
+def config_differences(old: dict[str, Any], new: dict[str, Any],
+                       ignore: tuple[str, ...] = ()) -> list[tuple[str, Any, Any]]:
+    """``(key, old value, new value)`` for each result-changing key (:func:`result_config`) whose values
+    differ, sorted by key. A key present on one side only (a config recorded by another version of the
+    schema, which added or removed it) is not a difference."""
+    a, b = result_config(old, ignore), result_config(new, ignore)
+    return [(k, a[k], b[k]) for k in sorted(a.keys() & b.keys()) if a[k] != b[k]]
+
+
+def config_hash(config: dict[str, Any], ignore: tuple[str, ...] = ()) -> str:
+    """8 hex digits of the result-changing config (:func:`result_config`)."""
+    import hashlib
+
+    blob = json.dumps(result_config(config, ignore), sort_keys=True, default=str)
+    return hashlib.sha1(blob.encode()).hexdigest()[:8]
+
+
+# --------------------------------------------------------------------------- #
+# A stop asked by a signal                                                      #
+# --------------------------------------------------------------------------- #
+class RunStopped(BaseException):
+    """The run stopped cleanly on a signal (checkpoint and summary written); a re-run resumes it.
+
+    Raised by the lifecycle (:class:`dapo_exp.runner.StopRequest`) and by long set-up work that polls
+    :func:`stop_requested` (the warm start); a ``BaseException``, so no ``except Exception`` swallows it."""
+
+    def __init__(self, signame: str) -> None:
+        super().__init__(f"stopped by {signame}; re-run the same command to resume")
+        self.signame = signame
+
+
+_stop_source: Any = None  # the signal watcher of the run under way in this process (its .signame)
+
+
+def watch_stop(source: Any) -> None:
+    """Register the run's signal watcher (None: the run is over); :func:`stop_requested` reads it."""
+    global _stop_source
+    _stop_source = source
+
+
+def stop_requested() -> str | None:
+    """The signal (``"SIGINT"``, ``"SIGTERM"``) that asked the run under way in this process to stop, or
+    None. Long work outside the loop (the warm start) polls it and raises :class:`RunStopped`."""
+    return getattr(_stop_source, "signame", None)
 
 
 # --------------------------------------------------------------------------- #
@@ -313,11 +493,18 @@ class RunLock:
     a stray editor) is taken over with a warning when no process holds the flock, and
     refused, naming the path, when one does. A run directory (or lock file) that cannot
     be opened for writing is one :class:`RunDirError` line naming the path.
+
+    Re-entrant within a process: ``run.py`` takes the lock before anything of the run directory is
+    written, and the trainer's own acquisition inside it is then a no-op (a second flock from the same
+    process on another open file would refuse the process itself).
     """
+
+    _held: dict[str, list] = {}  # resolved lock path -> [the RunLock holding the flock, nesting depth]
 
     def __init__(self, run_dir: str | os.PathLike) -> None:
         self.path = Path(run_dir) / LOCK
         self._f = None
+        self._nested = False
 
     def _open(self):
         try:
@@ -333,11 +520,16 @@ class RunLock:
             raise RunDirError(f"cannot write the run directory {self.path.parent}: opening {self.path} failed "
                               f"({what}); {fix}") from None
 
-    def acquire(self) -> "RunLock":
+    def acquire(self) -> RunLock:
         import fcntl
         import socket
         import time
 
+        key = str(self.path.resolve())
+        if key in RunLock._held:  # this process holds it already
+            RunLock._held[key][1] += 1
+            self._nested = True
+            return self
         f = self._open()
         locked = True
         try:
@@ -381,11 +573,18 @@ class RunLock:
                               f"({exc.strerror or type(exc).__name__}); free space or make it writable, "
                               f"then re-run") from None
         self._f = f
+        RunLock._held[key] = [self, 1]
         return self
 
     def release(self) -> None:
+        key = str(self.path.resolve())
+        if self._nested:
+            self._nested = False
+            RunLock._held[key][1] -= 1
+            return
         if self._f is None:
             return
+        RunLock._held.pop(key, None)
         try:
             self._f.seek(0)
             self._f.truncate()  # an empty lock file: nobody to take over from
@@ -393,7 +592,7 @@ class RunLock:
         finally:
             self._f = None
 
-    def __enter__(self) -> "RunLock":
+    def __enter__(self) -> RunLock:
         return self.acquire()
 
     def __exit__(self, *exc: Any) -> None:

@@ -2,11 +2,19 @@
 
 :func:`execute` is what :func:`dapo_exp.train.train` runs its loop inside:
 
+- one process at a time writes a run directory (:class:`dapo_exp.rundir.RunLock`), and one
+  configuration: a re-run whose result-changing config differs from the one recorded in the
+  directory is refused naming the keys, unless ``run.on_config_change`` says to start over or to
+  branch (:func:`claimed`, :func:`check_config_change`); ``run.py`` does this before anything of the
+  directory is written;
 - a run whose ``summary.json`` says ``finished`` is skipped (a re-run sweep does not redo it);
-- one process at a time writes a run directory (:class:`dapo_exp.rundir.RunLock`);
-- ``config.json`` records the resolved config, the commit and the environment;
+- ``summary.json`` is written first, small and padded (status ``running``,
+  :func:`dapo_exp.rundir.reserve_summary`), so that even a full disk leaves a ``failed`` one; then
+  ``config.json`` records the resolved config, the commit and the environment;
 - SIGTERM (SLURM's preemption and time limit) and SIGINT stop the run cleanly after the
   current step (:class:`StopRequest`): a checkpoint, a summary ``stopped``, :class:`RunStopped`;
+  during the set-up, the warm start of the tiny model checks for them every step
+  (:func:`dapo_exp.rundir.stop_requested`), so they stop it within seconds;
 - any other failure is recorded in ``summary.json`` (``failed``, with the traceback), what was
   opened is closed, and the checkpoints are kept: a re-run of the command resumes
   (:func:`resume`, from the newest verified checkpoint, the logs cut back to it);
@@ -20,16 +28,19 @@
 
 from __future__ import annotations
 
+import contextlib
 import hashlib
+import json
 import logging
 import math
 import signal
 import threading
 import time
 import traceback
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Callable
+from typing import Any
 
 from omegaconf import DictConfig, OmegaConf
 
@@ -38,12 +49,7 @@ from dapo_exp import checkpoint, fixes, rundir
 log = logging.getLogger(__name__)
 
 
-class RunStopped(BaseException):
-    """The run stopped cleanly on a signal (checkpoint and summary written); a re-run resumes it."""
-
-    def __init__(self, signame: str) -> None:
-        super().__init__(f"stopped by {signame}; re-run the same command to resume")
-        self.signame = signame
+RunStopped = rundir.RunStopped  # a clean stop on a signal (defined low, for the warm start to raise)
 
 
 class TrainingDiverged(RuntimeError):
@@ -58,10 +64,17 @@ class StopRequest:
     A second signal interrupts at once (``KeyboardInterrupt``: status ``failed``, the
     last checkpoint kept). Installed only in the main thread; the previous handlers
     come back on exit.
+
+    Until the loop starts (``phase = "setup"``: loading the model, building the warm start, which
+    takes minutes), the first signal stops the set-up at once: the handler raises :class:`RunStopped`
+    where the set-up is (an import, a warm-start step), and the run is recorded ``stopped`` with nothing
+    trained this time. What the set-up writes is safe to interrupt anywhere: the warm-start cache is
+    trusted only through its manifest, written last, and every record is written atomically.
     """
 
     def __init__(self) -> None:
         self.signame: str | None = None
+        self.phase = "setup"
         self._old: dict[int, Any] = {}
 
     def _handle(self, signum: int, frame: Any) -> None:
@@ -69,17 +82,27 @@ class StopRequest:
         if self.signame is not None:
             raise KeyboardInterrupt(f"second signal ({name}): stopping at once")
         self.signame = name
-        print(f"[dapo-exp] {name}: stopping after this step with a checkpoint; send it again to stop at once",
-              flush=True)
+        if self.phase == "setup":
+            print(f"[dapo-exp] {name}: stopping the set-up within seconds (nothing trained yet is lost); "
+                  f"re-run the same command to start again", flush=True)
+            raise RunStopped(name)
+        else:
+            print(f"[dapo-exp] {name}: stopping after this step with a checkpoint; send it again to stop at once",
+                  flush=True)
 
-    def __enter__(self) -> "StopRequest":
+    def __enter__(self) -> StopRequest:
         if threading.current_thread() is threading.main_thread():
             self._old = {s: signal.signal(s, self._handle) for s in (signal.SIGTERM, signal.SIGINT)}
+        rundir.watch_stop(self)  # rundir.stop_requested() reads it (the warm start polls it)
         return self
 
     def __exit__(self, *exc: Any) -> None:
+        rundir.watch_stop(None)
         for s, h in self._old.items():
             signal.signal(s, h)
+
+
+stop_requested = rundir.stop_requested
 
 
 @dataclass
@@ -99,15 +122,120 @@ class Life:
 
 def execute(cfg: DictConfig, body: Callable[[Life], dict[str, Any]], t_start: float) -> dict[str, Any]:
     """Run ``body`` (set-up and loop) inside the lifecycle; returns the run summary."""
-    out = Path(cfg.out_dir).expanduser().resolve()
-    out.mkdir(parents=True, exist_ok=True)
-    previous = rundir.read_summary(out)
-    if previous and previous.get("status") == rundir.STATUS_FINISHED:
-        log.info("%s already finished (summary.json); skipping", out)
-        print(f"[dapo-exp] {out} already finished; skipping (delete summary.json to re-run)")
-        return previous
-    with rundir.RunLock(out):  # one writer per run directory; a second one is refused here
+    with claimed(cfg) as out:  # one writer and one configuration per run directory
+        previous = rundir.read_summary(out)
+        if previous and previous.get("status") == rundir.STATUS_FINISHED:
+            log.info("%s already finished (summary.json); skipping", out)
+            print(f"[dapo-exp] {out} already finished; skipping (delete summary.json to re-run)")
+            return previous
         return _locked(cfg, body, out, t_start)
+
+
+# --------------------------------------------------------------------------- #
+# One configuration per run directory                                           #
+# --------------------------------------------------------------------------- #
+ON_CONFIG_CHANGE = ("refuse", "restart", "branch")
+
+
+class ConfigChangedError(ValueError):
+    """The run directory holds a run of another result-changing configuration (nothing was written).
+
+    A ``ValueError`` like :class:`dapo_exp.config.ConfigError`, but its own class: ``run.py`` prints it
+    as one line and, in a sweep, skips the job without recording anything in the other run's directory."""
+
+
+def _has_results(out: Path) -> bool:
+    ckpts = out / rundir.CHECKPOINTS
+    return ((ckpts.is_dir() and any(ckpts.iterdir())) or (out / rundir.METRICS).is_file()
+            or (rundir.read_summary(out) or {}).get("status") in (rundir.STATUS_FINISHED, rundir.STATUS_STOPPED))
+
+
+def _value(v: Any) -> str:
+    text = json.dumps(v, default=str) if not isinstance(v, str) else v
+    return text if len(text) <= 40 else text[:37] + "..."
+
+
+def branch_dir(out: Path, resolved: dict[str, Any]) -> Path:
+    """Where ``run.on_config_change=branch`` puts a run: next to ``out``, named ``<name>@<hash>`` by its
+    result-changing config (:func:`dapo_exp.rundir.config_hash`, ``train.steps`` left out so a longer
+    run of the branch resumes it)."""
+    return out.parent / f"{out.name}@{rundir.config_hash(resolved, rundir.EXTENDABLE_KEYS)}"
+
+
+def check_config_change(cfg: DictConfig, out: Path) -> Path:
+    """The directory this run writes: ``out``, unless ``out`` holds results of another configuration.
+
+    The config recorded in ``out/config.json`` is compared with ``cfg`` on every result-changing key
+    (:func:`dapo_exp.rundir.config_differences`: all but logging, naming, checkpoint interval and
+    launcher keys; ``train.steps`` may grow, which extends the run). When they differ,
+    ``run.on_config_change`` decides:
+
+    - ``refuse`` (the default): :class:`ConfigChangedError`, one line naming each differing key with
+      both values and the two overrides below; nothing is written;
+    - ``restart``: the directory's earlier run (checkpoints, logs, samples, summary, tracker files) is
+      deleted and this config starts over in it;
+    - ``branch``: the earlier run is left as it is and this config runs in :func:`branch_dir` (resumed
+      there when it exists). Returned; the caller locks it.
+
+    Called with ``out``'s lock held."""
+    policy = str(cfg.get("run", {}).get("on_config_change", "refuse"))
+    if policy not in ON_CONFIG_CHANGE:
+        from dapo_exp.config import ConfigError
+
+        raise ConfigError(f"run.on_config_change={policy!r} is not valid; choose one of: {', '.join(ON_CONFIG_CHANGE)}")
+    recorded = (rundir.read_json(out / rundir.CONFIG) or {}).get("config")
+    if not isinstance(recorded, dict) or not _has_results(out):
+        return out
+    resolved = OmegaConf.to_container(cfg, resolve=True)
+    diffs = rundir.config_differences(recorded, resolved, ignore=rundir.EXTENDABLE_KEYS)
+    if not diffs:
+        return out
+    keys = ", ".join(f"{k}: {_value(a)} -> {_value(b)}" for k, a, b in diffs)
+    if policy == "refuse":
+        raise ConfigChangedError(
+            f"{out} holds a run of another configuration ({keys}); resuming it would mix the two. "
+            f"Add run.on_config_change=restart to delete it and start over there, run.on_config_change=branch "
+            f"to keep it and run this configuration in {branch_dir(out, resolved).name} next to it, or choose "
+            f"another directory (hydra.run.dir=...)")
+    if policy == "branch":
+        target = branch_dir(out, resolved)
+        print(f"[dapo-exp] {out.name} holds another configuration ({keys}); run.on_config_change=branch: "
+              f"running this one in {target}", flush=True)
+        return target
+    import shutil
+
+    print(f"[dapo-exp] {out.name} holds another configuration ({keys}); run.on_config_change=restart: "
+          f"deleting its earlier run and starting over", flush=True)
+    for p in out.iterdir():
+        if p.name == rundir.LOCK or p.suffix == ".log":  # the lock is ours; the log is this process's
+            continue
+        shutil.rmtree(p) if p.is_dir() and not p.is_symlink() else p.unlink()
+    return out
+
+
+@contextlib.contextmanager
+def claimed(cfg: DictConfig) -> Iterator[Path]:
+    """Lock ``cfg.out_dir`` (:class:`dapo_exp.rundir.RunLock`; a second writer is refused) and check its
+    recorded configuration (:func:`check_config_change`) before anything of it is written; yields the
+    run's directory, ``cfg.out_dir`` updated to it on a branch. Re-entrant: ``run.py`` claims the
+    directory before Hydra's record is written, and the trainer's claim inside is then a no-op."""
+    out = Path(cfg.out_dir).expanduser().resolve()
+    for _ in range(2):  # the directory named, then at most its branch
+        lock = rundir.RunLock(out).acquire()
+        try:
+            target = check_config_change(cfg, out)
+        except BaseException:
+            lock.release()
+            raise
+        if target == out:
+            break
+        lock.release()
+        out = target
+        cfg.out_dir = str(out)
+    try:
+        yield out
+    finally:
+        lock.release()
 
 
 def _locked(cfg: DictConfig, body: Callable[[Life], dict[str, Any]], out: Path, t_start: float) -> dict[str, Any]:
@@ -116,19 +244,32 @@ def _locked(cfg: DictConfig, body: Callable[[Life], dict[str, Any]], out: Path, 
     label, switches = run_label(cfg), fixes.switches(cfg.algo)
     resolved = OmegaConf.to_container(cfg, resolve=True)
     commit, env = rundir.git_commit(), rundir.environment()
-    rundir.write_json(out / rundir.CONFIG, {"config": resolved, "git_commit": commit, "label": label,
-                                            "switches": switches, "environment": env})
     summary: dict[str, Any] = {
         "status": rundir.STATUS_RUNNING, "label": label, "preset": cfg.preset, "switches": switches,
         "seed": cfg.seed, "config": resolved, "git_commit": commit, "environment": env, "error": None,
     }
+    previous = rundir.read_summary(out) or {}
+    # small and first: on a full disk later, record_failure overwrites it in place (never "killed")
+    rundir.reserve_summary(out, {k: v for k, v in summary.items() if k not in ("config", "environment")}
+                           | {k: previous[k] for k in ("steps_done", "history_gap") if k in previous})
+    rundir.write_json(out / rundir.CONFIG, {"config": resolved, "git_commit": commit, "label": label,
+                                            "switches": switches, "environment": env})
     life = Life(out=out, label=label, switches=switches, resolved=resolved, commit=commit, summary=summary,
                 t_start=t_start)
     try:
         with StopRequest() as stop:  # from here on SIGTERM / SIGINT stop at the next step boundary
             life.stop = stop
             return body(life)
-    except RunStopped:
+    except RunStopped as stop:
+        if summary["status"] == rundir.STATUS_RUNNING:  # stopped during the set-up: nothing trained this time
+            summary.update(status=rundir.STATUS_STOPPED, steps_done=previous.get("steps_done"),
+                           error=f"stopped by {stop.signame} during the set-up; re-run the same command to resume")
+            rundir.write_json(out / rundir.SUMMARY, summary)
+            for close in reversed(life.cleanup):
+                try:
+                    close()
+                except Exception:  # noqa: BLE001 - best effort
+                    log.warning("cleanup after a stop failed", exc_info=True)
         raise  # a clean stop: its summary says "stopped" and everything is closed
     except BaseException as exc:  # KeyboardInterrupt too: record it, keep the checkpoints, re-raise
         summary["traceback"] = traceback.format_exc()
@@ -289,6 +430,7 @@ def finish(run: Any, life: Life, step: int) -> dict[str, Any]:
         compute={"rollouts_total": st["cum_rollouts"], "gen_tokens_total": st["cum_gen_tokens"]},
         model_path=run.model_path, n_params=sum(p.numel() for p in run.model.parameters()),
         history_gap=list(st.get("history_gap", [])),  # steps whose metric row was lost: not a clean history
+        endpoint=_endpoint(run, evals, final_step),
     )
     rundir.write_json(run.out / rundir.SUMMARY, summary)
     run.tracker.summary({k: v for k, v in summary.items() if k not in ("config", "traceback")}
@@ -297,6 +439,13 @@ def finish(run: Any, life: Life, step: int) -> dict[str, Any]:
     run.engine.close()
     print_summary(summary, run.out)
     return summary
+
+
+def _endpoint(run: Any, evals: dict[int, dict], final_step: int) -> dict[str, Any]:
+    """The declared endpoint (``eval.endpoint``), :func:`dapo_exp.evaluation.endpoint_summary`."""
+    from dapo_exp.evaluation import endpoint_summary
+
+    return endpoint_summary(run.cfg.eval, evals, final_step, len(run.task.eval))
 
 
 def print_summary(s: dict[str, Any], out: Path) -> None:

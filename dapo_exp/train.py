@@ -60,7 +60,8 @@ def train(cfg: DictConfig) -> dict[str, Any]:
         run = build_run(cfg, hooks, life.out, life.label, life.cleanup)
         run.stop = life.stop
         runner.resume(run)
-        run.sampler = PromptSampler(len(run.train_prompts), cfg.seed, run.state["sampler_position"])
+        run.sampler = PromptSampler(len(run.train_prompts), cfg.seed, run.state["sampler_position"],
+                                    keyed=cfg.train.randomness == "keyed")
         runner.start_tracking(run, life)
         return loop(run, life)
 
@@ -72,6 +73,7 @@ def loop(run: Run, life: runner.Life) -> dict[str, Any]:
     from tqdm.auto import tqdm
 
     cfg, t, st = run.cfg, run.cfg.train, run.state
+    run.stop.phase = "loop"  # a signal from here on stops after the current step, with a checkpoint
     log.info("%s: %s, %.2fM params, %d train / %d eval problems, device %s, rollout %s%s", run.label,
              run.model_path, sum(p.numel() for p in run.model.parameters()) / 1e6, len(run.train_prompts),
              len(run.eval_prompts), run.device, cfg.rollout.engine,
@@ -162,11 +164,11 @@ def rollout_groups(run: Run, step: int) -> tuple[list[Group], Any, dict[str, flo
     counters = {"verify_timeouts": 0.0, "gen_seconds": 0.0}
 
     def generate_round(round_idx: int, n_prompts: int) -> list[Group]:
-        idx = run.sampler.take(n_prompts)
+        idx = run.sampler.take(n_prompts, step=step, round_idx=round_idx)
         prompts = [run.train_prompts[i] for i in idx]
         gens = run.engine.generate(prompts, SamplingSpec(
             n=r.n, max_new_tokens=r.max_response_len, temperature=r.temperature, top_p=r.top_p,
-            seed=cfg.seed * 1_000_003 + step * 101 + round_idx))
+            seed=cfg.seed * 1_000_003 + step * 101 + round_idx, keys=run.sampler.noise_keys(step, round_idx, idx)))
         counters["gen_seconds"] += gens.stats.get("gen_seconds", 0.0)
         groups, timeouts = score_groups(
             prompt_indices=idx, prompt_ids=prompts, gens=gens, group_size=r.n, answers=[run.answers[i] for i in idx],
@@ -188,6 +190,7 @@ def update_spec(cfg: DictConfig, hooks: compose.Hooks) -> steps.UpdateSpec:
         token_budget=t.token_budget, ppo_epochs=t.ppo_epochs, grad_clip=cfg.optim.grad_clip,
         normaliser=hooks.normaliser, surrogate=hooks.surrogate,
         kl_coef=a.kl_coef, kl_estimator=a.kl_estimator, tis_cap=a.tis_cap,
+        update_mask=hooks.update_mask, rollout_weight=hooks.rollout_weight,
     )
 
 
@@ -204,7 +207,8 @@ def train_on(run: Run, groups: list[Group], step: int) -> dict[str, float]:
     upd = steps.update_policy(run.model, run.optimizer, batch, old, fwd=run.fwd, spec=spec, seed=seed)
     run.engine.sync_weights(run.model)
     t_train = time.perf_counter() - t_train
-    tok_adv = steps.token_advantages(batch, old.logp, range(batch.size), tis_cap=cfg.algo.tis_cap)
+    tok_adv = steps.token_advantages(batch, old.logp, range(batch.size), tis_cap=spec.tis_cap,
+                                     rollout_weight=spec.rollout_weight)
     m = {**steps.rollout_mismatch(batch, old),
          **steps.step_metrics(batch, old, upd, tok_adv, shaping_metrics=hooks.reward_metrics,
                               ppo_epochs=t.ppo_epochs, t_train=t_train)}
@@ -223,15 +227,32 @@ def _diagnostics(cfg: DictConfig) -> Any:
 
 
 def run_eval(run: Run, step: int) -> dict[str, float]:
-    """Evaluate, record in the run state (for best/final), log."""
+    """Evaluate, record in the run state (for best/final), log. The last step's evaluation is the
+    endpoint's (``eval.final_problems`` x ``eval.final_samples``), repeated ``eval.final_repeats``
+    more times with fresh noise (``eval/acc_avg_rep<i>``)."""
+    from dapo_exp.evaluation import eval_size
+    from dapo_exp.keyed import eval_sample_keys
+
     cfg, e = run.cfg, run.cfg.eval
-    spec = steps.EvalSpec(k=e.k, max_len=e.max_response_len or cfg.rollout.max_response_len,
-                          temperature=e.temperature, top_p=e.top_p, seed=cfg.seed * 1_000_003 + 999_983,
-                          micro_batch_size=cfg.train.micro_batch_size, save_samples=e.save_samples)
+    final = step == cfg.train.steps
+    n_problems, k = eval_size(e, final, len(run.task.eval))
     fwd = ResponseForward(run.tokenizer.pad_token_id, run.device, cfg.train.logprob_chunk, e.temperature)
-    m = steps.evaluate(run.model, run.engine, problems=run.task.eval, prompt_ids=run.eval_prompts,
-                       tokenizer=run.tokenizer, verifier=run.verifier, fwd=fwd, spec=spec, step=step,
-                       sample_writer=run.writers[rundir.EVAL_SAMPLES], diagnostics=_diagnostics(cfg))
+
+    def once(replica: int) -> dict[str, float]:
+        keys = eval_sample_keys(cfg.seed, n_problems, replica) if cfg.train.randomness == "keyed" else None
+        spec = steps.EvalSpec(k=k, max_len=e.max_response_len or cfg.rollout.max_response_len,
+                              temperature=e.temperature, top_p=e.top_p,
+                              seed=cfg.seed * 1_000_003 + 999_983 + replica * 7_919,
+                              micro_batch_size=cfg.train.micro_batch_size, save_samples=e.save_samples and not replica,
+                              keys=tuple(keys) if keys is not None else None)
+        return steps.evaluate(run.model, run.engine, problems=run.task.eval[:n_problems],
+                              prompt_ids=run.eval_prompts[:n_problems], tokenizer=run.tokenizer,
+                              verifier=run.verifier, fwd=fwd, spec=spec, step=step,
+                              sample_writer=run.writers[rundir.EVAL_SAMPLES], diagnostics=_diagnostics(cfg))
+
+    m = once(0)
+    for replica in range(1, e.final_repeats + 1) if final else ():
+        m[f"{rundir.EVAL_ACC}_rep{replica}"] = once(replica)[rundir.EVAL_ACC]
     run.state["evals"][step] = m
     runner.log_row(run, step, m)
     return m

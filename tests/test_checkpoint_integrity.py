@@ -8,13 +8,12 @@ from pathlib import Path
 import pytest
 import torch
 from safetensors.torch import save_model
+from test_reliability import _flip_one_bit, save_steps, tiny_training_objects, trainer_state
 
 from dapo_exp import checkpoint
 from dapo_exp.checkpoint import CheckpointError
 from dapo_exp.rollout.dynamic_sampling import DynamicSamplingCapError, collect_groups
 from dapo_exp.rollout.groups import Group
-
-from test_reliability import _flip_one_bit, save_steps, tiny_training_objects, trainer_state
 
 
 def _rewrite_manifest(ckpt: Path) -> None:

@@ -2,7 +2,7 @@
 the hub is unreachable, the command line is wrong, or the machine has only a system python3.
 
 Each test reproduces one failure of issue 15 and shows the guarantee that replaces it
-(README, "Reliability").
+(docs/explanation/reliability.md).
 """
 
 import errno

@@ -59,11 +59,158 @@ def _long_run(tmp_path, warm_cache, rows: int):
 # --------------------------------------------------------------------------- #
 # one writer per run                                                            #
 # --------------------------------------------------------------------------- #
+def _hold_lock(run_dir: Path) -> subprocess.Popen:
+    """Another process holding ``run_dir``'s lock as a writer does (its pid in the file); returns once held."""
+    code = ("import sys, time; from dapo_exp.rundir import RunLock; RunLock(sys.argv[1]).acquire(); "
+            "print('held', flush=True); time.sleep(120)")
+    holder = subprocess.Popen([sys.executable, "-c", code, str(run_dir)], cwd=ROOT, stdout=subprocess.PIPE, text=True)
+    assert holder.stdout.readline().strip() == "held"
+    return holder
+
+
 def test_a_second_writer_is_refused_naming_the_holder(tmp_path, small_cfg):
-    with RunLock(tmp_path):
-        with pytest.raises(RunLockedError, match=rf"in use by pid {os.getpid()} on "):
+    holder = _hold_lock(tmp_path)
+    try:
+        with pytest.raises(RunLockedError, match=rf"in use by pid {holder.pid} on "):
             train(small_cfg(tmp_path))
+    finally:
+        holder.kill()
+        holder.wait()
     assert not (tmp_path / rundir.SUMMARY).exists() and not (tmp_path / rundir.CONFIG).exists()
+
+
+def test_the_lock_is_reentrant_within_a_process_only(tmp_path):
+    """run.py locks the run directory before anything is written; the trainer's own lock inside is a no-op."""
+    with RunLock(tmp_path):
+        with RunLock(tmp_path):
+            pass
+        held = json.loads((tmp_path / rundir.LOCK).read_text())
+        assert held["pid"] == os.getpid()  # the inner release did not release the outer lock
+        code = "import sys; from dapo_exp.rundir import RunLock; RunLock(sys.argv[1]).acquire()"
+        other = subprocess.run([sys.executable, "-c", code, str(tmp_path)], cwd=ROOT, capture_output=True, text=True)
+        assert other.returncode != 0 and f"in use by pid {os.getpid()}" in other.stderr
+    assert (tmp_path / rundir.LOCK).read_text() == ""  # released by the outer one
+
+
+def _snapshot(run_dir: Path) -> dict[str, tuple[bytes, int]]:
+    """Every file's bytes and mtime, but the lock's (taken and released by the refused command)."""
+    return {str(p.relative_to(run_dir)): (p.read_bytes(), p.stat().st_mtime_ns)
+            for p in sorted(run_dir.rglob("*")) if p.is_file() and p.name != rundir.LOCK}
+
+
+def test_a_refused_second_writer_touches_no_file_of_the_live_run(tmp_path):
+    """Hydra writes nothing into the run directory before run.py has its lock: the live run's .hydra record
+    and log stay byte for byte (and mtime) as they were."""
+    run_dir = tmp_path / "run"
+    (run_dir / ".hydra").mkdir(parents=True)
+    for name in ("config.yaml", "overrides.yaml", "hydra.yaml"):
+        (run_dir / ".hydra" / name).write_text(f"# the live run's {name}\n")
+    (run_dir / "run.log").write_text("the live run's log\n")
+    holder = _hold_lock(run_dir)
+    try:
+        before = _snapshot(run_dir)
+        out = subprocess.run([sys.executable, "run.py", "logger=none", "optim.lr=1e-4", f"hydra.run.dir={run_dir}"],
+                             cwd=ROOT, capture_output=True, text=True, timeout=300)
+        after = _snapshot(run_dir)
+    finally:
+        holder.kill()
+        holder.wait()
+    lines = [ln for ln in out.stderr.splitlines() if ln.strip()]
+    assert out.returncode == 1 and len(lines) == 1, out.stderr
+    assert lines[0].startswith(f"error: {run_dir} is in use by pid {holder.pid}"), lines
+    assert after == before
+
+
+# --------------------------------------------------------------------------- #
+# one configuration per run directory                                           #
+# --------------------------------------------------------------------------- #
+@pytest.mark.slow
+def test_a_rerun_with_another_config_is_refused_before_anything_is_written(tmp_path, warm_cache):
+    from conftest import SMALL
+
+    run_dir = tmp_path / "run"
+    base = [sys.executable, "run.py", *SMALL, "train.steps=1", f"model.cache_dir={warm_cache}",
+            f"hydra.run.dir={run_dir}"]
+    first = subprocess.run(base, cwd=ROOT, capture_output=True, text=True, timeout=600)
+    assert first.returncode == 0, first.stderr[-2000:]
+    (run_dir / rundir.SUMMARY).unlink()  # as if killed after its checkpoint: a re-run would resume it
+    before = _snapshot(run_dir)
+    out = subprocess.run([*base, "optim.lr=1e-4", "algo.eps_high=0.3"], cwd=ROOT, capture_output=True, text=True,
+                         timeout=300)
+    lines = [ln for ln in out.stderr.splitlines() if ln.strip()]
+    assert out.returncode == 2 and len(lines) == 1, out.stderr
+    assert lines[0].startswith(f"error: {run_dir} holds a run of another configuration "
+                               "(algo.eps_high: 0.28 -> 0.3, optim.lr: 5e-05 -> 0.0001)"), lines
+    assert "run.on_config_change=restart" in lines[0] and "run.on_config_change=branch" in lines[0]
+    assert "Traceback" not in out.stderr + out.stdout
+    assert _snapshot(run_dir) == before  # .hydra/config.yaml and overrides.yaml included
+
+
+@pytest.mark.slow
+def test_restart_and_branch_are_explicit_and_a_longer_run_is_a_resume(tmp_path, small_cfg):
+    from dapo_exp.runner import ConfigChangedError
+
+    run_dir = tmp_path / "run"
+    train(small_cfg(run_dir, "train.steps=1"))
+    (run_dir / rundir.SUMMARY).unlink()  # resumable
+    before = _snapshot(run_dir)
+    with pytest.raises(ConfigChangedError, match=r"\(optim.lr: 5e-05 -> 0.0001\)"):
+        train(small_cfg(run_dir, "train.steps=1", "optim.lr=1e-4"))
+    assert _snapshot(run_dir) == before
+
+    # branch: the old run untouched, the new config in <run>@<hash>, its own directory and config
+    s = train(small_cfg(run_dir, "train.steps=1", "optim.lr=1e-4", "run.on_config_change=branch"))
+    (branch,) = [p for p in tmp_path.iterdir() if p.name.startswith("run@")]
+    assert s["status"] == "finished" and s["config"]["out_dir"] == str(branch)
+    assert rundir.read_json(branch / rundir.CONFIG)["config"]["optim"]["lr"] == 1e-4
+    assert _snapshot(run_dir) == before
+
+    # restart: the old run deleted, this config starts over in the same directory
+    s = train(small_cfg(run_dir, "train.steps=1", "seed=5", "run.on_config_change=restart"))
+    assert s["status"] == "finished" and s["seed"] == 5
+    assert rundir.read_json(run_dir / rundir.CONFIG)["config"]["seed"] == 5
+
+    # train.steps may grow: the same config, run longer, resumes
+    (run_dir / rundir.SUMMARY).unlink()
+    s = train(small_cfg(run_dir, "train.steps=2", "seed=5"))
+    assert s["status"] == "finished" and s["steps_done"] == 2
+    assert [r["step"] for r in rundir.read_jsonl(run_dir / rundir.METRICS) if "reward/mean" in r] == [1, 2]
+
+
+@pytest.mark.slow
+def test_a_sweep_job_in_a_directory_of_another_config_is_skipped_untouched_and_the_sweep_exits_1(
+        tmp_path, small_cfg, warm_cache):
+    from conftest import SMALL
+
+    job = tmp_path / "sweep" / "job"
+    train(small_cfg(job, "train.steps=1"))
+    (job / rundir.SUMMARY).unlink()  # resumable
+    before = _snapshot(job)
+    out = subprocess.run([sys.executable, "run.py", "-m", *SMALL, "train.steps=1", "optim.lr=1e-4", "seed=0",
+                          f"model.cache_dir={warm_cache}", f"hydra.sweep.dir={tmp_path / 'sweep'}",
+                          "hydra.sweep.subdir=job", "hydra.callbacks={}"], cwd=ROOT, capture_output=True, text=True,
+                         timeout=300)
+    assert out.returncode == 1, out.stderr[-2000:]
+    assert f"[dapo-exp] job {job} skipped: {job} holds a run of another configuration (optim.lr: 5e-05 -> 0.0001)" \
+        in out.stderr
+    assert f"error: 1 job(s) of the sweep were refused and did not run: {job}" in out.stderr
+    assert _snapshot(job) == before
+
+
+def test_which_config_keys_change_results():
+    old = {"seed": 0, "out_dir": "a", "sweep": "x", "preset": "full", "optim": {"lr": 1e-5},
+           "logger": {"backend": "wandb"}, "checkpoint": {"every": 10, "keep": 2}, "train": {"steps": 4},
+           "model": {"path": "tiny", "cache_dir": "~/c"}, "run": {"on_config_change": "refuse"}}
+    new = {**old, "out_dir": "b", "sweep": "y", "preset": "custom", "logger": {"backend": "none"},
+           "checkpoint": {"every": 1, "keep": 5}, "model": {"path": "tiny", "cache_dir": "/elsewhere"},
+           "run": {"on_config_change": "restart"}, "train": {"steps": 6}}
+    assert rundir.config_differences(old, new, ignore=rundir.EXTENDABLE_KEYS) == []
+    assert rundir.config_differences(old, new) == [("train.steps", 4, 6)]  # the analysis tells lengths apart
+    changed = {**new, "seed": 1, "optim": {"lr": 1e-4}, "model": {"path": "other"}}
+    assert [k for k, _, _ in rundir.config_differences(old, changed, ignore=rundir.EXTENDABLE_KEYS)] == \
+        ["model.path", "optim.lr", "seed"]
+    # a key one side lacks (recorded by another version of the schema) is not a difference
+    assert rundir.config_differences({"algo": {"eps_high": 0.2}}, {"algo": {"eps_high": 0.2, "gmpo": False}}) == []
 
 
 def test_a_lock_left_by_a_dead_process_is_taken_over(tmp_path, capsys):
@@ -410,3 +557,189 @@ def test_an_unusable_metric_row_is_skipped_with_a_warning_never_fatal(tmp_path, 
     assert s["status"] == "finished" and s["steps_done"] == 2 and s["history_gap"] == []
     assert all(type(r["step"]) is int for r in _rows(tmp_path))
     assert [r["step"] for r in _rows(tmp_path) if "reward/mean" in r] == [1, 2]
+
+
+# --------------------------------------------------------------------------- #
+# a full disk still leaves a summary                                             #
+# --------------------------------------------------------------------------- #
+@pytest.mark.slow
+def test_a_completely_full_disk_still_leaves_a_failed_summary(tmp_path, small_cfg, monkeypatch):
+    """The disk fills up right after the start: no new file, no append, no atomic rewrite succeeds. The
+    summary reserved at the start is overwritten in place, so the analysis reads the run as failed, not
+    killed."""
+    from dapo_exp.analysis.runs import load_runs
+
+    real_atomic, started = rundir.write_text_atomic, []
+
+    def no_space(*a, **k):
+        raise OSError(errno.ENOSPC, "No space left on device")
+
+    def atomic(path, text):
+        if Path(path).name == rundir.CONFIG and not started:  # the start's records: then the disk is full
+            started.append(path)
+            return real_atomic(path, text)
+        if Path(path).name == rundir.SUMMARY and not (Path(path).parent / rundir.CONFIG).exists():
+            return real_atomic(path, text)  # the small summary, written first
+        no_space()
+
+    monkeypatch.setattr(rundir, "write_text_atomic", atomic)
+    monkeypatch.setattr(rundir.JsonlWriter, "write", no_space)
+    with pytest.raises(OSError, match="No space left"):
+        train(small_cfg(tmp_path, "train.steps=1"))
+    monkeypatch.undo()
+    summary = rundir.read_summary(tmp_path)
+    assert summary["status"] == "failed" and "No space left on device" in summary["error"]
+    assert summary["label"] and summary["seed"] == 0
+    assert (tmp_path / rundir.SUMMARY).stat().st_size == rundir.SUMMARY_RESERVE  # overwritten in place
+    (row,) = load_runs(tmp_path).runs.to_dict("records")
+    assert row["status"] == "failed" and "No space left" in row["exclude_reason"]
+
+
+def test_a_summary_that_still_says_running_reads_as_killed_once_its_writer_is_gone(tmp_path):
+    import socket
+
+    from dapo_exp.analysis.runs import load_runs
+
+    for name, pid in (("dead", 999999), ("alive", os.getpid())):
+        d = tmp_path / name
+        d.mkdir()
+        rundir.reserve_summary(d, {"status": "running", "label": "grpo", "seed": 0})
+        (d / rundir.LOCK).write_text(json.dumps({"pid": pid, "host": socket.gethostname(), "started": "then"}))
+    runs = load_runs(tmp_path).runs.set_index("run")
+    assert runs.loc["dead", "status"] == "killed" and "its writer is gone" in runs.loc["dead", "exclude_reason"]
+    assert runs.loc["alive", "status"] == "running"
+
+
+# --------------------------------------------------------------------------- #
+# one configuration per table row                                               #
+# --------------------------------------------------------------------------- #
+def test_runs_that_share_a_label_but_differ_are_separate_rows_and_the_table_says_so(tmp_path):
+    from dapo_exp.analysis.runs import load_runs
+    from dapo_exp.analysis.table import comparison_table, table_markdown
+
+    def run(name, seed, steps, model, lr=5e-5):
+        d = tmp_path / name
+        d.mkdir()
+        config = {"seed": seed, "preset": "full", "sweep": "s", "out_dir": str(d), "logger": {"backend": "none"},
+                  "train": {"steps": steps}, "model": {"path": model}, "optim": {"lr": lr}}
+        rundir.write_json(d / rundir.SUMMARY, {"status": "finished", "label": "full", "seed": seed, "config": config,
+                                               "final": {"eval/acc_avg": 0.5}, "switches": {}})
+
+    run("a", 0, 1, "tiny")
+    run("b", 1, 4, "tiny")
+    run("c", 2, 4, "tiny")
+    run("d", 3, 4, "/models/other")
+    run("e", 0, 6, "tiny")
+    data = load_runs(tmp_path)
+    labels = dict(zip(data.runs["run"], data.runs["label"]))
+    assert labels == {"a": "full [model.path=tiny, train.steps=1]", "b": "full [model.path=tiny, train.steps=4]",
+                      "c": "full [model.path=tiny, train.steps=4]", "d": "full [model.path=/models/other, train.steps=4]",
+                      "e": "full [model.path=tiny, train.steps=6]"}
+    assert set(data.history["label"]) <= set(labels.values())
+    (note,) = data.notes
+    assert note.startswith("the 5 runs labelled full differ in model.path, train.steps: shown as 4 separate")
+    table = comparison_table(data)
+    assert len(table) == 4 and table.loc["full [model.path=tiny, train.steps=4]", "n"] == 2
+    assert f"Note: {note}." in table_markdown(table)
+    same = load_runs([tmp_path / "b", tmp_path / "c"])  # the same config, two seeds: pooled, no note
+    assert set(same.runs["label"]) == {"full"} and same.notes == []
+
+
+# --------------------------------------------------------------------------- #
+# a signal during the warm start                                                  #
+# --------------------------------------------------------------------------- #
+@pytest.mark.parametrize("sig", [signal.SIGINT, signal.SIGTERM])
+def test_a_signal_during_the_warm_start_stops_it_within_seconds(tmp_path, sig):
+    """The warm-start build takes minutes; a signal stops it before its next supervised step, with one line,
+    the run recorded as stopped and nothing of the build left to trust."""
+    import time
+
+    from conftest import SMALL
+
+    from dapo_exp.tasks.arith_warmstart import cache_problem
+
+    cache, run_dir = tmp_path / "cache", tmp_path / "run"
+    cmd = [sys.executable, "run.py", *SMALL, "model.warmstart_steps=100000", f"model.cache_dir={cache}",
+           f"hydra.run.dir={run_dir}"]
+    proc = subprocess.Popen(cmd, cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
+                            env={**os.environ, "OMP_NUM_THREADS": "1"})
+    lines = []
+    for line in proc.stdout:  # until the build has begun
+        lines.append(line)
+        if "building the warm-started tiny model" in line:
+            break
+    assert proc.poll() is None, "".join(lines)[-2000:]
+    time.sleep(1.0)
+    t0 = time.monotonic()
+    proc.send_signal(sig)
+    rest, _ = proc.communicate(timeout=60)
+    elapsed = time.monotonic() - t0
+    out = "".join(lines) + rest
+    assert proc.returncode == 128 + sig, out[-2000:]
+    assert elapsed < 10, f"took {elapsed:.1f} s to stop"
+    name = signal.Signals(sig).name
+    said = [ln for ln in rest.splitlines() if name in ln]
+    assert said == [f"[dapo-exp] {name}: stopping the set-up within seconds (nothing trained yet is lost); re-run "
+                    "the same command to start again"], out[-2000:]
+    assert "Traceback" not in out
+    summary = rundir.read_summary(run_dir)
+    assert summary["status"] == "stopped" and f"stopped by {name} during the set-up" in summary["error"]
+    built = [p for p in cache.iterdir() if p.is_dir()]
+    assert all(cache_problem(p) for p in built)  # nothing of the build is trusted (nothing was saved)
+
+
+# --------------------------------------------------------------------------- #
+# a run that fails before its first step                                          #
+# --------------------------------------------------------------------------- #
+OFFLINE_SOURCES = {
+    "data": ["task=dapo_math"],
+    "model": ["model.path=Qwen/Qwen2.5-0.5B"],
+}
+
+
+def _offline_env(tmp_path):
+    return {**os.environ, "HF_HUB_OFFLINE": "1", "HF_HOME": str(tmp_path / "hf"), "HF_DATASETS_OFFLINE": "1",
+            "OMP_NUM_THREADS": "1"}
+
+
+@pytest.mark.parametrize("what", list(OFFLINE_SOURCES))
+def test_a_run_failing_before_its_first_step_leaves_no_directory_for_data_and_model_alike(tmp_path, what):
+    run_dir = tmp_path / "run"
+    out = subprocess.run([sys.executable, "run.py", "logger=none", *OFFLINE_SOURCES[what], f"hydra.run.dir={run_dir}"],
+                         cwd=ROOT, capture_output=True, text=True, timeout=300, env=_offline_env(tmp_path))
+    lines = [ln for ln in out.stderr.splitlines() if ln.strip()]
+    assert out.returncode == 2 and len(lines) == 1 and lines[0].startswith("error: "), out.stderr[-2000:]
+    assert not run_dir.exists()
+
+
+@pytest.mark.parametrize("what", list(OFFLINE_SOURCES))
+def test_in_a_sweep_such_a_job_is_marked_failed_before_any_compute_for_data_and_model_alike(tmp_path, what):
+    sweep = tmp_path / "sweep"
+    out = subprocess.run([sys.executable, "run.py", "-m", "logger=none", "seed=0", *OFFLINE_SOURCES[what],
+                          f"hydra.sweep.dir={sweep}"], cwd=ROOT, capture_output=True, text=True, timeout=300,
+                         env=_offline_env(tmp_path))
+    assert out.returncode == 1, out.stderr[-2000:]
+    (job,) = [p.parent for p in sweep.rglob(rundir.SUMMARY)]
+    summary = rundir.read_summary(job)
+    assert summary["status"] == "failed" and summary["error"]
+    assert rundir.nothing_computed(job)  # no metric row, no checkpoint, no sample: only the records of a start
+
+
+# --------------------------------------------------------------------------- #
+# the busy-machine benchmark runs (its figures are measured by hand)             #
+# --------------------------------------------------------------------------- #
+@pytest.mark.slow
+def test_the_busy_machine_benchmark_prints_its_figures_in_quick_mode(warm_cache):
+    import re
+
+    out = subprocess.run([sys.executable, "-m", "dapo_exp.benchmarks.busy_machine", "--quick", "--cache-dir",
+                          warm_cache], cwd=ROOT, capture_output=True, text=True, timeout=600)
+    assert out.returncode == 0, (out.stdout + out.stderr)[-3000:]
+    text = out.stdout
+    load = r"load average: \d+\.\d\d, \d+\.\d\d, \d+\.\d\d"
+    for pattern in (rf"quiet: rollout step \d+\.\d\d s \(median of 2 steps; torch threads: \d+ .*{load} after",
+                    rf"busy: rollout step \d+\.\d\d s \(median of 2 steps; torch threads: \d+ .*{load} after",
+                    r"2 busy-loop processes started \(own session; kernel autogroup scheduling: \w+\); 1-minute load \d+\.\d\d",
+                    rf"busy/quiet rollout step: \d+\.\d\d \(acceptance: at most 2\); {load}",
+                    rf"cold default run under load: \d+ s wall, warm start included \(torch threads: .*{load} after"):
+        assert re.search(pattern, text), (pattern, text)

@@ -34,6 +34,14 @@ The runs frame (:attr:`RunSet.runs`), one row per run:
 
 The history frame (:attr:`RunSet.history`) is long: ``run, label, seed, step,
 metric, value``; eval metrics sit at the steps where evaluation ran.
+
+One configuration per row: runs are grouped by their label, and runs that share a label but differ
+in any other result-changing config key (:func:`dapo_exp.rundir.result_config`: everything but the
+seed and the logging, naming, checkpoint-interval and launcher keys; ``train.steps`` and
+``model.path`` included) are never pooled. Their labels get the differing keys appended,
+``full [train.steps=4]`` and ``full [train.steps=6]``, so every table, curve and effect sees
+separate configurations, and :attr:`RunSet.notes` (``runs.attrs["notes"]``, printed under the
+comparison table) says which runs were split and on which keys (:func:`split_configurations`).
 """
 
 from __future__ import annotations
@@ -41,9 +49,10 @@ from __future__ import annotations
 import json
 import math
 import os
+from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Iterable, Sequence
+from typing import Any
 
 import numpy as np
 import pandas as pd
@@ -120,6 +129,11 @@ class RunSet:
             counts = ex["status"].value_counts()
             s += f", {len(ex)} excluded (" + ", ".join(f"{n} {st}" for st, n in counts.items()) + ")"
         return s
+
+    @property
+    def notes(self) -> list[str]:
+        """What the grouping did that a reader must know (:func:`split_configurations`)."""
+        return list(self.runs.attrs.get("notes", []))
 
     def __repr__(self) -> str:
         return f"RunSet({self.describe()}; history {len(self.history)} rows)"
@@ -310,6 +324,9 @@ def _switches_and_label(config: dict[str, Any]) -> tuple[dict[str, bool], str | 
 def _status(rec: RunRecord) -> tuple[str, bool, str]:
     summ = rec.summary or {}
     status = summ.get("status")
+    if status == rundir.STATUS_RUNNING and rec.path and rundir.writer_alive(rec.path) is False:
+        # the summary written at the start says running, but no process writes the run any more
+        return "killed", False, "summary.json says running but its writer is gone (killed)"
     if status:
         if status == rundir.STATUS_FINISHED:
             return status, True, ""
@@ -415,4 +432,63 @@ def records_to_runset(
         history = history.sort_values(["run", "metric", "step"], kind="stable").reset_index(drop=True)
         history["step"] = history["step"].astype("int64")
         history["value"] = history["value"].astype(float)
-    return RunSet(runs=runs.reset_index(drop=True), history=history, sources=sources or [])
+    runs = runs.reset_index(drop=True)
+    notes = split_configurations(runs, history)
+    runs.attrs["notes"] = notes
+    return RunSet(runs=runs, history=history, sources=sources or [])
+
+
+def result_columns(runs: pd.DataFrame) -> list[str]:
+    """The runs frame's ``config.<key>`` columns that change results: keys of the schema's sections
+    (:class:`dapo_exp.config.Config`), minus the seed (what replicates a configuration) and minus
+    :data:`dapo_exp.rundir.PRESENTATION_KEYS`. Keys a source adds to the config (W&B's ``git_commit``,
+    ``label``) are not config keys."""
+    import dataclasses
+
+    from dapo_exp.config import Config
+
+    sections = {f.name for f in dataclasses.fields(Config)} - {"seed"}
+    cols = []
+    for c in runs.columns:
+        if not c.startswith("config."):
+            continue
+        key = c[len("config."):]
+        if key.split(".", 1)[0] in sections and key in rundir.result_config({key: 0}):
+            cols.append(c)
+    return cols
+
+
+def _shown(v: Any) -> str:
+    if v is None or (isinstance(v, float) and math.isnan(v)):
+        return "?"
+    text = str(v)
+    return text if len(text) <= 32 else "..." + text[-29:]
+
+
+def split_configurations(runs: pd.DataFrame, history: pd.DataFrame | None = None) -> list[str]:
+    """Give runs that share a label but differ in a result-changing config key (:func:`result_columns`)
+    labels of their own, in place: ``<label> [<key>=<value>, ...]`` with each differing key (``?`` for a
+    run whose config lacks it); ``history``'s labels follow. A key missing from some runs' config (an
+    older schema) is not a difference. Returns one note per split label, naming the keys."""
+    notes: list[str] = []
+    if not len(runs) or "label" not in runs:
+        return notes
+    cols = result_columns(runs)
+    relabel: dict[Any, str] = {}
+    for label, g in runs.groupby("label", sort=False):
+        differing = [c for c in cols if g[c].dropna().astype(str).nunique() > 1]
+        if not differing:
+            continue
+        names = {i: f"{label} [" + ", ".join(f"{c[len('config.'):]}={_shown(g.at[i, c])}" for c in differing) + "]"
+                 for i in g.index}
+        relabel.update(names)
+        keys = ", ".join(c[len("config."):] for c in differing)
+        notes.append(f"the {len(g)} runs labelled {label} differ in {keys}: shown as {len(set(names.values()))} "
+                     f"separate configurations ({'; '.join(sorted(set(names.values())))}), never pooled")
+    if relabel:
+        new = pd.Series(relabel)
+        runs.loc[new.index, "label"] = new
+        if history is not None and len(history):
+            by_run = dict(zip(runs["run"], runs["label"]))
+            history["label"] = history["run"].map(by_run).fillna(history["label"])
+    return notes

@@ -5,6 +5,10 @@ setting it depends on, so that every run of a sweep starts from the same base po
 It uses its own fixed seed. The cache is trusted only through its ``manifest.json`` (sizes and
 SHA-256 of every file, written last, after the build's directory is renamed into place), verified
 on every use: a damaged cache, one without a manifest, or what a killed build left is rebuilt.
+Inside a run, SIGINT and SIGTERM stop a build at once (the run's handler raises
+:class:`dapo_exp.rundir.RunStopped` during the set-up; :func:`warm_start` also checks
+:func:`dapo_exp.rundir.stop_requested` every step): what was not saved is lost, and what was is not
+trusted without its manifest.
 
 The targets are a *mix of strategies* (:func:`warmstart_text`), so that RL has something to
 select: the policy learns to produce each strategy reliably, and what RL can change is how
@@ -26,7 +30,7 @@ skill from all of them but starts a step solution rarely. With ``warmstart_step_
 solution opens with a ``Steps:`` line, so that first token is the choice alone (not also the
 copy of the first operand, which would then be learned from the few unmasked targets only).
 
-The regimes of the testbed (``conf/experiment/toy_*.yaml``, README "What the toy shows") are
+The regimes of the testbed (``conf/experiment/toy_*.yaml``; docs: explanation/testbed.md) are
 settings of these knobs plus the task's and the rollout's; :mod:`dapo_exp.tasks.arith` measures
 the strategies back in the policy's samples (``diag/*`` metrics).
 """
@@ -130,7 +134,11 @@ def choice_masked(rng: random.Random, text: str, step_first_frac: float) -> bool
 
 
 def warm_start(model: Any, tokenizer: Any, model_cfg: Any, task_cfg: Any, max_response_len: int) -> dict[str, float]:
-    """Supervised phase on (imperfect) solutions of the train problems; returns stats."""
+    """Supervised phase on (imperfect) solutions of the train problems; returns stats.
+
+    Inside a run, a SIGINT or SIGTERM ends it (:class:`dapo_exp.rundir.RunStopped`, at the latest
+    before the next step): the build takes minutes, longer than a scheduler's grace period, and what it
+    has not saved is lost with nothing written."""
     data = load_arith(task_cfg)
     rng = random.Random(WARMSTART_SEED)
     torch.manual_seed(WARMSTART_SEED)
@@ -143,6 +151,8 @@ def warm_start(model: Any, tokenizer: Any, model_cfg: Any, task_cfg: Any, max_re
     loss_val = float("nan")
     progress = ProgressLines("warm start", steps, every_s=10.0)
     for i in range(steps):
+        if (signame := rundir.stop_requested()) is not None:
+            raise rundir.RunStopped(signame)
         batch = rng.sample(data.train, model_cfg.warmstart_batch_size)
         rows, labels = [], []
         for p in batch:
