@@ -6,7 +6,8 @@ directory without a model) or a Hydra composition error (an unknown key, an unkn
 option of a config group, a value of the wrong type, an unparsable override) is
 printed as ``error: <what is wrong and how to fix it>`` on stderr, without a traceback,
 and the command exits with status 2. A misspelt key gets the closest valid key
-(``optim.lrr=1`` -> ``did you mean optim.lr?``), never Hydra's hint to add it with
+(``optim.lrr=1`` -> ``did you mean optim.lr?``; ``train.lr=1`` -> ``did you mean optim.lr?``:
+the full key, :func:`closest_key`), never Hydra's hint to add it with
 ``+optim.lrr=1``; a key added that way anyway is refused by :func:`check_known_keys`,
 because the trainer would silently ignore it. Any other error keeps its traceback
 (``HYDRA_FULL_ERROR=1`` set by the user keeps Hydra's own reporting for everything).
@@ -21,8 +22,9 @@ import os
 import re
 import sys
 import typing
+from collections.abc import Iterator
 from pathlib import Path
-from typing import Any, Iterator
+from typing import Any
 
 EXIT_CODE = 2  # a usage error, as argparse
 
@@ -50,6 +52,38 @@ def suggestion(word: str, choices: list[str]) -> str:
     """``"; did you mean X?"`` for the closest of ``choices`` (difflib), or ``""``."""
     close = difflib.get_close_matches(word, choices, n=1, cutoff=0.6)
     return f"; did you mean {close[0]}?" if close else ""
+
+
+def closest_key(word: str, keys: list[str]) -> str | None:
+    """The full dotted key of ``keys`` that ``word`` most likely meant, or None.
+
+    A key's parent is never the answer (``train`` is a section, not what ``train.lr`` meant).
+    Tried in order: a key with the same last part (``train.lr`` -> ``optim.lr``; among several,
+    the closest whole key); a key close as a whole (``optim.lrr`` -> ``optim.lr``, ``fixe`` ->
+    ``fixes``); a key whose last part is close to the word's (``train.lrr`` -> ``optim.lr``).
+    """
+    leaf = word.rsplit(".", 1)[-1]
+    pool = [k for k in keys if k != word and not word.startswith(k + ".")]
+    same_leaf = [k for k in pool if k.rsplit(".", 1)[-1] == leaf]
+    if same_leaf:
+        return difflib.get_close_matches(word, same_leaf, n=1, cutoff=0.0)[0]
+    whole = difflib.get_close_matches(word, pool, n=5, cutoff=0.6)
+    for k in whole:  # close as a whole and in its last part: not a sibling with another name
+        if difflib.SequenceMatcher(None, leaf, k.rsplit(".", 1)[-1]).ratio() >= 0.6:
+            return k
+    by_leaf: dict[str, list[str]] = {}
+    for k in pool:
+        by_leaf.setdefault(k.rsplit(".", 1)[-1], []).append(k)
+    close = difflib.get_close_matches(leaf, list(by_leaf), n=1, cutoff=0.75)
+    if close:
+        return difflib.get_close_matches(word, by_leaf[close[0]], n=1, cutoff=0.0)[0]
+    return whole[0] if whole else None
+
+
+def key_suggestion(word: str, keys: list[str]) -> str:
+    """``"; did you mean X?"`` for :func:`closest_key`, or ``""``."""
+    key = closest_key(word, keys)
+    return f"; did you mean {key}?" if key else ""
 
 
 def unknown_keys(cfg: Any) -> list[str]:
@@ -82,7 +116,7 @@ def check_known_keys(cfg: Any) -> None:
     if extra:
         key = extra[0]
         raise ConfigError(
-            f"{key} is not a config key{suggestion(key, schema_keys())} (adding it with +{key}=... would train "
+            f"{key} is not a config key{key_suggestion(key, schema_keys())} (adding it with +{key}=... would train "
             f"with it silently ignored; `python run.py --cfg job` prints every key)"
         )
 
@@ -114,7 +148,7 @@ def describe(exc: BaseException, config_dir: str | os.PathLike) -> str | None:
         unknown = isinstance(cause, (ConfigKeyError, ConfigAttributeError)) or "No match in the defaults list" in text
         if key and unknown:
             choices = schema_keys() + config_groups(config_dir)
-            return f"{key} is not a config key or group{suggestion(key, choices)} " \
+            return f"{key} is not a config key or group{key_suggestion(key, choices)} " \
                    f"(`python run.py --cfg job` prints every key)"
         first = text.strip().splitlines()[0] if text.strip() else type(exc).__name__
         if isinstance(cause, OmegaConfBaseException) and str(cause.msg).strip():

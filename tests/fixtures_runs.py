@@ -17,8 +17,7 @@ from typing import Any
 
 from omegaconf import OmegaConf
 
-from dapo_exp import rundir
-from dapo_exp import fixes
+from dapo_exp import fixes, rundir
 from dapo_exp.hydra_setup import preset_switches
 
 STEPS = 6

@@ -6,7 +6,6 @@ import numpy as np
 import pandas as pd
 import pytest
 from fixtures_runs import make_switch_run
-from scipy import stats
 
 from dapo_exp import analysis as A
 from dapo_exp.analysis import bootstrap as boot

@@ -15,8 +15,8 @@ import pytest
 from fixtures_runs import make_switch_run
 
 from dapo_exp.analysis import design as D
-from dapo_exp.analysis.effects import effects_markdown, fit_effects, holm, write_effects, write_forest
 from dapo_exp.analysis.design import SWITCHES
+from dapo_exp.analysis.effects import effects_markdown, fit_effects, holm, write_effects, write_forest
 from dapo_exp.analysis.runs import load_runs
 
 # the truth of the synthetic sweeps (effects in percentage points: mean change off -> on)

@@ -83,8 +83,7 @@ def test_fractional_recipe_runs_the_half_fraction(capsys):
     from hydra import compose, initialize_config_dir
 
     from dapo_exp.analysis.cli import main
-    from dapo_exp.analysis.design import fractional_design
-    from dapo_exp.analysis.design import SWITCHES
+    from dapo_exp.analysis.design import SWITCHES, fractional_design
     from dapo_exp.fixes import switches as fix_switches
     from dapo_exp.hydra_setup import register_resolvers
 

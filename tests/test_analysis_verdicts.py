@@ -48,8 +48,12 @@ def test_one_seed_table_first_line_says_nothing_can_be_concluded_and_what_to_run
     assert f"{n} seeds" in first and "plan" in first
     # the file and the terminal print lead with it too
     assert main([str(one_seed), "--out", str(tmp_path / "out"), "--no-figures"]) == 0
-    printed = capsys.readouterr().out
-    assert printed.splitlines()[0] == first
+    printed = capsys.readouterr().out.splitlines()
+    # the terminal's lead is the same paragraph, wrapped to 120 columns with the command on a line of its own
+    assert printed[0].startswith("Nothing can be concluded from one seed per configuration")
+    assert f"python run.py -m sweep=demo fixes=grpo,clip,clip_ds,full {_seeds(n)}" in printed
+    lead = printed[: printed.index("")]
+    assert " ".join(lead).replace("`", "").split() == first.replace("**", "").replace("`", "").split()
     assert (tmp_path / "out" / "table.md").read_text().splitlines()[0] == first
     # a one-seed difference is "not measured", never a verdict
     cell = A.format_table(table).set_index("config").loc["full", "Δ verdict"]
@@ -213,13 +217,14 @@ def test_table_effects_vs_baseline_say_what_was_ruled_out(tmp_path):
 # --------------------------------------------------------------------------- #
 @pytest.mark.parametrize("name", sorted(__import__("dapo_exp.analysis.studies", fromlist=["STUDIES"]).STUDIES))
 def test_every_study_names_a_positive_control_that_is_a_real_override(name):
+    from pathlib import Path
+
     from hydra import compose, initialize_config_dir
+    from omegaconf import OmegaConf
 
     from dapo_exp.analysis.studies import STUDIES
     from dapo_exp.config import validate
     from dapo_exp.hydra_setup import register_resolvers
-    from omegaconf import OmegaConf
-    from pathlib import Path
 
     s = STUDIES[name]
     pc = s.positive_control

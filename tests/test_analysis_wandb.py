@@ -167,7 +167,7 @@ def test_cli_reads_offline_wandb(sweep, tmp_path, capsys):
     from dapo_exp.analysis.cli import main
 
     assert main(["--wandb", str(sweep), "--out", str(tmp_path), "--no-figures"]) == 0
-    assert "| clip_ds " in capsys.readouterr().out
+    assert any(ln.startswith("clip_ds ") and "±" in ln for ln in capsys.readouterr().out.splitlines())
 
 
 def test_status_from_final_metrics_when_the_trainer_logs_no_status():

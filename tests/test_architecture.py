@@ -39,7 +39,7 @@ LAYERS = [
     # which reach only the objective and the schema's error)
     {"dapo_exp.objective", "dapo_exp.config", "dapo_exp.fixes*", "dapo_exp.rundir", "dapo_exp.evaluation",
      "dapo_exp.batching", "dapo_exp.logprobs", "dapo_exp.tracking", "dapo_exp.checkpoint", "dapo_exp.models",
-     "dapo_exp.console"},
+     "dapo_exp.console", "dapo_exp.keyed"},
     # 1: registries and what they choose from: tasks, rollout; the composition of the fixes' hooks;
     # Hydra glue; analysis
     {"dapo_exp.registry", "dapo_exp.compose", "dapo_exp.hydra_setup", "dapo_exp.cli_errors", "dapo_exp.tasks*",
@@ -49,8 +49,8 @@ LAYERS = [
     {"dapo_exp.steps", "dapo_exp.build", "dapo_exp.runner", "dapo_exp.backends*"},
     # 3: the loop
     {"dapo_exp.train"},
-    # 4: programs on top
-    {"dapo_exp.benchmarks*"},
+    # 4: programs on top (the benchmarks; the generator of the docs' reference pages)
+    {"dapo_exp.benchmarks*", "dapo_exp.docs_reference"},
 ]
 
 

@@ -20,12 +20,12 @@ import pandas as pd
 import pytest
 from hydra import compose, initialize_config_dir
 from omegaconf import OmegaConf
+from paper_dry_run import LADDER, paper_dry_run, small_parquet
 
 from dapo_exp import fixes, rundir
 from dapo_exp.backends import verl as vb
 from dapo_exp.config import Config, ConfigError
 from dapo_exp.hydra_setup import register_resolvers
-from paper_dry_run import LADDER, paper_dry_run, small_parquet
 
 ROOT = Path(__file__).resolve().parents[1]
 CONF = str(ROOT / "conf")
@@ -53,9 +53,9 @@ def test_every_config_key_has_exactly_one_rule_and_no_rule_is_stale():
     assert declared == set(vb.FIX_RULES), "the fix rules are the registry's keys, no more, no less"
 
 
-def test_the_readme_table_is_the_translation():
-    readme = (ROOT / "README.md").read_text()
-    assert vb.markdown_table() in readme, "README's backend=verl table is stale: python -m dapo_exp.backends.verl"
+def test_the_documented_table_is_the_translation():
+    page = (ROOT / "docs" / "reference" / "verl.md").read_text()
+    assert vb.markdown_table() in page, "docs/reference/verl.md's table is stale: python -m dapo_exp.backends.verl"
 
 
 def test_the_defaults_of_the_verl_group():

@@ -38,7 +38,7 @@ def test_every_index_once_and_budget_respected(lengths, budget):
         padded = len(mb) * max(lengths[i] for i in mb)
         assert padded <= budget or len(mb) == 1, (mb, padded, budget)
     # greedy: the next micro-batch's first row would not have fitted in the previous one
-    for a, b in zip(mbs, mbs[1:]):
+    for a, _ in zip(mbs, mbs[1:]):
         assert (len(a) + 1) * lengths[a[0]] > budget
 
 

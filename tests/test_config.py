@@ -8,7 +8,6 @@ from pathlib import Path
 import pytest
 from hydra import compose, initialize_config_dir
 from omegaconf import OmegaConf
-from omegaconf.errors import ConfigKeyError, ValidationError
 
 from dapo_exp import fixes, objective
 from dapo_exp.config import Config, ConfigError, validate
@@ -130,7 +129,7 @@ def test_full_factorial_is_one_multirun_command():
     out = subprocess.run(
         [sys.executable, "run.py", "-m", "--cfg", "job", "clip_higher=disabled,enabled",
          "dynamic_sampling=disabled,enabled", "token_level_loss=disabled,enabled",
-         "overlong_punishment=disabled,soft", "overlong_filtering=disabled,enabled"],
+         "overlong_punishment=disabled,soft", "overlong_filtering=disabled,enabled", "seed=0"],
         cwd=ROOT, capture_output=True, text=True, timeout=300,
     )
     assert out.returncode == 0, out.stderr
@@ -141,9 +140,11 @@ def test_cfg_job_prints_every_preset_and_the_user_sweep_lists_four_jobs():
     out = subprocess.run([sys.executable, "run.py", "-m", "--cfg", "job", "fixes=grpo,clip,clip_ds,full"],
                          cwd=ROOT, capture_output=True, text=True, timeout=120)
     assert out.returncode == 0, out.stderr
-    assert "[dry run] 4 jobs" in out.stdout
+    # no seed= given: the sweeper's default seeds (five) for each preset, as a real sweep runs them
+    assert "[dry run] 20 jobs" in out.stdout
     for i, p in enumerate(["grpo", "clip", "clip_ds", "full"]):
-        assert f"#{i} : fixes={p}" in out.stdout and f"preset: {p}" in out.stdout
+        assert f"#{i} : seed=0 fixes={p}" in out.stdout and f"preset: {p}" in out.stdout
+    assert "#19 : seed=4 fixes=full" in out.stdout
     single = subprocess.run([sys.executable, "run.py", "--cfg", "job", "fixes=paper_4_sop"],
                             cwd=ROOT, capture_output=True, text=True, timeout=60)
     assert single.returncode == 0 and "preset: paper_4_sop" in single.stdout
@@ -231,3 +232,78 @@ def test_bad_config_fails_before_any_compute(tmp_path, monkeypatch):
     with pytest.raises(ConfigError, match="algo.eps_low"):
         train(cfg)
     assert not any(tmp_path.iterdir())
+
+
+# --------------------------------------------------------------------------- #
+# What the command line shows: --help, "did you mean", where a run wrote       #
+# --------------------------------------------------------------------------- #
+def _run_py(*args, cwd=ROOT, timeout=120):
+    env = {**os.environ, "OMP_NUM_THREADS": "1"}
+    return subprocess.run([sys.executable, "run.py", *args], cwd=cwd, capture_output=True, text=True,
+                          timeout=timeout, env=env)
+
+
+def test_help_is_the_projects_own_not_hydras_config_dump():
+    out = _run_py("--help")
+    assert out.returncode == 0, out.stderr
+    text = out.stdout
+    for what in ("bash .ci/install && bin/python run.py", "bash .ci/test",  # the two commands
+                 "python run.py -m fixes=grpo,clip,clip_ds,full",  # the ablation
+                 "python -m dapo_exp.analysis <sweep dir>", "python -m dapo_exp.analysis plan",
+                 "python -m dapo_exp.analysis design", "python -m dapo_exp.analysis study",  # the analysis
+                 "docs/", "mkdocs serve",  # the docs
+                 "python run.py --cfg job"):
+        assert what in text, what
+    # the config groups with their options, filled in by Hydra
+    for group in ("fixes: ", "task: ", "model: ", "experiment: ", "rollout: "):
+        assert any(line.startswith(group) for line in text.splitlines()), group
+    assert "full_no_clip" in text and "gsm8k" in text
+    # not Hydra's stock text, nor the config dump
+    assert "powered by Hydra" not in text and "== Config ==" not in text
+    assert "eps_high:" not in text and "adv_estimator" not in text
+    assert len(text.splitlines()) < 70
+    groups = {ln for ln in text.splitlines() if ln.split(":")[0].replace("_", "").isalpha() and ": " in ln}
+    assert max(len(ln) for ln in text.splitlines() if ln not in groups) <= 120  # Hydra's group lists: one line each
+
+
+@pytest.mark.parametrize("word,meant", [
+    ("train.lr", "optim.lr"),  # right name, wrong section: the full key, not the section `train`
+    ("optim.lrr", "optim.lr"),
+    ("train.stepz", "train.steps"),
+    ("algo.eps_hi", "algo.eps_high"),
+    ("lr", "optim.lr"),
+    ("fixe", "fixes"),
+])
+def test_closest_key_names_the_full_key(word, meant):
+    from dapo_exp.cli_errors import closest_key, config_groups, schema_keys
+
+    assert closest_key(word, schema_keys() + config_groups(CONF)) == meant
+
+
+def test_closest_key_never_suggests_the_parent_section_and_may_suggest_nothing():
+    from dapo_exp.cli_errors import closest_key, schema_keys
+
+    keys = schema_keys()
+    assert "train" in keys and closest_key("train.lr", keys) != "train"
+    assert closest_key("zzzz.qqqq", keys) is None
+
+
+@pytest.mark.parametrize("override", ["train.lr=-1", "+train.lr=-1"])
+def test_a_key_in_the_wrong_section_suggests_where_it_lives(tmp_path, override):
+    out = _run_py(override, "logger=none", f"hydra.run.dir={tmp_path / 'job'}")
+    lines = [ln for ln in out.stderr.splitlines() if ln.strip()]
+    assert out.returncode == 2, out.stderr
+    assert len(lines) == 1 and lines[0].startswith("error: train.lr is not a config key"), out.stderr
+    assert "did you mean optim.lr?" in lines[0] and "did you mean train?" not in lines[0]
+
+
+@pytest.mark.slow
+def test_a_single_run_prints_its_output_directory_last(tmp_path, warm_cache):
+    from conftest import SMALL
+
+    run_dir = tmp_path / "outputs" / "one_run"
+    out = _run_py(*SMALL, f"model.cache_dir={warm_cache}", f"hydra.run.dir={run_dir}", timeout=600)
+    assert out.returncode == 0, out.stderr[-3000:]
+    last = out.stdout.strip().splitlines()[-1]
+    assert last.strip() == f"written to {run_dir}", out.stdout[-2000:]
+    assert (run_dir / "summary.json").is_file() and (run_dir / "metrics.jsonl").is_file()

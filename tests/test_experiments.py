@@ -10,8 +10,7 @@ from hydra import compose, initialize_config_dir
 
 from dapo_exp.config import validate
 from dapo_exp.fixes import switches as fix_switches
-from dapo_exp.hydra_setup import preset_switches
-from dapo_exp.hydra_setup import register_resolvers
+from dapo_exp.hydra_setup import preset_switches, register_resolvers
 from dapo_exp.tasks import check_task_sources
 
 REPO = Path(__file__).resolve().parents[1]

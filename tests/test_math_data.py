@@ -8,6 +8,7 @@ from pathlib import Path
 
 import pandas as pd
 import pytest
+from fixtures_aime import MINI_AIME, MINI_AIME_COPIES, write_aime_parquet
 
 from dapo_exp.config import ConfigError, TaskConfig
 from dapo_exp.tasks import check_task_sources, load_task
@@ -22,7 +23,6 @@ from dapo_exp.tasks.math_data import (
     strip_template,
 )
 from dapo_exp.tasks.verifier import get_verifier
-from fixtures_aime import MINI_AIME, MINI_AIME_COPIES, write_aime_parquet
 
 # The shared AIME 2024 parquet (960 rows: 30 problems x 32 copies), next to the checkout;
 # only the optional test below reads it. Everything else uses the AIME-shaped file the

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 import subprocess
 import sys
 from pathlib import Path
@@ -12,6 +13,12 @@ from fixtures_runs import STANDARD_SWEEP, make_sweep
 
 REPO = Path(__file__).resolve().parents[1]
 NOTEBOOKS = sorted((REPO / "notebooks").glob("*.ipynb"))
+# the headless commands as the docs print them, run in the repository root (`jupyter lab` in place of
+# `jupyter execute` opens the same notebook with the same parameter cell)
+NOTEBOOK_COMMANDS = [
+    "DAPO_SWEEP_DIR=multirun/demo jupyter execute notebooks/ablation_analysis.ipynb",
+    "DAPO_SWEEP_DIR=multirun/demo jupyter execute notebooks/rollout_inspection.ipynb",
+]
 
 
 @pytest.fixture(scope="module")
@@ -74,13 +81,9 @@ def test_notebook_executes(path, kernel, tmp_path, monkeypatch):
     assert all(c.get("outputs", []) == [] for c in nbformat.read(path, as_version=4).cells if c.cell_type == "code")
 
 
-@pytest.mark.slow
-def test_the_headline_sweep_then_both_notebooks_with_no_variable_set(kernel, tmp_path, monkeypatch, warm_cache):
-    """README's headline command, then the notebooks as a user opens them: no DAPO_* variable, the
-    default path (the newest sweep under multirun/)."""
-    from conftest import SMALL
-    from nbclient import NotebookClient
-
+def _repo_copy(tmp_path: Path) -> Path:
+    """A repository root: run.py and conf/ linked, the notebooks copied (so that running them leaves
+    the real ones untouched)."""
     repo = tmp_path / "repo"
     repo.mkdir()
     for name in ("run.py", "conf"):
@@ -88,12 +91,43 @@ def test_the_headline_sweep_then_both_notebooks_with_no_variable_set(kernel, tmp
     (repo / "notebooks").mkdir()
     for nb in NOTEBOOKS:
         (repo / "notebooks" / nb.name).write_bytes(nb.read_bytes())
-    headline = ["-m", "fixes=grpo,clip,clip_ds,full"]  # README, "Other entry points"
-    out = subprocess.run([sys.executable, "run.py", *headline, *SMALL, f"model.cache_dir={warm_cache}"],
+    return repo
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("command", NOTEBOOK_COMMANDS, ids=lambda c: c.split("/")[-1])
+def test_the_documented_notebook_command_runs_from_the_repository_root(command, kernel, tmp_path):
+    """The sweep path is relative to the repository root, though the kernel starts in notebooks/."""
+    repo = _repo_copy(tmp_path)
+    make_sweep(repo / "multirun" / "demo", STANDARD_SWEEP)
+    env = {k: v for k, v in os.environ.items() if not k.startswith("DAPO_")}
+    # `jupyter` of this environment first on the PATH, as after `pip install -e '.[notebook]'` in it
+    env.update(PATH=f"{Path(sys.executable).parent}{os.pathsep}{env.get('PATH', '')}", MPLBACKEND="Agg",
+               OMP_NUM_THREADS="1")
+    out = subprocess.run(["bash", "-c", command], cwd=repo, env=env, capture_output=True, text=True, timeout=600)
+    assert out.returncode == 0, (out.stdout + out.stderr)[-3000:]
+    if "ablation_analysis" in command:
+        assert (repo / "multirun" / "demo" / "analysis" / "table.md").is_file()
+    assert not (repo / "notebooks" / "multirun").exists()
+
+
+@pytest.mark.slow
+def test_the_headline_sweep_then_both_notebooks_with_no_variable_set(kernel, tmp_path, monkeypatch, warm_cache):
+    """README's headline command, then the notebooks as a user opens them: no DAPO_* variable, the
+    default path (the newest sweep under multirun/)."""
+    from conftest import SMALL
+    from nbclient import NotebookClient
+
+    repo = _repo_copy(tmp_path)
+    headline = ["-m", "fixes=grpo,clip,clip_ds,full"]  # README, "The ablation"; docs/tutorial.md
+    out = subprocess.run([sys.executable, "run.py", *headline, *SMALL, "train.steps=1", f"model.cache_dir={warm_cache}"],
                          cwd=repo, capture_output=True, text=True, timeout=1200)
     assert out.returncode == 0, out.stderr[-3000:]
     sweep = repo / "multirun" / "fixes=grpo,clip,clip_ds,full"
-    assert len(list(sweep.glob("*/summary.json"))) == 4
+    # no seed= given: the default five seeds per configuration, so the table's cells carry intervals
+    assert "[sweep] 20 runs: 4 configuration(s) x 5 seed(s) (seed= not given" in out.stdout
+    assert len(list(sweep.glob("*/summary.json"))) == 20
+    assert "± n/a" not in (sweep / "analysis" / "table.md").read_text()
     for var in ("DAPO_SWEEP_DIR", "DAPO_ANALYSIS_OUT", "DAPO_WANDB"):
         monkeypatch.delenv(var, raising=False)
     monkeypatch.setenv("MPLBACKEND", "Agg")

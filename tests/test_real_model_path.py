@@ -9,11 +9,11 @@ from pathlib import Path
 
 import pandas as pd
 import pytest
+from fixtures_aime import write_aime_parquet
 
 from dapo_exp import rundir
 from dapo_exp.tasks.math_data import apply_template
 from dapo_exp.train import train
-from fixtures_aime import write_aime_parquet
 
 CHAT_TEMPLATE = (
     "{% for m in messages %}<|im_start|>{{ m['role'] }}\n{{ m['content'] }}<|im_end|>\n{% endfor %}"

@@ -1,5 +1,5 @@
 """The CPU testbed (issue 11): the warm start's strategy mix, the mechanism diagnostics, the
-regime presets, and the base-policy properties each regime needs (README: What the toy shows).
+regime presets, and the base-policy properties each regime needs (docs/explanation/testbed.md).
 
 The base-policy tests build each regime's warm-started policy once (cached like `python run.py`)
 and sample it: a later change to the task, the warm start or the sampler that breaks a regime
@@ -14,14 +14,13 @@ from types import SimpleNamespace
 
 import pytest
 import torch
+from conftest import CONF
 from hydra import compose, initialize_config_dir
 
 from dapo_exp.analysis.studies import STUDIES, study_table
 from dapo_exp.tasks.arith import STEP_MARKER, arith_diagnostics, is_degenerate, on_correct_path, response_style
 from dapo_exp.tasks.arith_warmstart import GUESS_OFFSETS, warmstart_text
 from dapo_exp.tasks.base import Problem
-
-from conftest import CONF
 
 REGIMES = ("toy_headroom", "toy_ds", "toy_clip", "toy_overlong", "toy_degeneration")
 P = Problem(id="t0", prompt="7+8+3+9\n", answer="27", meta={"steps": ["7+8=15", "15+3=18", "18+9=27"]})

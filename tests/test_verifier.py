@@ -8,7 +8,6 @@ import time
 
 import pytest
 
-from dapo_exp import config
 from dapo_exp.tasks import math_dapo
 from dapo_exp.tasks.math_dapo import TAIL_CHARS, normalize_final_answer
 from dapo_exp.tasks.verifier import (

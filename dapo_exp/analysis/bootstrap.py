@@ -37,8 +37,8 @@ from __future__ import annotations
 
 import math
 import warnings
+from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import Sequence
 
 import numpy as np
 import pandas as pd
@@ -84,7 +84,7 @@ class SampleCube:
             warnings.simplefilter("ignore", RuntimeWarning)
             return np.nanmean(self.run_acc(), axis=1)
 
-    def subset_problems(self, problems: Sequence) -> "SampleCube":
+    def subset_problems(self, problems: Sequence) -> SampleCube:
         idx = [self.problems.index(p) for p in problems]
         return SampleCube(self.configs, self.seeds, list(problems), self.correct[:, :, idx], self.total[:, :, idx])
 

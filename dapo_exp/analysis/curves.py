@@ -26,11 +26,11 @@ range that every seed covers, before the mean and the band are taken.
 from __future__ import annotations
 
 import colorsys
-import math
 import hashlib
+import math
 import os
+from collections.abc import Sequence
 from pathlib import Path
-from typing import Sequence
 
 import numpy as np
 import pandas as pd
@@ -107,7 +107,7 @@ def label_color(label: str) -> str:
     hue = (h % 3600) / 3600.0
     light = 0.38 + 0.14 * ((h >> 12) % 3) / 2
     r, g, b = colorsys.hls_to_rgb(hue, light, 0.75)
-    return "#{:02x}{:02x}{:02x}".format(int(r * 255), int(g * 255), int(b * 255))
+    return f"#{int(r * 255):02x}{int(g * 255):02x}{int(b * 255):02x}"
 
 
 def label_colors(labels) -> dict[str, str]:
@@ -253,8 +253,18 @@ def plot_curves(
     ]
     if handles:
         fig.legend(handles=handles, loc="outside lower center", ncols=min(len(handles), 6), fontsize=8, frameon=False)
-    fig.suptitle(f"vs {X_LABELS[x]} — line: mean over seeds; {BANDS[band]}", fontsize=11)
+    fig.suptitle(curves_title(x, band, [n_seeds.get(l, 0) for l in labels]), fontsize=11)
     return fig
+
+
+def curves_title(x: str, band: str, seeds: Sequence[int]) -> str:
+    """The figure's title: the x axis, what the line is and the band, as far as the seeds allow one
+    (``seeds``: the number of runs of each configuration drawn)."""
+    if seeds and max(seeds) <= 1:
+        return f"vs {X_LABELS[x]}: one run per configuration (one seed), so no band"
+    if seeds and min(seeds) <= 1:
+        return f"vs {X_LABELS[x]} — line: mean over seeds; {BANDS[band]} (configurations with 2+ seeds)"
+    return f"vs {X_LABELS[x]} — line: mean over seeds; {BANDS[band]}"
 
 
 def _line(color: str, text: str):

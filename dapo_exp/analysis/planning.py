@@ -25,7 +25,7 @@ two-sided alpha 0.05 and power 0.8 (``statsmodels.stats.power``):
 
 **From one seed.** A pilot with one seed per configuration measures no spread. The paired sd is
 then the one given (``paired_sd``, ``--paired-sd``, in the table's unit: pp for accuracy) or the
-default of :data:`DEFAULT_PAIRED_SD` (measured on the 2026-11-22 fractional sweep); a given one also
+default of :data:`DEFAULT_PAIRED_SD` (measured on the committed fractional sweep; docs: results); a given one also
 replaces a pilot's. Unpaired counts use the pilot's between-seed sd of each arm, or, without one,
 ``sd_arm = sd_paired / sqrt(2 (1 - r))`` from the paired sd and the correlation ``r`` of the arms'
 per-seed values (``correlation``, ``--correlation``, default 0: pairing assumed to buy nothing), so
@@ -41,14 +41,14 @@ from __future__ import annotations
 
 import math
 import os
-from pathlib import Path
-from typing import Sequence
+from collections.abc import Sequence
 
 import numpy as np
 import pandas as pd
 from scipy import stats
 
 from dapo_exp.analysis.table import DIFF_KEY, TABLE_METRICS, TableMetric, baseline_label, order_labels
+
 # the power solvers and the default paired sd live with the verdicts (the table's one-seed line uses them)
 from dapo_exp.analysis.verdicts import (  # noqa: F401  (part of this module's API)
     DEFAULT_PAIRED_DF,
@@ -257,7 +257,7 @@ def format_plan(p: pd.DataFrame) -> str:
         f"with power {pw:g} at two-sided alpha {a:g}.",
     ]
     n_txt = lambda n: "n/a (no variance: give --paired-sd)" if n < 0 else str(n)  # noqa: E731
-    for key, r in p.iterrows():
+    for _, r in p.iterrows():
         have = int(r.get("seeds", 0) or 0)
         sdp_from = r.get("sd_paired_from", "pilot")
         if np.isfinite(r["sd"]):

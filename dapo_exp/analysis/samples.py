@@ -17,7 +17,6 @@ from dapo_exp.analysis.runs import RunSet, order_labels
 from dapo_exp.rundir import read_jsonl
 
 KINDS = {"eval": rundir.EVAL_SAMPLES, "train": rundir.TRAIN_SAMPLES}
-CATEGORIES = ("correct", "wrong", "truncated", "longest")
 
 
 def load_samples(

@@ -42,9 +42,10 @@ import os
 import struct
 import warnings
 import zlib
+from collections.abc import Iterator
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
-from typing import Any, Iterator
+from typing import Any
 
 import numpy as np
 import pandas as pd

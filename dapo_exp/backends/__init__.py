@@ -8,7 +8,8 @@ the launchers are imported when picked.
 
 from __future__ import annotations
 
-from typing import Any, Callable
+from collections.abc import Callable
+from typing import Any
 
 from dapo_exp.registry import Registry
 

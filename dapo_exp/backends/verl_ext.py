@@ -17,7 +17,7 @@ loop from the response length, not the mask) in its group's advantage statistics
 trainer's semantic choice 4 ("mask, not drop"). verl already uses ``response_mask = 0`` for tokens
 that are not trained on (tool outputs), so nothing downstream is surprised by it.
 
-One difference, documented in the README: with ``seq-mean-token-mean`` verl divides by the
+One difference, documented in docs/explanation/verl-backend.md: with ``seq-mean-token-mean`` verl divides by the
 mini-batch's responses including fully masked ones (``global_batch_size``), ours by the responses
 that keep a token; ``token-mean`` and ``seq-mean-token-sum-norm`` are identical.
 """

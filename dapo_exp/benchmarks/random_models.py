@@ -14,7 +14,7 @@ from __future__ import annotations
 import os
 from dataclasses import dataclass
 
-from dapo_exp.models import CHAR_SPECIALS, CHARS, build_char_tokenizer
+from dapo_exp.models import CHAR_SPECIALS, build_char_tokenizer
 
 # the ids of dapo_exp.models.build_char_tokenizer (the tiny model's tokenizer, padded with fillers)
 PAD_ID, EOS_ID = CHAR_SPECIALS.index("<pad>"), CHAR_SPECIALS.index("<eos>")
@@ -31,6 +31,7 @@ class Qwen2Size:
     num_kv_heads: int
     intermediate_size: int
     vocab_size: int
+    tie_word_embeddings: bool = False
 
 
 # ~0.4M and ~21M parameters (head_dim 32 and 64: both run on vLLM's CPU kernels)
@@ -40,6 +41,11 @@ SIZES = {
     ),
     "21M": Qwen2Size(
         hidden_size=512, num_layers=6, num_heads=8, num_kv_heads=2, intermediate_size=1376, vocab_size=4096
+    ),
+    # Qwen2.5-0.5B's shape (494M parameters with its tied embeddings), for GPU runs of the native trainer
+    "0.5B": Qwen2Size(
+        hidden_size=896, num_layers=24, num_heads=14, num_kv_heads=2, intermediate_size=4864, vocab_size=151936,
+        tie_word_embeddings=True,
     ),
 }
 
@@ -67,7 +73,7 @@ def save_random_qwen2(out_dir: str, size: Qwen2Size, seed: int = 0, dtype: str =
         bos_token_id=None,
         eos_token_id=EOS_ID,
         pad_token_id=PAD_ID,
-        tie_word_embeddings=False,
+        tie_word_embeddings=size.tie_word_embeddings,
     )
     torch.manual_seed(seed)
     model = Qwen2ForCausalLM(cfg).to(getattr(torch, dtype)).eval()
@@ -86,7 +92,7 @@ def n_params(model) -> int:
 
 def main(argv: list[str] | None = None) -> None:
     """``python -m dapo_exp.benchmarks.random_models --out DIR [--size 21M] [--chat-template]``: a local
-    model directory (no hub), e.g. for a two-step ``backend=verl`` check on a GPU (README)."""
+    model directory (no hub), e.g. for a two-step ``backend=verl`` check on a GPU (docs: explanation/verl-backend.md)."""
     import argparse
 
     ap = argparse.ArgumentParser(description=main.__doc__)

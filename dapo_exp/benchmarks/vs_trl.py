@@ -51,14 +51,13 @@ from __future__ import annotations
 
 import argparse
 import datetime
-import math
 import os
 import platform
 import tempfile
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Callable
+from typing import Any
 
 import numpy as np
 import torch
@@ -134,8 +133,8 @@ class Tally:
 
 def tiny_model_path(args: argparse.Namespace) -> str:
     """The toy's default warm-started tiny model (built once and cached, as for ``python run.py``)."""
-    from dapo_exp.hydra_setup import compose_config
     from dapo_exp.build import policy_path
+    from dapo_exp.hydra_setup import compose_config
 
     return policy_path(compose_config([f"model.cache_dir={args.cache_dir}"] if args.cache_dir else []))
 

@@ -146,10 +146,8 @@ def last_answer_text(response: str, tail_chars: int | None = TAIL_CHARS) -> str 
     ``tail_chars``: how many characters from the end are searched (None: all of it).
     """
     tail = response if tail_chars is None else response[-tail_chars:]
-    last = None
-    for last in ANSWER_PATTERN.finditer(tail):
-        pass
-    return None if last is None else last.group(1)
+    matches = list(ANSWER_PATTERN.finditer(tail))
+    return matches[-1].group(1) if matches else None
 
 
 def extract_pred(response: str) -> str | None:

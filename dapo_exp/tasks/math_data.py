@@ -47,8 +47,9 @@ import math
 import numbers
 import os
 import re
+from collections.abc import Iterable, Iterator
 from dataclasses import dataclass
-from typing import Any, Iterable, Iterator, Optional
+from typing import Any
 
 from dapo_exp.config import ConfigError
 from dapo_exp.tasks.base import Problem, TaskData
@@ -97,13 +98,13 @@ class Source:
     name: str  # short name, used in problem ids ("aime24", "dapo_math_17k", file stem)
     kind: str
     location: str  # HF id or absolute file path
-    hf_config: Optional[str] = None
-    split: Optional[str] = None
-    schema: Optional[str] = None
+    hf_config: str | None = None
+    split: str | None = None
+    schema: str | None = None
 
 
 # alias -> (HF id, HF config, split, schema)
-KNOWN_SOURCES: dict[str, tuple[str, Optional[str], str, str]] = {
+KNOWN_SOURCES: dict[str, tuple[str, str | None, str, str]] = {
     "dapo_math_17k": ("BytedTsinghua-SIA/DAPO-Math-17k", None, "train", "dapo"),
     "aime24": ("BytedTsinghua-SIA/AIME-2024", None, "train", "dapo"),
     "gsm8k_train": ("openai/gsm8k", "main", "train", "gsm8k"),
@@ -298,12 +299,7 @@ def check_hub_reachable(source: Source, field: str) -> None:
         ) from exc
 
 
-def read_rows(source: Source) -> list[dict[str, Any]]:
-    """All rows of a source as a list (see :func:`iter_rows`)."""
-    return list(iter_rows(source))
-
-
-def detect_schema(rows: list[dict[str, Any]]) -> Optional[str]:
+def detect_schema(rows: list[dict[str, Any]]) -> str | None:
     """``dapo`` if rows have ``prompt`` and ``reward_model``; ``gsm8k`` for ``question``/``answer``;
     ``math500`` for ``problem``/``answer``; None if no row matches any."""
     for row in rows[:100]:
@@ -320,7 +316,7 @@ def detect_schema(rows: list[dict[str, Any]]) -> Optional[str]:
 # --------------------------------------------------------------------------- #
 # Rows -> problems (None: malformed, skipped and counted)                        #
 # --------------------------------------------------------------------------- #
-def _answer_text(value: Any) -> Optional[str]:
+def _answer_text(value: Any) -> str | None:
     """A ground truth as a non-empty string, or None (missing, NaN, empty, a container, a bool)."""
     if isinstance(value, bool) or value is None:
         return None
@@ -337,7 +333,7 @@ def _as_mapping(value: Any) -> dict:
     return value if isinstance(value, dict) else {}
 
 
-def _user_content(prompt: Any) -> Optional[str]:
+def _user_content(prompt: Any) -> str | None:
     """Content of the last ``user`` message of a verl chat prompt (list or array of dicts)."""
     if isinstance(prompt, str):
         return prompt.strip() or None
@@ -352,7 +348,7 @@ def _user_content(prompt: Any) -> Optional[str]:
     return None
 
 
-def _dapo_row(row: dict, pos: int, name: str) -> Optional[Problem]:
+def _dapo_row(row: dict, pos: int, name: str) -> Problem | None:
     content = _user_content(row.get("prompt"))
     answer = _answer_text(_as_mapping(row.get("reward_model")).get("ground_truth"))
     if content is None or answer is None:
@@ -374,14 +370,14 @@ def _dapo_row(row: dict, pos: int, name: str) -> Optional[Problem]:
     return Problem(id=f"{name}-{index}", prompt=content, answer=answer, meta=meta)
 
 
-def gsm8k_answer(answer_column: Any) -> Optional[str]:
+def gsm8k_answer(answer_column: Any) -> str | None:
     """GSM8K's final answer: the text after the last ``####``, stripped (None if absent or empty)."""
     if not isinstance(answer_column, str) or "####" not in answer_column:
         return None
     return _answer_text(answer_column.rsplit("####", 1)[1])
 
 
-def _gsm8k_row(row: dict, pos: int, name: str) -> Optional[Problem]:
+def _gsm8k_row(row: dict, pos: int, name: str) -> Problem | None:
     question, answer = row.get("question"), gsm8k_answer(row.get("answer"))
     if not isinstance(question, str) or not question.strip() or answer is None:
         return None
@@ -389,7 +385,7 @@ def _gsm8k_row(row: dict, pos: int, name: str) -> Optional[Problem]:
     return Problem(id=f"{name}-{pos}", prompt=apply_template(question.strip()), answer=answer, meta=meta)
 
 
-def _math500_row(row: dict, pos: int, name: str) -> Optional[Problem]:
+def _math500_row(row: dict, pos: int, name: str) -> Problem | None:
     problem, answer = row.get("problem"), _answer_text(row.get("answer"))
     if not isinstance(problem, str) or not problem.strip() or answer is None:
         return None

@@ -47,8 +47,9 @@ import functools
 import logging
 import os
 import re
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
-from typing import Any, Callable, Sequence
+from typing import Any
 
 from dapo_exp.registry import Registry
 from dapo_exp.tasks import math_dapo

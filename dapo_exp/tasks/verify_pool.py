@@ -30,7 +30,7 @@ Time bound of :meth:`WorkerPool.run`: each task gets ``timeout_s`` from the mome
 handed to a ready worker; a worker that has not answered by then is killed and the task
 reported as timed out. Tasks queue when there are more than workers, so a batch of N
 tasks on W workers returns within about ``ceil(N / W) * timeout_s`` plus worker start-up
-(``startup_timeout_s`` at most, paid once, and again after a kill, ~1 s).
+(``startup_timeout_s`` at most, paid once, and again after a kill).
 """
 
 from __future__ import annotations
@@ -45,8 +45,9 @@ import threading
 import time
 import weakref
 from collections import deque
+from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import NamedTuple, Sequence
+from typing import NamedTuple
 
 # the directory holding the `dapo_exp` package (put on the workers' PYTHONPATH)
 _PACKAGE_PARENT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
@@ -73,7 +74,7 @@ class _Worker:
     buf: bytes = b""
 
 
-_LIVE_POOLS: "weakref.WeakSet[WorkerPool]" = weakref.WeakSet()
+_LIVE_POOLS: weakref.WeakSet[WorkerPool] = weakref.WeakSet()
 
 
 @atexit.register

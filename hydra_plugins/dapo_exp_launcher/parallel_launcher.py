@@ -19,8 +19,9 @@ from __future__ import annotations
 
 import logging
 import os
+from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
-from typing import Any, Iterator, NamedTuple, Optional, Sequence
+from typing import Any, NamedTuple
 
 from hydra.core.utils import JobReturn
 from hydra.plugins.launcher import Launcher
@@ -94,8 +95,8 @@ class WithThreads:
 class ParallelLauncher(Launcher):
     """``hydra/launcher=parallel`` (conf/hydra/launcher/parallel.yaml): :func:`plan`, then hydra-joblib-launcher."""
 
-    def __init__(self, jobs: Optional[int] = None, threads_per_job: Optional[int] = None,
-                 cores: Optional[int] = None, verbose: int = 0) -> None:
+    def __init__(self, jobs: int | None = None, threads_per_job: int | None = None,
+                 cores: int | None = None, verbose: int = 0) -> None:
         self.jobs, self.threads_per_job, self.cores, self.verbose = jobs, threads_per_job, cores, verbose
         self.context: dict[str, Any] = {}
 
