@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+import re
 import subprocess
 import sys
 from pathlib import Path
@@ -127,7 +128,10 @@ def test_the_headline_sweep_then_both_notebooks_with_no_variable_set(kernel, tmp
     # no seed= given: the default five seeds per configuration, so the table's cells carry intervals
     assert "[sweep] 20 runs: 4 configuration(s) x 5 seed(s) (seed= not given" in out.stdout
     assert len(list(sweep.glob("*/summary.json"))) == 20
-    assert "± n/a" not in (sweep / "analysis" / "table.md").read_text()
+    rows = [ln.split("|") for ln in (sweep / "analysis" / "table.md").read_text().splitlines()
+            if ln.startswith("| ") and ln.split("|")[1].strip() in ("grpo", "clip", "clip_ds", "full")]
+    assert len(rows) == 4 and all(r[2].strip() == "5" for r in rows)
+    assert all(re.fullmatch(r"\s*\d+\.\d ± \d+\.\d\s*", r[3]) for r in rows), rows  # final acc: mean ± half-width
     for var in ("DAPO_SWEEP_DIR", "DAPO_ANALYSIS_OUT", "DAPO_WANDB"):
         monkeypatch.delenv(var, raising=False)
     monkeypatch.setenv("MPLBACKEND", "Agg")
