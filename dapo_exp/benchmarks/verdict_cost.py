@@ -48,7 +48,6 @@ from __future__ import annotations
 
 import argparse
 import datetime
-import json
 import math
 import os
 import subprocess
@@ -58,6 +57,8 @@ from dataclasses import dataclass
 from pathlib import Path
 
 import numpy as np
+
+from dapo_exp import rundir
 
 ROOT = Path(__file__).resolve().parents[2]
 BASE = ("fixes=grpo",)
@@ -104,10 +105,7 @@ class Job:
 
 
 def _summary(out: Path) -> dict | None:
-    try:
-        return json.loads((out / "summary.json").read_text())
-    except (OSError, ValueError):
-        return None
+    return rundir.read_summary(out)
 
 
 def jobs(*, runs: Path, seeds: int, steps: int, repeats: int, fixes: list[str], which: list[str], quick: bool,
@@ -145,34 +143,21 @@ def run_job(job: Job, python: str = sys.executable) -> tuple[Job, int, str]:
     return job, rc, "ran"
 
 
-def _mean_metric(out: Path, key: str) -> float:
-    vals = []
-    try:
-        for line in (out / "metrics.jsonl").read_text().splitlines():
-            try:
-                row = json.loads(line)
-            except ValueError:
-                continue
-            if key in row and "reward/mean" in row:  # a training step's row
-                vals.append(float(row[key]))
-    except OSError:
-        return float("nan")
+def _mean_metric(rows: list[dict], key: str) -> float:
+    """The mean of ``key`` over the training steps' rows of a run's metrics."""
+    vals = [float(r[key]) for r in rows if key in r and "reward/mean" in r]  # a training step's row
     return float(np.mean(vals)) if vals else float("nan")
 
 
-def _eval_times(out: Path, final_step: int) -> tuple[float, float]:
-    """(seconds of the final evaluation, mean seconds of the others) from metrics.jsonl."""
+def _eval_times(rows: list[dict], final_step: int) -> tuple[float, float]:
+    """(seconds of the final evaluation, mean seconds of the others) from a run's metrics rows."""
     final, other = float("nan"), []
-    try:
-        for line in (out / "metrics.jsonl").read_text().splitlines():
-            row = json.loads(line)
-            if "timing_s/eval" in row:
-                if row["step"] == final_step:
-                    final = float(row["timing_s/eval"])
-                else:
-                    other.append(float(row["timing_s/eval"]))
-    except (OSError, ValueError):
-        pass
+    for row in rows:
+        if "timing_s/eval" in row:
+            if row.get("step") == final_step:
+                final = float(row["timing_s/eval"])
+            else:
+                other.append(float(row["timing_s/eval"]))
     return final, float(np.mean(other)) if other else float("nan")
 
 
@@ -186,9 +171,10 @@ def collect(all_jobs: list[Job], fixes: list[str]) -> dict:
         final = s["final"]
         reps = [final["eval/acc_avg"]] + [final[k] for k in sorted(final) if k.startswith("eval/acc_avg_rep")]
         row = {ACC: 100 * final["eval/acc_avg"], "reps": [100 * v for v in reps]}
+        metrics = rundir.read_jsonl(j.out / rundir.METRICS)  # one read of the run's log for every figure
         for f in fixes:
-            row[FIXES[f][1]] = _mean_metric(j.out, FIXES[f][1]) * FIXES[f][2]
-        row["final_eval_s"], row["eval_s"] = _eval_times(j.out, s["final"]["step"])
+            row[FIXES[f][1]] = _mean_metric(metrics, FIXES[f][1]) * FIXES[f][2]
+        row["final_eval_s"], row["eval_s"] = _eval_times(metrics, s["final"]["step"])
         data[(j.setting, j.arm, j.seed)] = row
     return data
 
