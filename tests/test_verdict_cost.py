@@ -22,7 +22,7 @@ def _data(shift_keyed: float):
             for arm, eff in (("off", 0.0), ("clip_higher", 3.0 + shift)):
                 acc = base + eff + rng.standard_normal()
                 reps = [acc, acc + 1.0, acc - 1.0]  # within-run variance 1
-                data[(setting, arm, s)] = {vc.ACC: acc, "reps": reps, "diag/style_step": acc / 100,
+                data[(setting, arm, s)] = {vc.ACC: acc, vc.LATE: acc - 1.0, "reps": reps, "diag/style_step": acc / 100,
                                            "final_eval_s": 2.0, "eval_s": 0.5}
     return data
 
@@ -35,6 +35,8 @@ def test_statistics_on_known_numbers():
     b = np.array([data[("today", "clip_higher", s)][vc.ACC] for s in range(12)])
     assert r["n"] == 12
     assert math.isclose(r["sd_paired"], np.std(b - a, ddof=1))
+    late = next(x for x in rows if x["setting"] == "today" and x["metric"] == vc.LATE)
+    assert math.isclose(late["effect"], np.mean(b - a)) and late["n_paired"] == r["n_paired"]
     assert math.isclose(r["r"], np.corrcoef(a, b)[0, 1]) and r["r"] > 0.8  # the seed's shared part
     assert math.isclose(r["eval_share"], 2 * 1.0 / np.var(b - a, ddof=1))
     assert r["sd_paired_lo"] < r["sd_paired"] < r["sd_paired_hi"]
@@ -55,20 +57,31 @@ def test_jobs_are_interleaved_and_settings_override_last(tmp_path):
     precise = jobs[2].overrides
     assert "task.arith_n_eval=16" in precise and "task.arith_n_eval=8" not in precise
     assert "clip_higher=enabled" in jobs[3].overrides and "seed=0" in jobs[3].overrides
+    assert "train.randomness=stream" in jobs[0].overrides  # today's sampler named, whatever the default
+    later = vc.jobs(runs=tmp_path, seeds=2, first_seed=12, steps=3, repeats=1, fixes=["clip_higher"],
+                    which=["today"], quick=True)
+    assert [j.seed for j in later] == [12, 12, 13, 13] and later[0].out == tmp_path / "today" / "off" / "seed12"
+
+
+def test_late_mean_is_the_last_k_trained_evaluations():
+    rows = [{"step": 0, "eval/acc_avg": 0.1}, {"step": 1, "reward/mean": 0.3}, {"step": 10, "eval/acc_avg": 0.5},
+            {"step": 20, "eval/acc_avg": 0.7}, {"step": 30, "eval/acc_avg": 0.6}]
+    assert math.isclose(vc._late_mean(rows, 2), 0.65) and math.isclose(vc._late_mean(rows, 3), 0.6)
+    assert math.isnan(vc._late_mean(rows, 4))  # step 0 (the untrained policy) never counts
 
 
 @pytest.mark.slow
 def test_smoke_run_prints_its_columns_and_reuses_finished_runs(tmp_path, capsys):
     argv = ["--quick", "--settings", "keyed", "--fixes", "clip_higher", "--seeds", "1", "--steps", "1",
-            "--boot", "10", "--out", str(tmp_path / "out"), "--runs", str(tmp_path / "runs")]
+            "--boot", "10", "--late-k", "1", "--out", str(tmp_path / "out"), "--runs", str(tmp_path / "runs")]
     assert vc.main(argv) == 0
     out = capsys.readouterr().out
     assert HEADER in out
     for setting in ("today", "keyed"):
-        for metric in (vc.ACC, "diag/style_step"):
+        for metric in (vc.ACC, vc.LATE, "diag/style_step"):
             assert f"| {setting} | clip_higher | {metric} | 1 |" in out
     with open(tmp_path / "out" / "verdict_cost.csv") as fh:
         rows = list(csv.DictReader(fh))
-    assert len(rows) == 4 and set(vc.COLUMNS) <= set(rows[0])
+    assert len(rows) == 6 and set(vc.COLUMNS) <= set(rows[0])
     assert vc.main(argv) == 0  # a second call trains nothing
     assert capsys.readouterr().out.count(": reused") == 4

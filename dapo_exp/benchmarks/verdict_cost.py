@@ -7,7 +7,7 @@ On the toy's default regime (``fixes=grpo``), for each fix of ``--fixes`` (defau
 Token-level Loss) it trains ``--seeds`` seeds of GRPO with the fix off and on (the off arm is
 shared by the fixes), under each setting of ``--settings``:
 
-- ``today``: the defaults;
+- ``today``: the defaults with today's sampler named (``train.randomness=stream``);
 - ``precise``: a larger final evaluation (``eval.final_problems`` x ``eval.final_samples``, the
   held-out set grown with ``task.arith_n_eval``; intermediate evaluations stay 64 x 4);
 - ``keyed``: ``train.randomness=keyed`` (:mod:`dapo_exp.keyed`);
@@ -21,9 +21,11 @@ an interrupted one resumes from its checkpoint, so the command can be stopped an
 ``--jobs`` runs that many side by side. The jobs are interleaved (seed by seed, setting by
 setting), so that a slow spell of the machine falls on every setting alike.
 
-Per setting, fix and metric (the final held-out accuracy in points, and the fix's mechanism metric
-averaged over training: Clip-Higher's share of step-strategy samples ``diag/style_step``,
-Token-level Loss's mean response length), with a bootstrap interval over seeds (pairs resampled):
+Per setting, fix and metric (the final held-out accuracy in points; ``late_acc``, the mean held-out
+accuracy of the last ``--late-k`` evaluations, the endpoint ``eval.endpoint=last_k_mean`` declares;
+and the fix's mechanism metric averaged over training: Clip-Higher's share of step-strategy samples
+``diag/style_step``, Token-level Loss's mean response length), with a bootstrap interval over seeds
+(pairs resampled):
 
 - ``sd``: standard deviation across seeds within an arm (the two arms pooled);
 - ``sd_paired``: standard deviation of the per-seed difference on - off;
@@ -67,6 +69,8 @@ FIXES = {  # fix -> (its arm's overrides, its mechanism metric (a metrics.jsonl 
     "token_level_loss": (("token_level_loss=enabled",), "response_length/mean", 1.0),
 }
 ACC = "final_acc"
+LATE = "late_acc"  # the mean held-out accuracy over the last --late-k evaluations (eval.endpoint=last_k_mean)
+ACCS = (ACC, LATE)
 COLUMNS = ("setting", "fix", "metric", "n", "sd", "sd_lo", "sd_hi", "sd_paired", "sd_paired_lo", "sd_paired_hi",
            "r", "r_lo", "r_hi", "eval_share", "eval_share_lo", "eval_share_hi", "n_paired", "n_paired_lo",
            "n_paired_hi", "effect", "effect_lo", "effect_hi", "agrees_with_today", "final_eval_s", "eval_s")
@@ -83,7 +87,7 @@ def settings(quick: bool, final_problems: int = FINAL_PROBLEMS,
                (f"task.arith_n_eval={max(final_problems, 64)}", "eval.problems=64",
                 f"eval.final_problems={final_problems}", f"eval.final_samples={final_samples}"))
     keyed = ("train.randomness=keyed",)
-    return {"today": (), "precise": precise, "keyed": keyed, "both": precise + keyed}
+    return {"today": ("train.randomness=stream",), "precise": precise, "keyed": keyed, "both": precise + keyed}
 
 
 # the shrunken toy of the tests (tests/conftest.py): 4 prompts x 4 responses, 8 eval problems x 2
@@ -108,7 +112,7 @@ def _summary(out: Path) -> dict | None:
     return rundir.read_summary(out)
 
 
-def jobs(*, runs: Path, seeds: int, steps: int, repeats: int, fixes: list[str], which: list[str], quick: bool,
+def jobs(*, runs: Path, seeds: int, first_seed: int = 0, steps: int, repeats: int, fixes: list[str], which: list[str], quick: bool,
          extra: tuple[str, ...] = (), final_problems: int = FINAL_PROBLEMS,
          final_samples: int = FINAL_SAMPLES) -> list[Job]:
     """Every run, interleaved: seed by seed, setting by setting, arm by arm."""
@@ -117,7 +121,7 @@ def jobs(*, runs: Path, seeds: int, steps: int, repeats: int, fixes: list[str], 
               *extra)
     arms = {"off": BASE, **{f: BASE + FIXES[f][0] for f in fixes}}
     out = []
-    for seed in range(seeds):
+    for seed in range(first_seed, first_seed + seeds):
         for s in which:
             for arm, ov in arms.items():
                 out.append(Job(s, arm, seed, _last_wins(*common, *ov, *sets[s], f"seed={seed}"),
@@ -161,8 +165,17 @@ def _eval_times(rows: list[dict], final_step: int) -> tuple[float, float]:
     return final, float(np.mean(other)) if other else float("nan")
 
 
-def collect(all_jobs: list[Job], fixes: list[str]) -> dict:
-    """Per (setting, arm, seed): final accuracy (points), its repeats, the mechanism metrics, eval times."""
+def _late_mean(rows: list[dict], k: int) -> float:
+    """The mean ``eval/acc_avg`` of the last ``k`` evaluations of the trained policy (step > 0), the
+    value ``eval.endpoint=last_k_mean`` with ``eval.endpoint_k=k`` records."""
+    evals = {int(r["step"]): float(r["eval/acc_avg"]) for r in rows if "eval/acc_avg" in r and int(r["step"]) > 0}
+    last = sorted(evals)[-k:]
+    return float(np.mean([evals[s] for s in last])) if len(last) == k else float("nan")
+
+
+def collect(all_jobs: list[Job], fixes: list[str], late_k: int = 2) -> dict:
+    """Per (setting, arm, seed): final accuracy (points), its repeats, the mean accuracy of the last
+    ``late_k`` evaluations (points), the mechanism metrics, eval times."""
     data: dict = {}
     for j in all_jobs:
         s = _summary(j.out)
@@ -172,6 +185,7 @@ def collect(all_jobs: list[Job], fixes: list[str]) -> dict:
         reps = [final["eval/acc_avg"]] + [final[k] for k in sorted(final) if k.startswith("eval/acc_avg_rep")]
         row = {ACC: 100 * final["eval/acc_avg"], "reps": [100 * v for v in reps]}
         metrics = rundir.read_jsonl(j.out / rundir.METRICS)  # one read of the run's log for every figure
+        row[LATE] = 100 * _late_mean(metrics, late_k)
         for f in fixes:
             row[FIXES[f][1]] = _mean_metric(metrics, FIXES[f][1]) * FIXES[f][2]
         row["final_eval_s"], row["eval_s"] = _eval_times(metrics, s["final"]["step"])
@@ -235,7 +249,7 @@ def _row(data: dict, setting: str, f: str, metric: str, *, delta: float, boot: i
     _bootstrap(row, a, b, ev, boot, rng)
     for k, sd in (("n_paired", est["sd_paired"]), ("n_paired_lo", row["sd_paired_lo"]),
                   ("n_paired_hi", row["sd_paired_hi"])):
-        row[k] = seeds_paired(delta, sd) if metric == ACC else -1
+        row[k] = seeds_paired(delta, sd) if metric in ACCS else -1
     half = (float(st.t.ppf(0.975, n - 1)) * est["sd_paired"] / math.sqrt(n)) if n > 1 else float("nan")
     row["effect_lo"], row["effect_hi"] = est["effect"] - half, est["effect"] + half
     row["se"] = est["sd_paired"] / math.sqrt(n) if n > 1 else float("nan")
@@ -249,7 +263,7 @@ def summarise(data: dict, which: list[str], fixes: list[str], *, delta: float, b
     """The table's rows (see the module docstring), each setting's effect checked against today's."""
     rng = np.random.default_rng(seed)
     rows = [_row(data, setting, f, metric, delta=delta, boot=boot, rng=rng)
-            for setting in which for f in fixes for metric in (ACC, FIXES[f][1])]
+            for setting in which for f in fixes for metric in (*ACCS, FIXES[f][1])]
     today = {(r["fix"], r["metric"]): r for r in rows if r["setting"] == "today"}
     for r in rows:
         t = today.get((r["fix"], r["metric"]))
@@ -279,7 +293,7 @@ def markdown(rows: list[dict], header: str) -> str:
         def seeds(n: int) -> str:
             return str(n) if n > 0 else "n/a"
 
-        npd = ("-" if r["metric"] != ACC else
+        npd = ("-" if r["metric"] not in ACCS else
                f"{seeds(r['n_paired'])} [{seeds(r['n_paired_lo'])}, {seeds(r['n_paired_hi'])}]")
         lines.append(
             f"| {r['setting']} | {r['fix']} | {r['metric']} | {r['n']} | {_ci(r, 'sd')} | {_ci(r, 'sd_paired')} | "
@@ -304,6 +318,10 @@ def write(rows: list[dict], out: Path, header: str) -> tuple[Path, Path]:
 def _parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0], formatter_class=argparse.RawTextHelpFormatter)
     p.add_argument("--seeds", type=int, default=12, help="seeds per arm and setting (default 12)")
+    p.add_argument("--first-seed", type=int, default=0,
+                   help="the first seed (default 0): seeds first..first+seeds-1; a later block adds seeds to the runs")
+    p.add_argument("--late-k", type=int, default=2,
+                   help="late_acc: the mean accuracy of the last K evaluations (default 2; eval.endpoint=last_k_mean)")
     p.add_argument("--jobs", type=int, default=1, help="runs side by side (default 1; one torch thread each)")
     p.add_argument("--steps", type=int, default=30, help="rollout steps per run (default 30, the toy's)")
     p.add_argument("--repeats", type=int, default=2, help="extra final evaluations per run (eval noise; default 2)")
@@ -325,12 +343,14 @@ def _parser() -> argparse.ArgumentParser:
 
 def _header(a: argparse.Namespace, fixes: list[str], which: list[str]) -> str:
     load = os.getloadavg()
-    return (f"# verdict_cost: {a.seeds} seeds x 2 arms per fix and setting, {a.steps} steps, {a.repeats} repeats of "
+    return (f"# verdict_cost: {a.seeds} seeds ({a.first_seed}-{a.first_seed + a.seeds - 1}) x 2 arms per fix and "
+            f"setting, {a.steps} steps, {a.repeats} repeats of "
             f"the final evaluation{' (--quick: the shrunken toy)' if a.quick else ''}\n\n"
             f"Toy default regime (fixes=grpo), fixes {', '.join(fixes)}; settings: "
             + "; ".join(f"{s} = {' '.join(settings(a.quick, a.final_problems, a.final_samples)[s]) or 'defaults'}"
                         for s in which)
-            + f". n_paired: seeds per arm at delta = {a.delta:g} points, power 0.8, alpha 0.05; intervals: "
+            + f". {LATE}: the mean held-out accuracy of the last {a.late_k} evaluations (eval.endpoint=last_k_mean, "
+            f"eval.endpoint_k={a.late_k}). n_paired: seeds per arm at delta = {a.delta:g} points, power 0.8, alpha 0.05; intervals: "
             f"bootstrap over seeds ({a.boot} replicates, percentile) for sd, sd_paired, r, eval_share, n_paired; "
             f"t interval for the effect (on - off). Accuracy in points. Load average at the end "
             f"{load[0]:.2f} {load[1]:.2f} {load[2]:.2f}.")
@@ -357,7 +377,7 @@ def main(argv: list[str] | None = None) -> int:
     # the run directories' root names what every run shares, so that other sizes never resume these runs
     runs = (Path(a.runs or ROOT / "multirun" / ("verdict_cost_quick" if a.quick else "verdict_cost"))
             / f"steps{a.steps}-rep{a.repeats}-final{a.final_problems}x{a.final_samples}")
-    todo = jobs(runs=runs, seeds=a.seeds, steps=a.steps, repeats=a.repeats, fixes=fixes, which=which, quick=a.quick,
+    todo = jobs(runs=runs, seeds=a.seeds, first_seed=a.first_seed, steps=a.steps, repeats=a.repeats, fixes=fixes, which=which, quick=a.quick,
                 final_problems=a.final_problems, final_samples=a.final_samples)
     load = os.getloadavg()
     print(f"[verdict_cost] {len(todo)} runs ({sum(j.done() for j in todo)} finished already) in {runs}, "
@@ -371,7 +391,7 @@ def main(argv: list[str] | None = None) -> int:
                 print(f"[verdict_cost] {i}/{len(todo)} {job.setting} {job.arm} seed {job.seed}: "
                       f"{'failed (rc ' + str(rc) + ', see ' + str(job.out / 'verdict_cost.log') + ')' if rc else how}",
                       flush=True)
-    rows = summarise(collect(todo, fixes), which, fixes, delta=a.delta, boot=a.boot)
+    rows = summarise(collect(todo, fixes, a.late_k), which, fixes, delta=a.delta, boot=a.boot)
     header = _header(a, fixes, which)
     md, cs = write(rows, out, header)
     print(markdown(rows, header))
