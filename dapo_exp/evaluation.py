@@ -218,7 +218,8 @@ def endpoint_summary(eval_cfg: Any, evals: dict[int, dict[str, float]], final_st
 
 
 def endpoint_line(runs: Any) -> str:
-    """The table's first caption sentence: which endpoint its final-accuracy column is, and its size,
+    """The table's first caption sentence: which endpoint its accuracy column is (the last
+    evaluation, or the mean of the last ``eval.endpoint_k`` ones), and its size,
     read from the runs' resolved configs (``config.eval.*`` columns of the runs frame); runs that
     declare different endpoints are named as such. "" without config columns."""
     import pandas as pd
@@ -245,12 +246,13 @@ def endpoint_line(runs: Any) -> str:
     for i in runs.index:
         name = col("config.eval.endpoint")[i]
         name = "final" if pd.isna(name) else name
-        text = f"final held-out accuracy, the last evaluation ({size(i, True)}"
+        if name == "last_k_mean":
+            text = (f"mean held-out accuracy of the last {int(col('config.eval.endpoint_k')[i])} evaluations "
+                    f"(eval.endpoint=last_k_mean; the final one {size(i, True)}")
+        else:
+            text = f"final held-out accuracy, the last evaluation ({size(i, True)}"
         if size(i, False) != size(i, True):
             text += f"; intermediate evaluations {size(i, False)}"
         text += ")"
-        if name == "last_k_mean":
-            text += (f"; the runs declare last_k_mean (k={int(col('config.eval.endpoint_k')[i])}) as their "
-                     "endpoint, in summary.json's endpoint")
         texts.add(text)
     return "Endpoint: " + (" | ".join(sorted(texts)) if len(texts) > 1 else texts.pop()) + "."

@@ -429,6 +429,7 @@ def finish(run: Any, life: Life, step: int) -> dict[str, Any]:
         base={"step": 0, **evals[0]} if 0 in evals else {},
         compute={"rollouts_total": st["cum_rollouts"], "gen_tokens_total": st["cum_gen_tokens"]},
         model_path=run.model_path, n_params=sum(p.numel() for p in run.model.parameters()),
+        base_model=_base_model(run.model_path),
         history_gap=list(st.get("history_gap", [])),  # steps whose metric row was lost: not a clean history
         endpoint=_endpoint(run, evals, final_step),
     )
@@ -439,6 +440,15 @@ def finish(run: Any, life: Life, step: int) -> dict[str, Any]:
     run.engine.close()
     print_summary(summary, run.out)
     return summary
+
+
+def _base_model(model_path: str) -> dict[str, Any]:
+    """The base weights the run started from: their path and, where a manifest records it (the
+    tiny model's warm starts, shipped or built), the SHA-256 of ``model.safetensors``: two machines'
+    builds of the same warm start differ, and the analysis never pools runs whose hashes differ."""
+    from dapo_exp.tasks.arith_warmstart import weights_sha256
+
+    return {"path": model_path, "sha256": weights_sha256(model_path) if Path(model_path).is_dir() else None}
 
 
 def _endpoint(run: Any, evals: dict[int, dict], final_step: int) -> dict[str, Any]:

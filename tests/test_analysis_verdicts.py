@@ -169,7 +169,7 @@ def test_study_reports_mde_equivalence_and_correlation():
     s = STUDIES["clip_higher"]
     frame = _study_rows()
     t = study_table(frame, s, margin=5.0, margins={"avg/diag/style_step": 0.05}).set_index("metric")
-    acc = t.loc["final/eval/acc_avg"]
+    acc = t.loc["endpoint/eval/acc_avg"]
     on = frame[frame.clip_higher].set_index("seed")["final/eval/acc_avg"] * 100
     off = frame[~frame.clip_higher].set_index("seed")["final/eval/acc_avg"] * 100
     assert acc["r"] == pytest.approx(np.corrcoef(on, off)[0, 1])
@@ -184,7 +184,7 @@ def test_study_reports_mde_equivalence_and_correlation():
     md = study_markdown(study_table(frame, s, margin=5.0), s)
     assert "MDE" in md and "equivalent within ±5" in md and "r (arms)" in md
     tight = study_table(frame, s, margin=0.1).set_index("metric")
-    assert tight.loc["final/eval/acc_avg", "equivalence"] == "not shown equivalent within ±0.1"
+    assert tight.loc["endpoint/eval/acc_avg", "equivalence"] == "not shown equivalent within ±0.1"
 
 
 def test_table_effects_vs_baseline_say_what_was_ruled_out(tmp_path):
@@ -247,7 +247,7 @@ def test_study_reports_the_positive_control_when_present_and_says_when_absent():
     assert s.positive_control.override == "train.steps=0"
     with_ctrl = _study_rows(ctrl=True)
     t = study_table(with_ctrl, s)
-    assert t.set_index("metric").loc["final/eval/acc_avg", "n_pairs"] == 5  # the control runs are not an arm
+    assert t.set_index("metric").loc["endpoint/eval/acc_avg", "n_pairs"] == 5  # the control runs are not an arm
     pc = t.attrs["positive_control"]
     off = with_ctrl[(~with_ctrl.clip_higher) & (with_ctrl["config.train.steps"] == 30)].set_index("seed")
     ctrl = with_ctrl[with_ctrl["config.train.steps"] == 0].set_index("seed")
@@ -282,4 +282,4 @@ def test_study_cli_with_positive_control_runs(tmp_path, capsys, monkeypatch):
     assert "Positive control" in out and "detected" in out
     assert "within ±3" in out and "within ±0.2" in out
     csv = pd.read_csv(tmp_path / "o" / "study.csv").set_index("metric")
-    assert csv.loc["final/eval/acc_avg", "n_pairs"] == 3 and csv.loc["final/eval/acc_avg", "margin"] == 3
+    assert csv.loc["endpoint/eval/acc_avg", "n_pairs"] == 3 and csv.loc["endpoint/eval/acc_avg", "margin"] == 3

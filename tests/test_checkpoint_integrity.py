@@ -2,7 +2,9 @@
 vouches for every byte; weights that are not finite are neither saved nor loaded; dynamic
 sampling's cap error says when the policy has collapsed."""
 
+import hashlib
 import json
+import shutil
 from pathlib import Path
 
 import pytest
@@ -186,6 +188,39 @@ def test_a_killed_warm_start_build_leaves_nothing_that_is_trusted(tmp_path, monk
     assert not [p for p in tmp_path.iterdir() if p.name.startswith(".tmp")]
     monkeypatch.undo()
     assert _ensure(cfg) == target and W.cache_problem(target) is None
+
+
+def test_the_default_toy_starts_from_the_shipped_warm_start():
+    """Every machine's default run starts from the same base weights: the package ships the default
+    toy's warm start (a local build differs from machine to machine, and its results with it)."""
+    import dapo_exp.tasks.arith_warmstart as W
+    from dapo_exp.hydra_setup import compose_config
+
+    path = _ensure(compose_config([]))
+    assert path.parent == W.SHIPPED_DIR, (
+        "the default warm-start settings no longer match the shipped warm start: run "
+        "python -m dapo_exp.tasks.arith_warmstart --ship and commit dapo_exp/assets/warmstart/")
+    assert W.cache_problem(path) is None
+    assert W.weights_sha256(path) == hashlib.sha256((path / "model.safetensors").read_bytes()).hexdigest()
+
+
+def test_a_shipped_warm_start_is_used_verified_and_built_instead_when_damaged(tmp_path, monkeypatch, capsys):
+    import dapo_exp.tasks.arith_warmstart as W
+
+    cfg = _warm_cfg(tmp_path / "cache")
+    built = _ensure(cfg)
+    shipped = tmp_path / "shipped" / built.name
+    shutil.copytree(built, shipped)
+    monkeypatch.setattr(W, "SHIPPED_DIR", shipped.parent)
+    capsys.readouterr()
+    assert _ensure(cfg) == shipped and capsys.readouterr().out == ""  # shipped and verified: used
+    cfg.model.warmstart_source = "build"
+    assert _ensure(cfg) == built  # build: the local one, whatever is shipped
+    cfg.model.warmstart_source = "shipped"
+    _flip_one_bit(shipped / "model.safetensors")
+    assert _ensure(cfg) == built
+    out = capsys.readouterr().out.strip().splitlines()
+    assert len(out) == 1 and "the shipped warm start" in out[0] and "is damaged" in out[0], out
 
 
 # --------------------------------------------------------------------------- #

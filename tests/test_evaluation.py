@@ -132,7 +132,7 @@ def test_endpoint_summary_names_and_values():
 
     evals = {0: {"eval/acc_avg": 0.1}, 10: {"eval/acc_avg": 0.4}, 20: {"eval/acc_avg": 0.5},
              30: {"eval/acc_avg": 0.6, "eval/acc_avg_rep1": 0.58, "eval/acc_avg_rep2": 0.61}}
-    f = endpoint_summary(_eval_cfg(final_problems=512, final_samples=16), evals, 30, 512)
+    f = endpoint_summary(_eval_cfg(endpoint="final", final_problems=512, final_samples=16), evals, 30, 512)
     assert f["name"] == "final" and f["value"] == 0.6 and f["steps"] == [30]
     assert f["final_repeats"] == [0.58, 0.61] and "avg@16 over 512 problems" in f["label"]
     m = endpoint_summary(_eval_cfg(endpoint="last_k_mean", endpoint_k=3), evals, 30, 64)
@@ -154,3 +154,47 @@ def test_a_larger_held_out_set_keeps_the_first_problems_and_the_training_set():
     big = load_arith(c)
     assert [p.prompt for p in big.eval[:len(small.eval)]] == [p.prompt for p in small.eval]
     assert [p.prompt for p in big.train] == [p.prompt for p in small.train] and len(big.eval) == 512
+
+
+def _endpoint_run(root, name: str, seed: int, accs: dict[int, float], endpoint: str, summary_endpoint: bool):
+    """A finished run directory whose evaluations are ``accs`` (step -> accuracy)."""
+    import json
+
+    d = root / name
+    d.mkdir(parents=True)
+    with open(d / rundir.METRICS, "w") as fh:
+        for step, acc in sorted(accs.items()):
+            fh.write(json.dumps({"step": step, "eval/acc_avg": acc}) + "\n")
+    k = 2
+    last = [accs[s] for s in sorted(s for s in accs if s > 0)[-k:]]
+    summary = {"status": "finished", "label": "grpo", "seed": seed, "switches": {},
+               "final": {"step": max(accs), "eval/acc_avg": accs[max(accs)]}}
+    if summary_endpoint:
+        summary["endpoint"] = {"name": endpoint, "k": k, "value": float(np.mean(last)) if endpoint != "final"
+                               else accs[max(accs)]}
+    summary["config"] = {"seed": seed, "eval": {"k": 4, "problems": 64, "endpoint": endpoint, "endpoint_k": k},
+                         "task": {"name": "arith", "arith_n_eval": 64}}
+    (d / rundir.SUMMARY).write_text(json.dumps(summary))
+
+
+@pytest.mark.parametrize("summary_endpoint", [True, False])
+def test_tables_report_the_declared_endpoint(tmp_path, summary_endpoint):
+    """A sweep declaring eval.endpoint=last_k_mean gets the mean of its last k evaluations in the
+    table's accuracy column (from summary.json's endpoint, or from the history of a run without
+    one), and the caption's first sentence says so; endpoint=final keeps the last evaluation."""
+    from dapo_exp.analysis.runs import ENDPOINT_ACC, load_runs
+    from dapo_exp.analysis.table import caption, comparison_table
+
+    for seed, (a, b) in enumerate([(0.5, 0.7), (0.6, 0.4), (0.3, 0.5)]):
+        _endpoint_run(tmp_path / "late", f"s{seed}", seed, {0: 0.1, 10: 0.2, 20: a, 30: b}, "last_k_mean",
+                      summary_endpoint)
+        _endpoint_run(tmp_path / "final", f"s{seed}", seed, {0: 0.1, 10: 0.2, 20: a, 30: b}, "final",
+                      summary_endpoint)
+    late, final = load_runs(tmp_path / "late"), load_runs(tmp_path / "final")
+    assert sorted(late.runs[ENDPOINT_ACC].round(6)) == [0.4, 0.5, 0.6]  # (a + b) / 2 per seed
+    assert sorted(final.runs[ENDPOINT_ACC].round(6)) == [0.4, 0.5, 0.7]  # the last evaluation
+    t_late, t_final = comparison_table(late), comparison_table(final)
+    assert t_late.loc["grpo", "final_acc"] == pytest.approx(50.0)
+    assert t_final.loc["grpo", "final_acc"] == pytest.approx(100 * (0.7 + 0.4 + 0.5) / 3)
+    assert caption(t_late).startswith("Endpoint: mean held-out accuracy of the last 2 evaluations")
+    assert caption(t_final).startswith("Endpoint: final held-out accuracy, the last evaluation")

@@ -164,7 +164,7 @@ def test_study_table_pairs_by_seed_and_gives_verdicts():
     assert t.loc["avg/diag/style_step", "verdict"] == "as predicted"
     assert t.loc["avg/actor/entropy", "verdict"] == "opposite"
     assert t.loc["avg/actor/pg_clipfrac_higher", "verdict"] == "no difference shown"
-    assert t.loc["final/eval/acc_avg", "verdict"] == "reported" and t.loc["final/eval/acc_avg", "n_pairs"] == 5
+    assert t.loc["endpoint/eval/acc_avg", "verdict"] == "reported" and t.loc["endpoint/eval/acc_avg", "n_pairs"] == 5
     mixed = pd.DataFrame(rows).assign(dynamic_sampling=[i % 2 == 0 for i in range(10)])
     with pytest.raises(ValueError, match="dynamic_sampling"):
         study_table(mixed, s)

@@ -118,10 +118,12 @@ class AnalysisCallback(Callback):
 # Wall time of one default toy run (30 steps) with one torch thread on an idle core, the basis of
 # the launch estimate; a busy machine is slower (docs: benchmarks).
 TOY_RUN_S = (30.0, 40.0)
-# The toy's paired standard deviation of final held-out accuracy between two arms of one seed, in
-# points, as the verdict_cost benchmark measured it (docs: results): what the launch line's smallest
-# detectable effect is computed from.
-TOY_PAIRED_SD = 5.0
+# The toy's paired standard deviation of held-out accuracy between two arms of one seed, in points,
+# as the verdict_cost benchmark measured it (docs: results), per endpoint (eval.endpoint): what the
+# launch line's smallest detectable effect is computed from. final: Clip-Higher 4.0-5.0, Token-level
+# Loss 6.3-8.4; last_k_mean with k = 3 (steps 10, 20, 30): 2.7-3.0 and 3.1-3.7 (two blocks of 11-12
+# seeds, 2026-11-24).
+TOY_PAIRED_SD = {"final": 5.0, "last_k_mean": 3.1}
 
 
 def sweep_jobs(config: Any) -> list[list[str]]:
@@ -163,8 +165,12 @@ def launch_plan(config: Any) -> str:
     from dapo_exp.analysis.verdicts import mde_paired, seeds_paired
 
     n_seeds = max(1, len(seeds))
-    detect = (f"; {n_seeds} seeds per arm detect about {mde_paired(TOY_PAIRED_SD, n_seeds):.0f} points of final "
-              f"accuracy at power 0.8 on the toy ({seeds_paired(5.0, TOY_PAIRED_SD)} seeds detect 5)"
+    endpoint = OmegaConf.select(config, "eval.endpoint", default="final")
+    k = OmegaConf.select(config, "eval.endpoint_k", default=3)
+    sd, what = ((TOY_PAIRED_SD["last_k_mean"], f"the mean accuracy of the last {k} evaluations")
+                if endpoint == "last_k_mean" and k == 3 else (TOY_PAIRED_SD["final"], "final accuracy"))
+    detect = (f"; {n_seeds} seeds per arm detect about {mde_paired(sd, n_seeds):.0f} points of {what} at power "
+              f"0.8 on the toy ({seeds_paired(5.0, sd)} seeds detect 5)"
               if n_seeds > 1 else "; one seed: no interval, nothing can be concluded")
     return (f"{line}; expected wall time {lo:.0f}-{hi:.0f} min, {at_once} run(s) at a time on idle cores "
             f"(hydra/launcher=parallel runs one per core){detect}")

@@ -61,6 +61,18 @@ CIS = ("t", "bootstrap")
 _TOL = 1e-8
 
 
+def _named_for_endpoint(m: TableMetric, runs: pd.DataFrame) -> TableMetric:
+    """The accuracy metric with its header named for the runs' declared endpoint (``eval.endpoint``,
+    :func:`dapo_exp.analysis.table.acc_name`); any other metric as it is."""
+    if m.key != "final_acc":
+        return m
+    import dataclasses
+
+    from dapo_exp.analysis.table import acc_name
+
+    return dataclasses.replace(m, header=f"{acc_name(runs)} (%)")
+
+
 def _metric(metric: str | TableMetric) -> TableMetric:
     if isinstance(metric, TableMetric):
         return metric
@@ -190,7 +202,9 @@ def fit_effects(
     m = _metric(metric)
     if ci == "bootstrap" and m.key != "final_acc":
         raise ValueError("the bootstrap applies to the final accuracy (it resamples the final eval's samples)")
-    runs = data.runs if isinstance(data, RunSet) else data
+    from dapo_exp.analysis.runs import with_endpoint
+
+    runs = with_endpoint(data.runs if isinstance(data, RunSet) else data)
     if "included" in runs:
         runs = runs[runs["included"]]
     notes = []
@@ -221,7 +235,7 @@ def fit_effects(
     if ci == "bootstrap" and len(table):
         _bootstrap_effects(runs, table, terms, estimable[first:], confidence, B, seed, levels, notes, switches)
     _holm_column(table)
-    return Effects(table, info, m, model, ci, confidence, int(len(runs)), n_seeds, df_resid, notes, tuple(switches))
+    return Effects(table, info, _named_for_endpoint(m, runs), model, ci, confidence, int(len(runs)), n_seeds, df_resid, notes, tuple(switches))
 
 
 def _holm_column(table: pd.DataFrame) -> None:

@@ -81,10 +81,10 @@ def _pool(sds: Sequence[float], ns: Sequence[int]) -> tuple[float, int]:
 
 def variances_from_runs(path: str | os.PathLike | Sequence, metrics: Sequence[str] = DEFAULT_METRICS) -> pd.DataFrame:
     """Per metric: ``sd, df, sd_paired, df_paired, configs, baseline`` from a pilot's runs."""
-    from dapo_exp.analysis.runs import RunSet, load_runs
+    from dapo_exp.analysis.runs import RunSet, load_runs, with_endpoint
 
     data = path if isinstance(path, RunSet) else load_runs(path)
-    inc = data.included
+    inc = with_endpoint(data.included)
     labels = order_labels(inc["label"])
     base = baseline_label(labels) or (labels[0] if labels else None)
     rows = []

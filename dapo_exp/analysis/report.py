@@ -136,9 +136,10 @@ def _effects(data: RunSet, model: str, ci: str, bootstrap: dict | None):
     """The effects on final accuracy when at least one switch varies among the included runs, else None."""
     from dapo_exp.analysis.design import switches_in
     from dapo_exp.analysis.effects import fit_effects
+    from dapo_exp.analysis.runs import with_endpoint
     from dapo_exp.analysis.table import DIFF_KEY, TABLE_METRICS
 
-    inc = data.included
+    inc = with_endpoint(data.included)
     src = next(m.source for m in TABLE_METRICS if m.key == DIFF_KEY)
     switches = switches_in(inc) if len(inc) else ()
     if not len(inc) or src not in inc or inc[list(switches)].isna().any().any():

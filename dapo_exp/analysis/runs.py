@@ -26,6 +26,11 @@ The runs frame (:attr:`RunSet.runs`), one row per run:
 ``final/<eval key>``   ``summary.final`` (eval at the end); ``best/``, ``base/``
                        (step 0) likewise; derived from the eval history where the
                        summary lacks them
+``endpoint/eval/acc_avg`` the declared endpoint (``eval.endpoint``), the accuracy the
+                       tables report: ``summary.endpoint.value``; else, for
+                       ``last_k_mean``, the mean of the last ``eval.endpoint_k``
+                       evaluations of the trained policy in the history; else
+                       ``final/eval/acc_avg``
 ``end/<metric>``       training metric at the end: mean of its last ``end_window``
                        logged values (default 1 = the last value)
 ``avg/<metric>``       training metric averaged over all logged steps
@@ -73,8 +78,14 @@ SUMMARY_KEYS = (
     "base",
     "error",
     "git_commit",
+    "endpoint",
+    "base_model",
 )
 EVAL_PREFIX = "eval/"
+EVAL_ACC = rundir.EVAL_ACC
+ENDPOINT_ACC = f"endpoint/{EVAL_ACC}"
+# the SHA-256 (12 digits) of the base weights (summary.json's base_model), a result-changing column
+BASE_WEIGHTS = "config.model.base_sha256"  # the declared endpoint's accuracy (eval.endpoint): what tables report
 # directories never searched for runs
 _PRUNE = {"wandb", rundir.CHECKPOINTS, ".hydra", "__pycache__", ".ipynb_checkpoints"}
 
@@ -286,6 +297,31 @@ def _eval_points(summary: dict[str, Any], wide: pd.DataFrame) -> dict[str, dict[
     return out
 
 
+def _endpoint_acc(summary: dict[str, Any], config: dict[str, Any], wide: pd.DataFrame, final: float) -> float:
+    """The run's declared endpoint accuracy (see the module docstring's ``endpoint/eval/acc_avg``)."""
+    declared = summary.get("endpoint")
+    if isinstance(declared, dict) and _is_number(declared.get("value")) and not math.isnan(float(declared["value"])):
+        return float(declared["value"])
+    ev = config.get("eval") if isinstance(config.get("eval"), dict) else {}
+    if ev.get("endpoint") == "last_k_mean" and EVAL_ACC in wide:
+        acc = wide.dropna(subset=[EVAL_ACC])
+        trained = acc[acc["step"] > 0] if (acc["step"] > 0).any() else acc
+        k = int(ev.get("endpoint_k") or 1)
+        if len(trained):
+            return float(trained[EVAL_ACC].iloc[-k:].mean())
+    return float(final) if _is_number(final) else float("nan")
+
+
+def with_endpoint(runs: pd.DataFrame) -> pd.DataFrame:
+    """``runs`` with its ``endpoint/eval/acc_avg`` column: a frame built elsewhere (by hand, or by an
+    older version) without it gets ``final/eval/acc_avg`` there, the endpoint ``final``."""
+    if ENDPOINT_ACC in runs or f"final/{EVAL_ACC}" not in runs:
+        return runs
+    out = runs.copy()
+    out[ENDPOINT_ACC] = out[f"final/{EVAL_ACC}"]
+    return out
+
+
 def _flatten(d: dict[str, Any], prefix: str) -> dict[str, Any]:
     out: dict[str, Any] = {}
     for k, v in d.items():
@@ -389,6 +425,7 @@ def _run_row(rec: RunRecord, wide: pd.DataFrame, end_window: int) -> dict[str, A
     for which, vals in _eval_points(summ, wide).items():
         for m, v in vals.items():
             row[f"{which}/{m}"] = v
+    row[ENDPOINT_ACC] = _endpoint_acc(summ, cfg, wide, row.get(f"final/{EVAL_ACC}", np.nan))
     train_cols = [c for c in wide.columns if c != "step" and not c.startswith(EVAL_PREFIX)]
     for c in train_cols:
         s = wide[c].dropna()
@@ -396,6 +433,10 @@ def _run_row(rec: RunRecord, wide: pd.DataFrame, end_window: int) -> dict[str, A
             row[f"end/{c}"] = float(s.iloc[-max(1, end_window) :].mean())
             row[f"avg/{c}"] = float(s.mean())
     row.update(_flatten(cfg, "config."))
+    base = summ.get("base_model")
+    if isinstance(base, dict) and base.get("sha256"):
+        # the base weights' identity: runs of one label from different warm-start builds are split
+        row[BASE_WEIGHTS] = str(base["sha256"])[:12]
     return row
 
 

@@ -65,7 +65,8 @@ class StudyMetric:
         return self.scale == 100.0
 
 
-FINAL_ACC = StudyMetric(f"final/{rundir.EVAL_ACC}", 0, "held-out avg@k at the end (percent)", 100.0)
+FINAL_ACC = StudyMetric(f"endpoint/{rundir.EVAL_ACC}", 0,
+                        "held-out avg@k at the declared endpoint (eval.endpoint; percent)", 100.0)
 
 
 @dataclass(frozen=True)
@@ -214,7 +215,9 @@ def study_table(data: RunSet | pd.DataFrame, study: Study, confidence: float = 0
     refused (the arms must differ in the study's switch alone). The positive control's runs (the
     study's :class:`PositiveControl` override) are not an arm: ``attrs["positive_control"]`` holds
     their paired difference to the fix-off arm on held-out accuracy, or ``present: False``."""
-    runs = data.included if isinstance(data, RunSet) else data[data["included"]]
+    from dapo_exp.analysis.runs import with_endpoint
+
+    runs = with_endpoint(data.included if isinstance(data, RunSet) else data[data["included"]])
     if study.fix not in runs:
         raise ValueError(f"no run records the switch {study.fix!r}")
     missing = [m.source for m in study.metrics if m.source not in runs]

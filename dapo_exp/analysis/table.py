@@ -57,7 +57,9 @@ class TableMetric:
 # The columns. "end": the training metric's last logged value (mean of the last
 # `end_window` values, see load_runs); "avg": its mean over all logged steps.
 TABLE_METRICS: tuple[TableMetric, ...] = (
-    TableMetric("final_acc", "final acc (%)", f"final/{rundir.EVAL_ACC}", 100.0, 1, (0.0, 100.0)),
+    # the declared endpoint (eval.endpoint: the last evaluation, or the mean of the last k, as the
+    # caption's first sentence says)
+    TableMetric("final_acc", "final acc (%)", f"endpoint/{rundir.EVAL_ACC}", 100.0, 1, (0.0, 100.0)),
     TableMetric("best_acc", "best acc (%)", f"best/{rundir.EVAL_ACC}", 100.0, 1, (0.0, 100.0)),
     TableMetric("entropy", "entropy (end)", f"end/{rundir.ENTROPY}", 1.0, 3, (0.0, math.inf)),
     TableMetric("resp_len", "response length (end)", f"end/{rundir.RESP_LEN}", 1.0, 1, (0.0, math.inf)),
@@ -101,8 +103,26 @@ def baseline_label(labels) -> str | None:
     return BASELINE if BASELINE in labels else None
 
 
+def acc_name(runs: pd.DataFrame) -> str:
+    """The name of the accuracy column for these runs' declared endpoint (``eval.endpoint``): ``final
+    acc`` (the last evaluation), ``acc last-<k> mean`` (every run declares ``last_k_mean`` with one k),
+    else ``endpoint acc`` (the caption names each run's)."""
+    col = "config.eval.endpoint"
+    if not len(runs) or col not in runs:
+        return "final acc"
+    names = set(runs[col].fillna("final"))
+    if names == {"final"}:
+        return "final acc"
+    ks = set(runs["config.eval.endpoint_k"].dropna().astype(int)) if "config.eval.endpoint_k" in runs else set()
+    if names == {"last_k_mean"} and len(ks) == 1:
+        return f"acc last-{ks.pop()} mean"
+    return "endpoint acc"
+
+
 def _runs_frame(data: RunSet | pd.DataFrame) -> pd.DataFrame:
-    return data.runs if isinstance(data, RunSet) else data
+    from dapo_exp.analysis.runs import with_endpoint
+
+    return with_endpoint(data.runs if isinstance(data, RunSet) else data)
 
 
 def _per_seed(inc: pd.DataFrame, label: str, m: TableMetric) -> pd.Series:
@@ -240,6 +260,7 @@ def _finish(table: pd.DataFrame, runs: pd.DataFrame, inc: pd.DataFrame, *, basel
     from dapo_exp.evaluation import endpoint_line
 
     table.attrs["endpoint"] = endpoint_line(inc)
+    table.attrs["acc_name"] = acc_name(inc)
     table.attrs["caption"] = caption(table)
     return table
 
@@ -309,7 +330,7 @@ def caption(table: pd.DataFrame) -> str:
     ]
     if base:
         parts.append(
-            f"Δ final acc: difference to {base} in percentage points with its {conf}% CI — "
+            f"Δ {table.attrs.get('acc_name', 'final acc')}: difference to {base} in percentage points with its {conf}% CI — "
             "paired t on per-seed differences when the seeds match, Welch's t otherwise (column Δ test); "
             "n/a (identical per seed): the per-seed differences are all equal, so their spread is unknown. "
             "Δ verdict: 'difference shown' when the CI excludes 0; 'no difference shown' comes with what it ruled "
@@ -384,6 +405,7 @@ def format_table(table: pd.DataFrame, metrics: tuple[TableMetric, ...] = TABLE_M
     keys = table.attrs.get("metrics", [m.key for m in metrics])
     metrics = tuple(m for m in metrics if m.key in keys)
     base = table.attrs.get("baseline") or "baseline"
+    acc = table.attrs.get("acc_name", "final acc")
     digits = {m.key: m.digits for m in metrics}
     d = f"d_{DIFF_KEY}"
     out = []
@@ -391,9 +413,9 @@ def format_table(table: pd.DataFrame, metrics: tuple[TableMetric, ...] = TABLE_M
         row = {"config": label, "n": int(r["n"])}
         for m in metrics:
             lo, hi, n = r[f"{m.key}_lo"], r[f"{m.key}_hi"], int(r[f"{m.key}_n"])
-            row[m.header] = _cell(r[m.key], lo, hi, n, row["n"], m.digits)
+            row[f"{acc} (%)" if m.key == DIFF_KEY else m.header] = _cell(r[m.key], lo, hi, n, row["n"], m.digits)
         if d in table:
-            row[f"Δ final acc vs {base} (pp)"] = (
+            row[f"Δ {acc} vs {base} (pp)"] = (
                 "—"
                 if r["d_test"] == "baseline"
                 else _cell(r[d], r[f"{d}_lo"], r[f"{d}_hi"], int(r[f"{d}_n"]), None, digits.get(DIFF_KEY, 1), True,
@@ -511,22 +533,27 @@ def _short_verdict(r) -> str:
     return word
 
 
-def _fit_columns(f: pd.DataFrame, width: int) -> tuple[list[str], list[str]]:
+def _terminal_names(acc: str) -> dict[str, str]:
+    """:data:`_TERMINAL_COLUMNS` with the accuracy columns named for the endpoint (``acc``, :func:`acc_name`)."""
+    return {**_TERMINAL_COLUMNS, "final acc (%)": f"{acc} %", "Δ": f"Δ {acc} (pp)"}
+
+
+def _fit_columns(f: pd.DataFrame, width: int, names: dict[str, str] = _TERMINAL_COLUMNS) -> tuple[list[str], list[str]]:
     """The columns of ``f`` (in :data:`_TERMINAL_COLUMNS`' order) whose table fits ``width``, and the
-    display names of those left out."""
+    display names (``names``) of those left out."""
     from tabulate import tabulate
 
     chosen: list[str] = []
     left_out: list[str] = []
-    for col in _TERMINAL_COLUMNS:
+    for col in names:
         if col not in f:
             continue
-        trial = tabulate(f[chosen + [col]].rename(columns=_TERMINAL_COLUMNS), headers="keys", tablefmt="simple",
+        trial = tabulate(f[chosen + [col]].rename(columns=names), headers="keys", tablefmt="simple",
                          showindex=False, disable_numparse=True)
         if max(len(ln) for ln in trial.splitlines()) <= width:
             chosen.append(col)
         else:
-            left_out.append(_TERMINAL_COLUMNS[col])
+            left_out.append(names[col])
     return chosen, left_out
 
 
@@ -547,7 +574,9 @@ def table_text(table: pd.DataFrame, width: int = TERMINAL_WIDTH) -> str:
     if not len(table):
         return "\n".join(lines + ["(no runs)"]) + "\n"
     f = format_table(table)
-    f = f.rename(columns={c: "Δ" for c in f.columns if c.startswith("Δ final acc vs")})
+    acc = table.attrs.get("acc_name", "final acc")
+    f = f.rename(columns={c: "Δ" for c in f.columns if c.startswith(f"Δ {acc} vs")})
+    f = f.rename(columns={f"{acc} (%)": "final acc (%)"})  # the terminal's key of the accuracy column
     if "Δ" in f:
         f["Δ verdict"] = [_short_verdict(r) for _, r in table.iterrows()]
     labels = [str(c) for c in f["config"]]
@@ -555,7 +584,8 @@ def table_text(table: pd.DataFrame, width: int = TERMINAL_WIDTH) -> str:
     while len({_short_label(c, most) for c in labels}) < len(set(labels)):  # never two rows with one label
         most += 4
     f["config"] = [_short_label(c, most) for c in labels]
-    chosen, left_out = _fit_columns(f, width)
+    names = _terminal_names(acc)
+    chosen, left_out = _fit_columns(f, width, names)
     conf = int(round(100 * table.attrs.get("confidence", 0.95)))
     base = table.attrs.get("baseline")
     endpoint = table.attrs.get("endpoint", "")
@@ -563,10 +593,10 @@ def table_text(table: pd.DataFrame, width: int = TERMINAL_WIDTH) -> str:
            + f"Comparison table: mean over seeds ± half-width of the {conf}% t interval (n/a: one seed; "
            "[lo, hi]: clipped to the metric's range)")
     if base and "Δ" in chosen:
-        cap += (f"; Δ: final accuracy minus {base}'s, paired t by seed when the seeds match, else Welch; "
+        cap += (f"; Δ: {acc} minus {base}'s, paired t by seed when the seeds match, else Welch; "
                 "MDE: the difference this test would detect (power 0.8)")
     lines += wrap_text(cap + ".", width)
-    lines.append(tabulate(f[chosen].rename(columns=_TERMINAL_COLUMNS), headers="keys", tablefmt="simple",
+    lines.append(tabulate(f[chosen].rename(columns=names), headers="keys", tablefmt="simple",
                           showindex=False, disable_numparse=True))
     more = []
     if left_out:

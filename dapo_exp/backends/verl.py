@@ -517,7 +517,8 @@ OTHER_RULES: dict[str, Rule] = {
     **{f"model.{k}": unused("model.path=tiny only (which fails)") for k in
        ("hidden_size", "num_layers", "num_heads", "warmstart_steps", "warmstart_lr", "warmstart_batch_size",
         "warmstart_guess_frac", "warmstart_guess_off_frac", "warmstart_wrong_frac", "warmstart_long_frac",
-        "warmstart_loop_frac", "warmstart_step_first_frac", "warmstart_step_marker", "cache_dir")},
+        "warmstart_loop_frac", "warmstart_step_first_frac", "warmstart_step_marker", "cache_dir",
+        "warmstart_source")},
     # rollout
     "rollout.engine": _only("rollout.engine", "vllm", "verl generates with vLLM (rollout=vllm)",
                             {_R + "name": "vllm", _R + "top_k": -1}),

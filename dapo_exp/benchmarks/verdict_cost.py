@@ -11,7 +11,9 @@ shared by the fixes), under each setting of ``--settings``:
 - ``precise``: a larger final evaluation (``eval.final_problems`` x ``eval.final_samples``, the
   held-out set grown with ``task.arith_n_eval``; intermediate evaluations stay 64 x 4);
 - ``keyed``: ``train.randomness=keyed`` (:mod:`dapo_exp.keyed`);
-- ``both``: the two together.
+- ``both``: the two together;
+- ``dense``: today's sampler with an evaluation every 5 steps instead of 10 (``eval.every=5``), for
+  a late-training endpoint over more evaluations (``late_acc`` with ``--late-k 3``: steps 20, 25, 30).
 
 Every run also evaluates its final policy ``--repeats`` more times with fresh noise
 (``eval.final_repeats``), which measures the evaluation's own noise. Runs are ordinary run
@@ -87,7 +89,9 @@ def settings(quick: bool, final_problems: int = FINAL_PROBLEMS,
                (f"task.arith_n_eval={max(final_problems, 64)}", "eval.problems=64",
                 f"eval.final_problems={final_problems}", f"eval.final_samples={final_samples}"))
     keyed = ("train.randomness=keyed",)
-    return {"today": ("train.randomness=stream",), "precise": precise, "keyed": keyed, "both": precise + keyed}
+    dense = ("train.randomness=stream", "eval.every=1" if quick else "eval.every=5")
+    return {"today": ("train.randomness=stream",), "precise": precise, "keyed": keyed, "both": precise + keyed,
+            "dense": dense}
 
 
 # the shrunken toy of the tests (tests/conftest.py): 4 prompts x 4 responses, 8 eval problems x 2

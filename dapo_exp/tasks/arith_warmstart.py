@@ -182,6 +182,20 @@ def warm_start(model: Any, tokenizer: Any, model_cfg: Any, task_cfg: Any, max_re
 
 
 CACHE_MANIFEST = "manifest.json"
+# prebuilt warm starts shipped with the package (model.warmstart_source=shipped), one directory per
+# key, each with its manifest: the default toy's, so that every machine starts from the same weights
+SHIPPED_DIR = Path(__file__).resolve().parents[1] / "assets" / "warmstart"
+
+
+def weights_sha256(model_dir: str | os.PathLike) -> str | None:
+    """SHA-256 of a model directory's ``model.safetensors`` as its manifest records it (the warm
+    starts, shipped or built, and any directory with such a manifest), else None: the identity of
+    the base weights a run started from (``summary.json``'s ``base_model``)."""
+    manifest = Path(model_dir) / CACHE_MANIFEST
+    try:
+        return json.loads(manifest.read_text())["files"]["model.safetensors"]["sha256"]
+    except (OSError, ValueError, KeyError, TypeError):
+        return None
 
 
 def cache_problem(target: Path) -> str | None:
@@ -193,16 +207,33 @@ def cache_problem(target: Path) -> str | None:
     return manifest_problem(target, target / CACHE_MANIFEST, required=("config.json", "model.safetensors"))
 
 
+def shipped_checkpoint(key: str) -> Path | None:
+    """The package's prebuilt warm start of ``key`` (:data:`SHIPPED_DIR`), verified against its
+    manifest; None when none is shipped, or when it is damaged (said in one line: the caller builds)."""
+    target = SHIPPED_DIR / f"tiny-{key}"
+    if not target.exists():
+        return None
+    problem = cache_problem(target)
+    if problem:
+        print(f"[dapo-exp] the shipped warm start {target} is damaged ({problem}); building one here", flush=True)
+        return None
+    return target
+
+
 def ensure_tiny_checkpoint(model_cfg: Any, task_cfg: Any, max_response_len: int) -> str:
-    """Path of the warm-started tiny model, building it on first use (cached, process-safe).
+    """Path of the warm-started tiny model: the shipped one of these settings
+    (``model.warmstart_source=shipped``, :func:`shipped_checkpoint`), else built on first use
+    (cached, process-safe).
 
     The cache is verified against its manifest on every use (:func:`cache_problem`); a damaged or
     unmanifested one is rebuilt, saying so in one line."""
     from filelock import FileLock
 
+    key = _warmstart_key(model_cfg, task_cfg, max_response_len)
+    if getattr(model_cfg, "warmstart_source", "shipped") == "shipped" and (shipped := shipped_checkpoint(key)):
+        return str(shipped)
     cache_root = Path(os.path.expanduser(model_cfg.cache_dir))
     cache_root.mkdir(parents=True, exist_ok=True)
-    key = _warmstart_key(model_cfg, task_cfg, max_response_len)
     target = cache_root / f"tiny-{key}"
     with FileLock(str(cache_root / f"tiny-{key}.lock")):
         for stale in cache_root.glob(f".tmp-tiny-{key}-*"):  # left by a killed build of this key
@@ -248,3 +279,32 @@ def _build_cache(model_cfg: Any, task_cfg: Any, max_response_len: int, cache_roo
     rundir.write_json(target / CACHE_MANIFEST, {"version": WARMSTART_VERSION, "key": key,
                                                 "files": manifest_files(target, names)})
     log.info("warm start done in %.1fs (final loss %.3f)", stats["warmstart/seconds"], stats["warmstart/loss"])
+
+
+def ship(overrides: list[str]) -> Path:
+    """Build the warm start of the config ``overrides`` give here (``model.warmstart_source=build``)
+    and copy it, with its manifest, into :data:`SHIPPED_DIR`: how the shipped one was made. Returns
+    the shipped directory."""
+    from dapo_exp.hydra_setup import compose_config
+
+    cfg = compose_config([*overrides, "model.warmstart_source=build"])
+    built = Path(ensure_tiny_checkpoint(cfg.model, cfg.task, cfg.rollout.max_response_len))
+    dest = SHIPPED_DIR / built.name
+    if dest.exists():
+        shutil.rmtree(dest)
+    shutil.copytree(built, dest)
+    return dest
+
+
+if __name__ == "__main__":
+    import argparse
+
+    parser = argparse.ArgumentParser(
+        description="python -m dapo_exp.tasks.arith_warmstart --ship [overrides]: build the warm start of the "
+                    "config here and ship it in dapo_exp/assets/warmstart/ (commit the directory).")
+    parser.add_argument("--ship", action="store_true", help="build and copy into the package's assets")
+    parser.add_argument("overrides", nargs="*", help="Hydra overrides of the config whose warm start to ship")
+    args = parser.parse_args()
+    if not args.ship:
+        parser.error("nothing to do: pass --ship")
+    print(ship(args.overrides))
