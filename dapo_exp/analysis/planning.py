@@ -47,7 +47,7 @@ import numpy as np
 import pandas as pd
 from scipy import stats
 
-from dapo_exp.analysis.table import DIFF_KEY, TABLE_METRICS, TableMetric, baseline_label, order_labels
+from dapo_exp.analysis.table import DIFF_KEY, TABLE_METRICS, TableMetric, acc_name, baseline_label, order_labels
 
 # the power solvers and the default paired sd live with the verdicts (the table's one-seed line uses them)
 from dapo_exp.analysis.verdicts import (  # noqa: F401  (part of this module's API)
@@ -106,7 +106,8 @@ def variances_from_runs(path: str | os.PathLike | Sequence, metrics: Sequence[st
                     dsd.append(float(d.std(ddof=1)))
                     dn.append(len(d))
         psd, pdf = _pool(dsd, dn)
-        rows.append({"metric": m.key, "header": m.header, "configs": len(per), "sd": sd, "df": df,
+        header = f"{acc_name(inc)} (%)" if m.key == DIFF_KEY else m.header  # the declared endpoint's name
+        rows.append({"metric": m.key, "header": header, "configs": len(per), "sd": sd, "df": df,
                      "sd_paired": psd, "df_paired": pdf, "baseline": base,
                      "seeds": int(min((len(s) for s in per.values()), default=0))})
     return pd.DataFrame(rows).set_index("metric")
