@@ -167,3 +167,18 @@ def test_bootstrap_needs_the_samples(tmp_path):
     next((tmp_path / "s").glob("*/eval_samples.jsonl")).unlink()
     with pytest.raises(ValueError, match="eval_samples.jsonl"):
         A.comparison_table(A.load_runs(tmp_path / "s"), ci="bootstrap")
+
+
+def test_bootstrap_refuses_runs_that_report_another_endpoint(tmp_path):
+    """The bootstrap resamples the final evaluation: a sweep reporting the mean of the last
+    evaluations (eval.endpoint=last_k_mean) gets a clear refusal, not a column that mixes the two."""
+    from dapo_exp.analysis.effects import fit_effects
+
+    _design_sweep(tmp_path / "s", np.random.default_rng(12), seeds=(0, 1))
+    data = A.load_runs(tmp_path / "s")
+    data.runs["config.eval.endpoint"], data.runs["config.eval.endpoint_k"] = "last_k_mean", 3
+    with pytest.raises(ValueError, match="acc last-3 mean .*use --ci t"):
+        A.comparison_table(data, ci="bootstrap")
+    with pytest.raises(ValueError, match="acc last-3 mean .*use --ci t"):
+        fit_effects(data, ci="bootstrap")
+    assert A.comparison_table(data).attrs["acc_name"] == "acc last-3 mean"  # the t intervals still work

@@ -202,6 +202,10 @@ def fit_effects(
     m = _metric(metric)
     if ci == "bootstrap" and m.key != "final_acc":
         raise ValueError("the bootstrap applies to the final accuracy (it resamples the final eval's samples)")
+    if ci == "bootstrap":
+        from dapo_exp.analysis.table import bootstrap_endpoint_check
+
+        bootstrap_endpoint_check(data.runs if isinstance(data, RunSet) else data)
     from dapo_exp.analysis.runs import with_endpoint
 
     runs = with_endpoint(data.runs if isinstance(data, RunSet) else data)

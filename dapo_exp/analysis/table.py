@@ -119,6 +119,15 @@ def acc_name(runs: pd.DataFrame) -> str:
     return "endpoint acc"
 
 
+def bootstrap_endpoint_check(runs: pd.DataFrame) -> None:
+    """The hierarchical bootstrap resamples the final evaluation's samples: refuse runs whose declared
+    endpoint is another (``eval.endpoint=last_k_mean``), whose table would otherwise mix the two."""
+    name = acc_name(runs)
+    if name != "final acc":
+        raise ValueError(f"--ci bootstrap resamples the final evaluation's samples (eval_samples.jsonl), but these "
+                         f"runs report {name} (eval.endpoint): use --ci t, or runs with eval.endpoint=final")
+
+
 def _runs_frame(data: RunSet | pd.DataFrame) -> pd.DataFrame:
     from dapo_exp.analysis.runs import with_endpoint
 
@@ -225,6 +234,8 @@ def comparison_table(
     runs = _runs_frame(data)
     labels = order_labels(runs["label"]) if len(runs) else []
     inc = runs[runs["included"]] if len(runs) else runs
+    if ci == "bootstrap":
+        bootstrap_endpoint_check(inc)
     if baseline is None:
         baseline = baseline_label(inc["label"]) if len(inc) else None
     diff = next((m for m in metrics if m.key == DIFF_KEY), None)
