@@ -83,9 +83,9 @@ SUMMARY_KEYS = (
 )
 EVAL_PREFIX = "eval/"
 EVAL_ACC = rundir.EVAL_ACC
-ENDPOINT_ACC = f"endpoint/{EVAL_ACC}"
+ENDPOINT_ACC = f"endpoint/{EVAL_ACC}"  # the declared endpoint's accuracy (eval.endpoint): what tables report
 # the SHA-256 (12 digits) of the base weights (summary.json's base_model), a result-changing column
-BASE_WEIGHTS = "config.model.base_sha256"  # the declared endpoint's accuracy (eval.endpoint): what tables report
+BASE_WEIGHTS = "config.model.base_sha256"
 # directories never searched for runs
 _PRUNE = {"wandb", rundir.CHECKPOINTS, ".hydra", "__pycache__", ".ipynb_checkpoints"}
 
