@@ -393,9 +393,11 @@ PRESENTATION_KEYS = ("out_dir", "sweep", "preset", "notes", "logger", "run", "mo
                      "backend.dry_run", "backend.launch", "backend.slurm")
 # Result-changing keys a re-run may still change in the same directory: a longer train.steps continues
 # the same trajectory (nothing a step computes depends on the total: the learning-rate schedule is a
-# warm-up then constant), so extending a run is a resume, not a mix. The analysis still tells runs of
-# different lengths apart.
-EXTENDABLE_KEYS = ("train.steps",)
+# warm-up then constant), so extending a run is a resume, not a mix; the endpoint (eval.endpoint,
+# eval.endpoint_k) changes only what the summary reports from evaluations the run logs either way, so a
+# sweep begun under another default still skips its finished runs and resumes the others. The analysis
+# still tells runs of different lengths or endpoints apart.
+EXTENDABLE_KEYS = ("train.steps", "eval.endpoint", "eval.endpoint_k")
 
 
 def flat_config(config: dict[str, Any], prefix: str = "") -> dict[str, Any]:

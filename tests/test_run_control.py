@@ -176,6 +176,12 @@ def test_restart_and_branch_are_explicit_and_a_longer_run_is_a_resume(tmp_path, 
     assert s["status"] == "finished" and s["steps_done"] == 2
     assert [r["step"] for r in rundir.read_jsonl(run_dir / rundir.METRICS) if "reward/mean" in r] == [1, 2]
 
+    # the endpoint may change too (a sweep begun under another default): it only changes what the
+    # summary reports, so an interrupted run resumes and records the endpoint it finished with
+    (run_dir / rundir.SUMMARY).unlink()
+    s = train(small_cfg(run_dir, "train.steps=3", "seed=5", "eval.endpoint=final"))
+    assert s["status"] == "finished" and s["steps_done"] == 3 and s["endpoint"]["name"] == "final"
+
 
 @pytest.mark.slow
 def test_a_sweep_job_in_a_directory_of_another_config_is_skipped_untouched_and_the_sweep_exits_1(
@@ -672,6 +678,10 @@ def test_runs_from_different_base_weights_are_never_pooled(tmp_path):
     assert data.runs.set_index("run").loc["here0", BASE_WEIGHTS] == "a" * 12
     (note,) = data.notes
     assert "differ in model.base_sha256" in note and "never pooled" in note
+    from dapo_exp.analysis.table import comparison_table
+
+    notes = comparison_table(data).attrs["notes"]
+    assert any(n.startswith("the runs start from 2 different base weights") for n in notes), notes
 
 
 def test_a_finished_run_records_its_base_weights(tmp_path, small_cfg):

@@ -205,7 +205,8 @@ def fit_effects(
     if ci == "bootstrap":
         from dapo_exp.analysis.table import bootstrap_endpoint_check
 
-        bootstrap_endpoint_check(data.runs if isinstance(data, RunSet) else data)
+        every = data.runs if isinstance(data, RunSet) else data
+        bootstrap_endpoint_check(every[every["included"]] if "included" in every else every)
     from dapo_exp.analysis.runs import with_endpoint
 
     runs = with_endpoint(data.runs if isinstance(data, RunSet) else data)

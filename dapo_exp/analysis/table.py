@@ -119,6 +119,20 @@ def acc_name(runs: pd.DataFrame) -> str:
     return "endpoint acc"
 
 
+def base_weights_notes(runs: pd.DataFrame) -> list[str]:
+    """A note when the runs start from more than one base policy (``config.model.base_sha256``, from
+    ``summary.json``'s ``base_model``): rows of one label are split already, but differences between
+    rows and the effects then compare runs from different base weights."""
+    from dapo_exp.analysis.runs import BASE_WEIGHTS
+
+    if not len(runs) or BASE_WEIGHTS not in runs or runs[BASE_WEIGHTS].dropna().nunique() < 2:
+        return []
+    by = runs.dropna(subset=[BASE_WEIGHTS]).groupby(BASE_WEIGHTS)["label"].unique()
+    parts = "; ".join(f"{sha}: {', '.join(sorted(map(str, labels)))}" for sha, labels in by.items())
+    return [f"the runs start from {len(by)} different base weights (model.base_sha256 {parts}): differences "
+            f"between rows from different base weights mix the base policy into the fix's effect"]
+
+
 def bootstrap_endpoint_check(runs: pd.DataFrame) -> None:
     """The hierarchical bootstrap resamples the final evaluation's samples: refuse runs whose declared
     endpoint is another (``eval.endpoint=last_k_mean``), whose table would otherwise mix the two."""
@@ -241,6 +255,7 @@ def comparison_table(
     diff = next((m for m in metrics if m.key == DIFF_KEY), None)
 
     rows, notes = [], list(runs.attrs.get("notes", []))  # runs split by config (analysis.runs)
+    notes += base_weights_notes(inc)
     for label in labels:
         row, note = _row(label, runs, inc, metrics, confidence, diff, baseline, margin)
         rows.append(row)
