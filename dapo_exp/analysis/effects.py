@@ -61,6 +61,16 @@ CIS = ("t", "bootstrap")
 _TOL = 1e-8
 
 
+def _bootstrap_applies(m: TableMetric, runs: pd.DataFrame) -> None:
+    """The bootstrap resamples the final evaluation's samples: final accuracy only, and only for runs
+    that report the final evaluation (:func:`dapo_exp.analysis.table.bootstrap_endpoint_check`)."""
+    if m.key != "final_acc":
+        raise ValueError("the bootstrap applies to the final accuracy (it resamples the final eval's samples)")
+    from dapo_exp.analysis.table import bootstrap_endpoint_check
+
+    bootstrap_endpoint_check(runs)
+
+
 def _named_for_endpoint(m: TableMetric, runs: pd.DataFrame) -> TableMetric:
     """The accuracy metric with its header named for the runs' declared endpoint (``eval.endpoint``,
     :func:`dapo_exp.analysis.table.acc_name`); any other metric as it is."""
@@ -200,18 +210,13 @@ def fit_effects(
     if ci not in CIS:
         raise ValueError(f"ci={ci!r}: choose one of {', '.join(CIS)}")
     m = _metric(metric)
-    if ci == "bootstrap" and m.key != "final_acc":
-        raise ValueError("the bootstrap applies to the final accuracy (it resamples the final eval's samples)")
-    if ci == "bootstrap":
-        from dapo_exp.analysis.table import bootstrap_endpoint_check
-
-        every = data.runs if isinstance(data, RunSet) else data
-        bootstrap_endpoint_check(every[every["included"]] if "included" in every else every)
     from dapo_exp.analysis.runs import with_endpoint
 
     runs = with_endpoint(data.runs if isinstance(data, RunSet) else data)
     if "included" in runs:
         runs = runs[runs["included"]]
+    if ci == "bootstrap":
+        _bootstrap_applies(m, runs)
     notes = []
     if m.source not in runs:
         raise ValueError(f"no run has {m.source!r}")

@@ -248,14 +248,13 @@ def comparison_table(
     runs = _runs_frame(data)
     labels = order_labels(runs["label"]) if len(runs) else []
     inc = runs[runs["included"]] if len(runs) else runs
-    if ci == "bootstrap":
+    if ci == "bootstrap":  # it resamples the final evaluation
         bootstrap_endpoint_check(inc)
     if baseline is None:
         baseline = baseline_label(inc["label"]) if len(inc) else None
     diff = next((m for m in metrics if m.key == DIFF_KEY), None)
 
-    rows, notes = [], list(runs.attrs.get("notes", []))  # runs split by config (analysis.runs)
-    notes += base_weights_notes(inc)
+    rows, notes = [], list(runs.attrs.get("notes", [])) + base_weights_notes(inc)  # split by config, base weights
     for label in labels:
         row, note = _row(label, runs, inc, metrics, confidence, diff, baseline, margin)
         rows.append(row)
