@@ -187,6 +187,13 @@ def eval_size(eval_cfg: Any, final: bool, n_available: int) -> tuple[int, int]:
     return min(problems, n_available), k
 
 
+def last_k_steps(steps: Any, k: int) -> list[int]:
+    """The steps of the last ``k`` evaluations of the trained policy (step > 0 when there is one,
+    else the base policy's): what ``eval.endpoint=last_k_mean`` averages."""
+    trained = sorted(s for s in steps if s > 0) or sorted(steps)
+    return trained[-k:]
+
+
 def endpoint_summary(eval_cfg: Any, evals: dict[int, dict[str, float]], final_step: int,
                      n_available: int) -> dict[str, Any]:
     """The run's declared endpoint for the summary: its name, the label the table prints, its value
@@ -204,8 +211,7 @@ def endpoint_summary(eval_cfg: Any, evals: dict[int, dict[str, float]], final_st
         covered = [final_step]
         label = f"final held-out accuracy (avg@{k} over {problems} problems at step {final_step})"
     else:
-        trained = sorted(s for s in evals if s > 0) or sorted(evals)
-        covered = trained[-eval_cfg.endpoint_k:]
+        covered = last_k_steps(evals, eval_cfg.endpoint_k)
         label = (f"mean held-out accuracy over the last {len(covered)} evaluations (steps "
                  f"{', '.join(map(str, covered))}; final avg@{k} over {problems} problems)")
     values = [evals[s].get(acc) for s in covered]

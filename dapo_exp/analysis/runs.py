@@ -304,11 +304,12 @@ def _endpoint_acc(summary: dict[str, Any], config: dict[str, Any], wide: pd.Data
         return float(declared["value"])
     ev = config.get("eval") if isinstance(config.get("eval"), dict) else {}
     if ev.get("endpoint") == "last_k_mean" and EVAL_ACC in wide:
-        acc = wide.dropna(subset=[EVAL_ACC])
-        trained = acc[acc["step"] > 0] if (acc["step"] > 0).any() else acc
-        k = int(ev.get("endpoint_k") or 1)
-        if len(trained):
-            return float(trained[EVAL_ACC].iloc[-k:].mean())
+        from dapo_exp.evaluation import last_k_steps
+
+        acc = wide.dropna(subset=[EVAL_ACC]).set_index("step")[EVAL_ACC]
+        covered = last_k_steps(acc.index, int(ev.get("endpoint_k") or 1))
+        if covered:
+            return float(acc.loc[covered].mean())
     return float(final) if _is_number(final) else float("nan")
 
 

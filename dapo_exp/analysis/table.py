@@ -559,8 +559,10 @@ def _short_verdict(r) -> str:
 
 
 def _terminal_names(acc: str) -> dict[str, str]:
-    """:data:`_TERMINAL_COLUMNS` with the accuracy columns named for the endpoint (``acc``, :func:`acc_name`)."""
-    return {**_TERMINAL_COLUMNS, "final acc (%)": f"{acc} %", "Δ": f"Δ {acc} (pp)"}
+    """:data:`_TERMINAL_COLUMNS` (its order) with the accuracy column named for the endpoint (``acc``,
+    :func:`acc_name`), as :func:`format_table` names it, and the difference's short header."""
+    short = {"final acc (%)": (f"{acc} (%)", f"{acc} %"), "Δ": ("Δ", f"Δ {acc} (pp)")}
+    return dict(short.get(k, (k, v)) for k, v in _TERMINAL_COLUMNS.items())
 
 
 def _fit_columns(f: pd.DataFrame, width: int, names: dict[str, str] = _TERMINAL_COLUMNS) -> tuple[list[str], list[str]]:
@@ -601,7 +603,6 @@ def table_text(table: pd.DataFrame, width: int = TERMINAL_WIDTH) -> str:
     f = format_table(table)
     acc = table.attrs.get("acc_name", "final acc")
     f = f.rename(columns={c: "Δ" for c in f.columns if c.startswith(f"Δ {acc} vs")})
-    f = f.rename(columns={f"{acc} (%)": "final acc (%)"})  # the terminal's key of the accuracy column
     if "Δ" in f:
         f["Δ verdict"] = [_short_verdict(r) for _, r in table.iterrows()]
     labels = [str(c) for c in f["config"]]

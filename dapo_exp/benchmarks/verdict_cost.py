@@ -172,8 +172,10 @@ def _eval_times(rows: list[dict], final_step: int) -> tuple[float, float]:
 def _late_mean(rows: list[dict], k: int) -> float:
     """The mean ``eval/acc_avg`` of the last ``k`` evaluations of the trained policy (step > 0), the
     value ``eval.endpoint=last_k_mean`` with ``eval.endpoint_k=k`` records."""
+    from dapo_exp.evaluation import last_k_steps
+
     evals = {int(r["step"]): float(r["eval/acc_avg"]) for r in rows if "eval/acc_avg" in r and int(r["step"]) > 0}
-    last = sorted(evals)[-k:]
+    last = last_k_steps(evals, k)
     return float(np.mean([evals[s] for s in last])) if len(last) == k else float("nan")
 
 
