@@ -125,9 +125,14 @@ def execute(cfg: DictConfig, body: Callable[[Life], dict[str, Any]], t_start: fl
     with claimed(cfg) as out:  # one writer and one configuration per run directory
         previous = rundir.read_summary(out)
         if previous and previous.get("status") == rundir.STATUS_FINISHED:
-            log.info("%s already finished (summary.json); skipping", out)
-            print(f"[dapo-exp] {out} already finished; skipping (delete summary.json to re-run)")
-            return previous
+            done = int(previous.get("steps_done") or 0)
+            if done >= int(cfg.train.steps):
+                log.info("%s already finished (summary.json); skipping", out)
+                print(f"[dapo-exp] {out} already finished; skipping (delete summary.json to re-run)")
+                return previous
+            # train.steps grew (an extendable key): the finished run goes on from its last checkpoint
+            print(f"[dapo-exp] {out} finished {done} steps; extending it to train.steps={cfg.train.steps} "
+                  "from its checkpoint", flush=True)
         return _locked(cfg, body, out, t_start)
 
 
@@ -287,6 +292,8 @@ def resume(run: Any) -> None:
     run.state = {
         "sampler_position": 0, "cum_rollouts": 0, "cum_gen_tokens": 0, "cum_trained_rollouts": 0,
         "carry": [], "evals": {}, "wall_time_s": 0.0, "wandb_id": None,
+        # the weights this run starts from, recorded now and checkpointed: a resumed run reports these
+        "base_model": _base_model(run.model_path),
     }
     logs = (rundir.METRICS, rundir.EVAL_SAMPLES, rundir.TRAIN_SAMPLES)
     last = checkpoint.latest(run.out / rundir.CHECKPOINTS)
@@ -429,7 +436,8 @@ def finish(run: Any, life: Life, step: int) -> dict[str, Any]:
         base={"step": 0, **evals[0]} if 0 in evals else {},
         compute={"rollouts_total": st["cum_rollouts"], "gen_tokens_total": st["cum_gen_tokens"]},
         model_path=run.model_path, n_params=sum(p.numel() for p in run.model.parameters()),
-        base_model=_base_model(run.model_path),
+        # recorded at the start (checkpoints before it lack it: then the weights found now)
+        base_model=st.get("base_model") or _base_model(run.model_path),
         history_gap=list(st.get("history_gap", [])),  # steps whose metric row was lost: not a clean history
         endpoint=_endpoint(run, evals, final_step),
     )

@@ -362,7 +362,8 @@ def caption(table: pd.DataFrame) -> str:
             "out: MDE, the difference the same test would detect with power 0.8 at alpha 0.05 at the observed "
             "spread and n (t test, also under --ci bootstrap), and equivalence by two one-sided t tests (TOST, "
             f"alpha 0.05) within ±{table.attrs.get('margin', verdicts.DEFAULT_MARGIN):g} pp (--margin); "
-            "r (arms): Pearson correlation of the two rows' per-seed final accuracies (paired, n >= 3)."
+            f"r (arms): Pearson correlation of the two rows' per-seed {table.attrs.get('acc_name', 'final acc')} "
+            "(paired, n >= 3)."
         )
     bs = table.attrs.get("bootstrap")
     if table.attrs.get("ci") == "bootstrap" and bs:
