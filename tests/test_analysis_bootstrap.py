@@ -177,6 +177,7 @@ def test_bootstrap_refuses_runs_that_report_another_endpoint(tmp_path):
     _design_sweep(tmp_path / "s", np.random.default_rng(12), seeds=(0, 1))
     data = A.load_runs(tmp_path / "s")
     data.runs["config.eval.endpoint"], data.runs["config.eval.endpoint_k"] = "last_k_mean", 3
+    data.runs["endpoint/n_evals"] = 3
     with pytest.raises(ValueError, match="acc last-3 mean .*use --ci t"):
         A.comparison_table(data, ci="bootstrap")
     with pytest.raises(ValueError, match="acc last-3 mean .*use --ci t"):

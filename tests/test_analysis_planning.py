@@ -69,15 +69,20 @@ def test_variances_from_runs_and_from_their_table_agree(tmp_path):
     from_csv = PL.pilot_variances(tmp_path / "out" / "table.csv")
     assert from_csv.loc["final_acc", "sd"] == pytest.approx(pooled)
     assert from_csv.loc["final_acc", "sd_paired"] == pytest.approx(paired)
-    # an old table.csv without the sd columns: backed out of the t intervals
-    old = tmp_path / "old.csv"
+    assert from_csv.loc["final_acc", "header"] == from_runs.loc["final_acc", "header"] == "final acc (%)"
     import pandas as pd
 
+    last3 = tmp_path / "last3.csv"  # a table of runs that declare the mean of the last 3 evaluations
+    pd.read_csv(tmp_path / "out" / "table.csv").assign(endpoint="acc last-3 mean").to_csv(last3, index=False)
+    assert PL.pilot_variances(last3).loc["final_acc", "header"] == "acc last-3 mean (%)"
+    # an old table.csv without the sd columns: backed out of the t intervals
+    old = tmp_path / "old.csv"
     t = pd.read_csv(tmp_path / "out" / "table.csv")
-    t.drop(columns=[c for c in t if c.endswith("_sd")]).to_csv(old, index=False)
+    t.drop(columns=[c for c in t if c.endswith("_sd")] + ["endpoint"]).to_csv(old, index=False)
     backed = PL.pilot_variances(old)
     assert backed.loc["final_acc", "sd"] == pytest.approx(pooled)
     assert backed.loc["final_acc", "sd_paired"] == pytest.approx(paired)
+    assert backed.loc["final_acc", "header"] == "final acc (%)"  # no endpoint column: final accuracy
 
 
 def test_plan_cli_prints_seed_counts(tmp_path, capsys):

@@ -156,7 +156,8 @@ def test_a_larger_held_out_set_keeps_the_first_problems_and_the_training_set():
     assert [p.prompt for p in big.train] == [p.prompt for p in small.train] and len(big.eval) == 512
 
 
-def _endpoint_run(root, name: str, seed: int, accs: dict[int, float], endpoint: str, summary_endpoint: bool):
+def _endpoint_run(root, name: str, seed: int, accs: dict[int, float], endpoint: str, summary_endpoint: bool,
+                  k: int = 2):
     """A finished run directory whose evaluations are ``accs`` (step -> accuracy)."""
     import json
 
@@ -165,13 +166,12 @@ def _endpoint_run(root, name: str, seed: int, accs: dict[int, float], endpoint: 
     with open(d / rundir.METRICS, "w") as fh:
         for step, acc in sorted(accs.items()):
             fh.write(json.dumps({"step": step, "eval/acc_avg": acc}) + "\n")
-    k = 2
-    last = [accs[s] for s in sorted(s for s in accs if s > 0)[-k:]]
+    covered = sorted(s for s in accs if s > 0)[-k:] if endpoint != "final" else [max(accs)]
     summary = {"status": "finished", "label": "grpo", "seed": seed, "switches": {},
                "final": {"step": max(accs), "eval/acc_avg": accs[max(accs)]}}
     if summary_endpoint:
-        summary["endpoint"] = {"name": endpoint, "k": k, "value": float(np.mean(last)) if endpoint != "final"
-                               else accs[max(accs)]}
+        summary["endpoint"] = {"name": endpoint, "k": k, "value": float(np.mean([accs[s] for s in covered])),
+                               "steps": covered}
     summary["config"] = {"seed": seed, "eval": {"k": 4, "problems": 64, "endpoint": endpoint, "endpoint_k": k},
                          "task": {"name": "arith", "arith_n_eval": 64}}
     (d / rundir.SUMMARY).write_text(json.dumps(summary))
@@ -198,3 +198,21 @@ def test_tables_report_the_declared_endpoint(tmp_path, summary_endpoint):
     assert t_final.loc["grpo", "final_acc"] == pytest.approx(100 * (0.7 + 0.4 + 0.5) / 3)
     assert caption(t_late).startswith("Endpoint: mean held-out accuracy of the last 2 evaluations")
     assert caption(t_final).startswith("Endpoint: final held-out accuracy, the last evaluation")
+
+
+@pytest.mark.parametrize("summary_endpoint", [True, False])
+def test_the_column_names_how_many_evaluations_a_short_run_averages(tmp_path, summary_endpoint):
+    """Runs declaring the mean of the last 3 evaluations that have only 2 trained evaluations (a shorter
+    train.steps) average those 2: the column says last-2, not last-3."""
+    from dapo_exp.analysis.runs import ENDPOINT_EVALS, load_runs
+    from dapo_exp.analysis.table import comparison_table
+
+    for seed in range(2):
+        _endpoint_run(tmp_path / "short", f"s{seed}", seed, {0: 0.1, 10: 0.2 + seed / 10, 20: 0.6}, "last_k_mean",
+                      summary_endpoint, k=3)
+        _endpoint_run(tmp_path / "long", f"s{seed}", seed, {0: 0.1, 10: 0.2, 20: 0.6, 30: 0.7}, "last_k_mean",
+                      summary_endpoint, k=3)
+    short, long_ = load_runs(tmp_path / "short"), load_runs(tmp_path / "long")
+    assert list(short.runs[ENDPOINT_EVALS]) == [2, 2] and list(long_.runs[ENDPOINT_EVALS]) == [3, 3]
+    assert comparison_table(short).attrs["acc_name"] == "acc last-2 mean"
+    assert comparison_table(long_).attrs["acc_name"] == "acc last-3 mean"

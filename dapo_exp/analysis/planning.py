@@ -139,7 +139,9 @@ def variances_from_table(csv: str | os.PathLike, metrics: Sequence[str] = DEFAUL
             paired = t[t["d_test"].fillna("").str.startswith("paired")]
             psd, pdf = _pool([sd_of(f"d_{DIFF_KEY}", r) for _, r in paired.iterrows()],
                              [int(r[f"d_{DIFF_KEY}_n"]) for _, r in paired.iterrows()])
-        rows.append({"metric": m.key, "header": m.header, "configs": len(t), "sd": sd, "df": df,
+        header = (f"{t['endpoint'].iloc[0]} (%)" if m.key == DIFF_KEY and "endpoint" in t and len(t)
+                  else m.header)  # the declared endpoint's name (tables before it: final acc)
+        rows.append({"metric": m.key, "header": header, "configs": len(t), "sd": sd, "df": df,
                      "sd_paired": psd, "df_paired": pdf, "baseline": base, "seeds": int(min(ns, default=0))})
     return pd.DataFrame(rows).set_index("metric")
 

@@ -31,6 +31,8 @@ The runs frame (:attr:`RunSet.runs`), one row per run:
                        ``last_k_mean``, the mean of the last ``eval.endpoint_k``
                        evaluations of the trained policy in the history; else
                        ``final/eval/acc_avg``
+``endpoint/n_evals``   how many evaluations that value averages (1 for ``final``;
+                       ``eval.endpoint_k``, or fewer in a run with fewer evaluations)
 ``end/<metric>``       training metric at the end: mean of its last ``end_window``
                        logged values (default 1 = the last value)
 ``avg/<metric>``       training metric averaged over all logged steps
@@ -84,6 +86,7 @@ SUMMARY_KEYS = (
 EVAL_PREFIX = "eval/"
 EVAL_ACC = rundir.EVAL_ACC
 ENDPOINT_ACC = f"endpoint/{EVAL_ACC}"  # the declared endpoint's accuracy (eval.endpoint): what tables report
+ENDPOINT_EVALS = "endpoint/n_evals"  # how many evaluations it averages (1 for final)
 # the SHA-256 (12 digits) of the base weights (summary.json's base_model), a result-changing column
 BASE_WEIGHTS = "config.model.base_sha256"
 # directories never searched for runs
@@ -297,11 +300,14 @@ def _eval_points(summary: dict[str, Any], wide: pd.DataFrame) -> dict[str, dict[
     return out
 
 
-def _endpoint_acc(summary: dict[str, Any], config: dict[str, Any], wide: pd.DataFrame, final: float) -> float:
-    """The run's declared endpoint accuracy (see the module docstring's ``endpoint/eval/acc_avg``)."""
+def _endpoint_acc(summary: dict[str, Any], config: dict[str, Any], wide: pd.DataFrame,
+                  final: float) -> tuple[float, int]:
+    """The run's declared endpoint accuracy (see the module docstring's ``endpoint/eval/acc_avg``) and
+    how many evaluations it averages (``endpoint/n_evals``: fewer than ``eval.endpoint_k`` in a short run)."""
     declared = summary.get("endpoint")
     if isinstance(declared, dict) and _is_number(declared.get("value")) and not math.isnan(float(declared["value"])):
-        return float(declared["value"])
+        steps = declared.get("steps")
+        return float(declared["value"]), len(steps) if isinstance(steps, list) and steps else 1
     ev = config.get("eval") if isinstance(config.get("eval"), dict) else {}
     if ev.get("endpoint") == "last_k_mean" and EVAL_ACC in wide:
         from dapo_exp.evaluation import last_k_steps
@@ -309,8 +315,8 @@ def _endpoint_acc(summary: dict[str, Any], config: dict[str, Any], wide: pd.Data
         acc = wide.dropna(subset=[EVAL_ACC]).set_index("step")[EVAL_ACC]
         covered = last_k_steps(acc.index, int(ev.get("endpoint_k") or 1))
         if covered:
-            return float(acc.loc[covered].mean())
-    return float(final) if _is_number(final) else float("nan")
+            return float(acc.loc[covered].mean()), len(covered)
+    return float(final) if _is_number(final) else float("nan"), 1
 
 
 def with_endpoint(runs: pd.DataFrame) -> pd.DataFrame:
@@ -426,7 +432,7 @@ def _run_row(rec: RunRecord, wide: pd.DataFrame, end_window: int) -> dict[str, A
     for which, vals in _eval_points(summ, wide).items():
         for m, v in vals.items():
             row[f"{which}/{m}"] = v
-    row[ENDPOINT_ACC] = _endpoint_acc(summ, cfg, wide, row.get(f"final/{EVAL_ACC}", np.nan))
+    row[ENDPOINT_ACC], row[ENDPOINT_EVALS] = _endpoint_acc(summ, cfg, wide, row.get(f"final/{EVAL_ACC}", np.nan))
     train_cols = [c for c in wide.columns if c != "step" and not c.startswith(EVAL_PREFIX)]
     for c in train_cols:
         s = wide[c].dropna()

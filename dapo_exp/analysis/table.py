@@ -105,15 +105,20 @@ def baseline_label(labels) -> str | None:
 
 def acc_name(runs: pd.DataFrame) -> str:
     """The name of the accuracy column for these runs' declared endpoint (``eval.endpoint``): ``final
-    acc`` (the last evaluation), ``acc last-<k> mean`` (every run declares ``last_k_mean`` with one k),
-    else ``endpoint acc`` (the caption names each run's)."""
+    acc`` (the last evaluation), ``acc last-<k> mean`` (every run declares ``last_k_mean`` and averages
+    k evaluations: ``eval.endpoint_k``, or fewer in runs shorter than that), else ``endpoint acc`` (the
+    caption names each run's)."""
     col = "config.eval.endpoint"
     if not len(runs) or col not in runs:
         return "final acc"
     names = set(runs[col].fillna("final"))
     if names == {"final"}:
         return "final acc"
-    ks = set(runs["config.eval.endpoint_k"].dropna().astype(int)) if "config.eval.endpoint_k" in runs else set()
+    from dapo_exp.analysis.runs import ENDPOINT_EVALS
+
+    # the evaluations each run's value averages (fewer than eval.endpoint_k in a short run), else k
+    col_k = ENDPOINT_EVALS if ENDPOINT_EVALS in runs else "config.eval.endpoint_k"
+    ks = set(runs[col_k].dropna().astype(int)) if col_k in runs else set()
     if names == {"last_k_mean"} and len(ks) == 1:
         return f"acc last-{ks.pop()} mean"
     return "endpoint acc"
@@ -649,6 +654,7 @@ def write_table(table: pd.DataFrame, out_dir: str | os.PathLike) -> dict[str, Pa
     out.mkdir(parents=True, exist_ok=True)
     paths = {"md": out / "table.md", "csv": out / "table.csv", "tex": out / "table.tex"}
     paths["md"].write_text(table_markdown(table), encoding="utf-8")
-    table.to_csv(paths["csv"])
+    # the endpoint's name in every row (plan reads a table.csv's accuracy under it)
+    table.assign(endpoint=table.attrs.get("acc_name", "final acc")).to_csv(paths["csv"])
     paths["tex"].write_text(table_latex(table), encoding="utf-8")
     return paths
