@@ -136,3 +136,23 @@ def test_task_presets(composer, task):
     for i, line in enumerate(text):  # a comment above every field
         if line and not line.startswith("#"):
             assert text[i - 1].startswith("#"), f"conf/task/{task}.yaml: no comment above {line!r}"
+
+
+def test_the_verdict_regime_is_what_verdict_cost_measured(composer):
+    """experiment=toy_verdict is the verdict_cost benchmark's batch4x setting (whose figures its header
+    quotes), with final accuracy declared as the endpoint: nothing else differs."""
+    from omegaconf import OmegaConf
+
+    from dapo_exp.benchmarks.verdict_cost import settings
+
+    def leaves(cfg):
+        def walk(d, prefix=""):
+            for k, v in d.items():
+                yield from walk(v, f"{prefix}{k}.") if isinstance(v, dict) and v else [(f"{prefix}{k}", v)]
+        return dict(walk(OmegaConf.to_container(cfg, resolve=True)))
+
+    preset = leaves(composer("fixes=grpo", "experiment=toy_verdict"))
+    measured = leaves(composer("fixes=grpo", *settings(quick=False, final_problems=256, final_samples=8)["batch4x"]))
+    differ = {k: (preset.get(k), measured.get(k)) for k in set(preset) | set(measured) if preset.get(k) != measured.get(k)}
+    assert differ == {"eval.endpoint": ("final", "last_k_mean")}, differ
+    assert preset["train.prompts_per_step"] == 64 and preset["eval.final_samples"] == 8

@@ -208,6 +208,10 @@ def test_launch_plan_counts_the_default_seeds_and_estimates_the_toys_wall_time()
     parallel = launch_plan(_multirun_config(["hydra/launcher=parallel", "hydra.launcher.jobs=2"],
                                             ["fixes=grpo", "hydra/launcher=parallel", "hydra.launcher.jobs=2"]))
     assert "5 runs" in parallel and "2 run(s) at a time" in parallel and "expected wall time 2-2 min" in parallel
+    verdict = launch_plan(_multirun_config(["experiment=toy_verdict"], ["experiment=toy_verdict", "fixes=grpo,clip"]))
+    assert "10 runs" in verdict and "expected wall time 17-23 min" in verdict  # 4x the batch: 3.4x a run
+    assert ("5 seeds per arm detect about 5 points of final accuracy (the toy_verdict regime) at power 0.8 on the "
+            "toy (6 seeds detect 5)") in verdict
     hub = launch_plan(_multirun_config(["model.path=some/model"], ["model.path=some/model", "fixes=grpo,full"]))
     assert hub.startswith("[sweep] 10 runs") and "wall time" not in hub  # no estimate beyond the toy
 

@@ -10,7 +10,7 @@ import pytest
 from dapo_exp.benchmarks import verdict_cost as vc
 
 HEADER = ("| setting | fix | metric | n | sd | sd_paired | r | eval_share | n_paired | effect | agrees_with_today "
-          "| final eval s | other eval s |")
+          "| final eval s | other eval s | run s |")
 
 
 def _data(shift_keyed: float):
@@ -23,7 +23,7 @@ def _data(shift_keyed: float):
                 acc = base + eff + rng.standard_normal()
                 reps = [acc, acc + 1.0, acc - 1.0]  # within-run variance 1
                 data[(setting, arm, s)] = {vc.ACC: acc, vc.LATE: acc - 1.0, "reps": reps, "diag/style_step": acc / 100,
-                                           "final_eval_s": 2.0, "eval_s": 0.5}
+                                           "final_eval_s": 2.0, "eval_s": 0.5, "run_s": 20.0}
     return data
 
 
@@ -58,6 +58,9 @@ def test_jobs_are_interleaved_and_settings_override_last(tmp_path):
     assert "task.arith_n_eval=16" in precise and "task.arith_n_eval=8" not in precise
     assert "clip_higher=enabled" in jobs[3].overrides and "seed=0" in jobs[3].overrides
     assert "train.randomness=stream" in jobs[0].overrides  # today's sampler named, whatever the default
+    big = vc.settings(quick=False)["batch2x"]  # twice the prompts per step, the same 4 updates per step
+    assert "train.prompts_per_step=32" in big and "train.mini_batch_size=64" in big
+    assert set(vc.settings(quick=False)["precise"]) <= set(big)
     later = vc.jobs(runs=tmp_path, seeds=2, first_seed=12, steps=3, repeats=1, fixes=["clip_higher"],
                     which=["today"], quick=True)
     assert [j.seed for j in later] == [12, 12, 13, 13] and later[0].out == tmp_path / "today" / "off" / "seed12"

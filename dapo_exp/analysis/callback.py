@@ -115,15 +115,21 @@ class AnalysisCallback(Callback):
             traceback.print_exc(file=sys.stderr)
 
 
-# Wall time of one default toy run (30 steps) with one torch thread on an idle core, the basis of
-# the launch estimate; a busy machine is slower (docs: benchmarks).
+# Wall time of one default toy run (30 steps of 16 prompts) with one torch thread on an idle core,
+# the basis of the launch estimate; it grows with the rollout batch about as 0.2 + 0.8 x prompts / 16
+# (the verdict_cost runs of 2026-11-25: 24, 50 and 85 s per run at 16, 32 and 64 prompts, two runs at a
+# time); a busy machine is slower (docs: benchmarks).
 TOY_RUN_S = (30.0, 40.0)
+TOY_PROMPTS = 16
 # The toy's paired standard deviation of held-out accuracy between two arms of one seed, in points,
 # as the verdict_cost benchmark measured it (docs: results), per endpoint (eval.endpoint): what the
 # launch line's smallest detectable effect is computed from. final: Clip-Higher 4.0-5.0, Token-level
 # Loss 6.3-8.4; last_k_mean with k = 3 (steps 10, 20, 30): 2.7-3.0 and 3.1-3.7 (two blocks of 11-12
 # seeds, 2026-11-24).
 TOY_PAIRED_SD = {"final": 5.0, "last_k_mean": 3.1}
+# experiment=toy_verdict (64 prompts per step, a 256 x 8 final evaluation), final accuracy: Clip-Higher
+# 2.95 [1.90, 3.54], Token-level Loss 3.35 [1.39, 4.92] (12 seeds, 2026-11-25)
+TOY_VERDICT_PAIRED_SD = 3.0
 
 
 def sweep_jobs(config: Any) -> list[list[str]]:
@@ -161,23 +167,40 @@ def launch_plan(config: Any) -> str:
     if launcher.endswith("ParallelLauncher"):
         at_once = OmegaConf.select(config, "hydra.launcher.jobs", default=None) or min(len(jobs), os.cpu_count() or 1)
     steps = OmegaConf.select(config, "train.steps", default=30) or 30
-    lo, hi = (t * steps / 30 * -(-len(jobs) // at_once) / 60 for t in TOY_RUN_S)
+    prompts = OmegaConf.select(config, "train.prompts_per_step", default=TOY_PROMPTS) or TOY_PROMPTS
+    scale = steps / 30 * (0.2 + 0.8 * prompts / TOY_PROMPTS)
+    lo, hi = (t * scale * -(-len(jobs) // at_once) / 60 for t in TOY_RUN_S)
+    n_seeds = max(1, len(seeds))
+    return (f"{line}; expected wall time {lo:.0f}-{hi:.0f} min, {at_once} run(s) at a time on idle cores "
+            f"(hydra/launcher=parallel runs one per core){_toy_detect(config, n_seeds)}")
+
+
+def _toy_detect(config: Any, n_seeds: int) -> str:
+    """What ``n_seeds`` seeds per arm detect on the toy, at the paired spread measured for its endpoint
+    and regime (the default, or experiment=toy_verdict's batch and final evaluation)."""
+    from omegaconf import OmegaConf
+
     from dapo_exp.analysis.verdicts import mde_paired, seeds_paired
 
-    n_seeds = max(1, len(seeds))
-    endpoint = OmegaConf.select(config, "eval.endpoint", default="final")
-    k = OmegaConf.select(config, "eval.endpoint_k", default=3)
-    if endpoint == "last_k_mean" and k == 3:
+    if n_seeds <= 1:
+        return "; one seed: no interval, nothing can be concluded"
+
+    def get(key: str, default: Any = None) -> Any:
+        return OmegaConf.select(config, key, default=default)
+
+    endpoint, k = get("eval.endpoint", "final"), get("eval.endpoint_k", 3)
+    verdict = (get("train.prompts_per_step") == 64 and get("eval.final_problems") == 256
+               and get("eval.final_samples") == 8)
+    if verdict and endpoint == "final":
+        sd, what = TOY_VERDICT_PAIRED_SD, "final accuracy (the toy_verdict regime)"
+    elif endpoint == "last_k_mean" and k == 3:
         sd, what = TOY_PAIRED_SD["last_k_mean"], "the mean accuracy of the last 3 evaluations"
     elif endpoint == "last_k_mean":  # measured for k = 3 only: final accuracy's larger spread, said so
         sd, what = TOY_PAIRED_SD["final"], f"the mean accuracy of the last {k} evaluations (at final accuracy's spread)"
     else:
         sd, what = TOY_PAIRED_SD["final"], "final accuracy"
-    detect = (f"; {n_seeds} seeds per arm detect about {mde_paired(sd, n_seeds):.0f} points of {what} at power "
-              f"0.8 on the toy ({seeds_paired(5.0, sd)} seeds detect 5)"
-              if n_seeds > 1 else "; one seed: no interval, nothing can be concluded")
-    return (f"{line}; expected wall time {lo:.0f}-{hi:.0f} min, {at_once} run(s) at a time on idle cores "
-            f"(hydra/launcher=parallel runs one per core){detect}")
+    return (f"; {n_seeds} seeds per arm detect about {mde_paired(sd, n_seeds):.0f} points of {what} at power "
+            f"0.8 on the toy ({seeds_paired(5.0, sd)} seeds detect 5)")
 
 
 def failed_jobs(sweep_dir: str, since: float) -> list[tuple[str, str]]:

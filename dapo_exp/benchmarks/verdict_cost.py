@@ -13,7 +13,12 @@ shared by the fixes), under each setting of ``--settings``:
 - ``keyed``: ``train.randomness=keyed`` (:mod:`dapo_exp.keyed`);
 - ``both``: the two together;
 - ``dense``: today's sampler with an evaluation every 5 steps instead of 10 (``eval.every=5``), for
-  a late-training endpoint over more evaluations (``late_acc`` with ``--late-k 3``: steps 20, 25, 30).
+  a late-training endpoint over more evaluations (``late_acc`` with ``--late-k 3``: steps 20, 25, 30);
+- ``batch2x``, ``batch4x``: ``precise`` with 2 or 4 times the prompts per rollout step
+  (``train.prompts_per_step``, and ``train.mini_batch_size`` with it: the same 4 optimizer updates per
+  step, each on a 2 or 4 times larger mini-batch), so less gradient noise for the arms to drift apart on,
+  at about 2 or 4 times the training time (``batch4x`` is ``experiment=toy_verdict``, its endpoint
+  aside: ``tests/test_experiments.py``).
 
 Every run also evaluates its final policy ``--repeats`` more times with fresh noise
 (``eval.final_repeats``), which measures the evaluation's own noise. Runs are ordinary run
@@ -75,7 +80,7 @@ LATE = "late_acc"  # the mean held-out accuracy over the last --late-k evaluatio
 ACCS = (ACC, LATE)
 COLUMNS = ("setting", "fix", "metric", "n", "sd", "sd_lo", "sd_hi", "sd_paired", "sd_paired_lo", "sd_paired_hi",
            "r", "r_lo", "r_hi", "eval_share", "eval_share_lo", "eval_share_hi", "n_paired", "n_paired_lo",
-           "n_paired_hi", "effect", "effect_lo", "effect_hi", "agrees_with_today", "final_eval_s", "eval_s")
+           "n_paired_hi", "effect", "effect_lo", "effect_hi", "agrees_with_today", "final_eval_s", "eval_s", "run_s")
 
 
 FINAL_PROBLEMS, FINAL_SAMPLES = 512, 16  # the precise endpoint's default size (the toy's intermediate: 64 x 4)
@@ -90,8 +95,13 @@ def settings(quick: bool, final_problems: int = FINAL_PROBLEMS,
                 f"eval.final_problems={final_problems}", f"eval.final_samples={final_samples}"))
     keyed = ("train.randomness=keyed",)
     dense = ("train.randomness=stream", "eval.every=1" if quick else "eval.every=5")
+    def bigger(times: int) -> tuple[str, ...]:  # the rollout batch x times, the same 4 updates per step
+        prompts, mini = (4, 8) if quick else (16, 32)
+        return precise + ("train.randomness=stream", f"train.prompts_per_step={prompts * times}",
+                          f"train.mini_batch_size={mini * times}")
+
     return {"today": ("train.randomness=stream",), "precise": precise, "keyed": keyed, "both": precise + keyed,
-            "dense": dense}
+            "dense": dense, "batch2x": bigger(2), "batch4x": bigger(4)}
 
 
 # the shrunken toy of the tests (tests/conftest.py): 4 prompts x 4 responses, 8 eval problems x 2
@@ -195,6 +205,7 @@ def collect(all_jobs: list[Job], fixes: list[str], late_k: int = 2) -> dict:
         for f in fixes:
             row[FIXES[f][1]] = _mean_metric(metrics, FIXES[f][1]) * FIXES[f][2]
         row["final_eval_s"], row["eval_s"] = _eval_times(metrics, s["final"]["step"])
+        row["run_s"] = float(s.get("wall_time_s") or "nan")
         data[(j.setting, j.arm, j.seed)] = row
     return data
 
@@ -259,7 +270,7 @@ def _row(data: dict, setting: str, f: str, metric: str, *, delta: float, boot: i
     half = (float(st.t.ppf(0.975, n - 1)) * est["sd_paired"] / math.sqrt(n)) if n > 1 else float("nan")
     row["effect_lo"], row["effect_hi"] = est["effect"] - half, est["effect"] + half
     row["se"] = est["sd_paired"] / math.sqrt(n) if n > 1 else float("nan")
-    for k in ("final_eval_s", "eval_s"):
+    for k in ("final_eval_s", "eval_s", "run_s"):
         times = [data[(setting, arm, s)][k] for s in kept for arm in ("off", f)]
         row[k] = float(np.nanmean(times)) if times else float("nan")
     return row
@@ -293,8 +304,8 @@ def _ci(r: dict, k: str, digits: int = 2) -> str:
 def markdown(rows: list[dict], header: str) -> str:
     lines = [header, "",
              ("| setting | fix | metric | n | sd | sd_paired | r | eval_share | n_paired | effect | agrees_with_today "
-              "| final eval s | other eval s |"),
-             "|---|---|---|---|---|---|---|---|---|---|---|---|---|"]
+              "| final eval s | other eval s | run s |"),
+             "|---|---|---|---|---|---|---|---|---|---|---|---|---|---|"]
     for r in rows:
         def seeds(n: int) -> str:
             return str(n) if n > 0 else "n/a"
@@ -304,7 +315,7 @@ def markdown(rows: list[dict], header: str) -> str:
         lines.append(
             f"| {r['setting']} | {r['fix']} | {r['metric']} | {r['n']} | {_ci(r, 'sd')} | {_ci(r, 'sd_paired')} | "
             f"{_ci(r, 'r')} | {_ci(r, 'eval_share') if r['metric'] == ACC else '-'} | {npd} | {_ci(r, 'effect')} | "
-            f"{r['agrees_with_today']} | {_f(r['final_eval_s'])} | {_f(r['eval_s'])} |")
+            f"{r['agrees_with_today']} | {_f(r['final_eval_s'])} | {_f(r['eval_s'])} | {_f(r['run_s'], 1)} |")
     return "\n".join(lines) + "\n"
 
 
