@@ -252,8 +252,11 @@ def endpoint_line(runs: Any) -> str:
     for i in runs.index:
         name = col("config.eval.endpoint")[i]
         name = "final" if pd.isna(name) else name
-        if name == "last_k_mean":
-            text = (f"mean held-out accuracy of the last {int(col('config.eval.endpoint_k')[i])} evaluations "
+        # the evaluations the value averages: endpoint/n_evals (fewer than eval.endpoint_k in a short run)
+        n_evals = col("endpoint/n_evals")[i]
+        n_evals = int(n_evals) if pd.notna(n_evals) else int(col("config.eval.endpoint_k")[i])
+        if name == "last_k_mean" and n_evals > 1:
+            text = (f"mean held-out accuracy of the last {n_evals} evaluations "
                     f"(eval.endpoint=last_k_mean; the final one {size(i, True)}")
         else:
             text = f"final held-out accuracy, the last evaluation ({size(i, True)}"

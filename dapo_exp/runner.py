@@ -125,14 +125,15 @@ def execute(cfg: DictConfig, body: Callable[[Life], dict[str, Any]], t_start: fl
     with claimed(cfg) as out:  # one writer and one configuration per run directory
         previous = rundir.read_summary(out)
         if previous and previous.get("status") == rundir.STATUS_FINISHED:
+            log.info("%s already finished (summary.json); skipping", out)
             done = int(previous.get("steps_done") or 0)
-            if done >= int(cfg.train.steps):
-                log.info("%s already finished (summary.json); skipping", out)
-                print(f"[dapo-exp] {out} already finished; skipping (delete summary.json to re-run)")
-                return previous
-            # train.steps grew (an extendable key): the finished run goes on from its last checkpoint
-            print(f"[dapo-exp] {out} finished {done} steps; extending it to train.steps={cfg.train.steps} "
-                  "from its checkpoint", flush=True)
+            # a finished run is never extended in place: a failed or stopped extension would replace its
+            # summary, and its last evaluation (the larger final one) would sit inside the longer run's curve
+            more = (f"; it trained {done} steps, train.steps={cfg.train.steps} asks for more: run the longer "
+                    "run in another directory (on the command line train.steps= names its own)"
+                    if done < int(cfg.train.steps) else "")
+            print(f"[dapo-exp] {out} already finished; skipping (delete summary.json to re-run){more}")
+            return previous
         return _locked(cfg, body, out, t_start)
 
 

@@ -205,7 +205,7 @@ def test_the_column_names_how_many_evaluations_a_short_run_averages(tmp_path, su
     """Runs declaring the mean of the last 3 evaluations that have only 2 trained evaluations (a shorter
     train.steps) average those 2: the column says last-2, not last-3."""
     from dapo_exp.analysis.runs import ENDPOINT_EVALS, load_runs
-    from dapo_exp.analysis.table import comparison_table
+    from dapo_exp.analysis.table import caption, comparison_table
 
     for seed in range(2):
         _endpoint_run(tmp_path / "short", f"s{seed}", seed, {0: 0.1, 10: 0.2 + seed / 10, 20: 0.6}, "last_k_mean",
@@ -215,4 +215,8 @@ def test_the_column_names_how_many_evaluations_a_short_run_averages(tmp_path, su
     short, long_ = load_runs(tmp_path / "short"), load_runs(tmp_path / "long")
     assert list(short.runs[ENDPOINT_EVALS]) == [2, 2] and list(long_.runs[ENDPOINT_EVALS]) == [3, 3]
     assert comparison_table(short).attrs["acc_name"] == "acc last-2 mean"
+    assert caption(comparison_table(short)).startswith("Endpoint: mean held-out accuracy of the last 2 evaluations")
     assert comparison_table(long_).attrs["acc_name"] == "acc last-3 mean"
+    _endpoint_run(tmp_path / "once", "s0", 0, {0: 0.1, 30: 0.6}, "last_k_mean", summary_endpoint, k=3)
+    once = comparison_table(load_runs(tmp_path / "once"))  # eval.every=0: the last evaluation alone
+    assert once.attrs["acc_name"] == "final acc" and caption(once).startswith("Endpoint: final held-out accuracy")

@@ -147,7 +147,7 @@ def test_a_rerun_with_another_config_is_refused_before_anything_is_written(tmp_p
 
 
 @pytest.mark.slow
-def test_restart_and_branch_are_explicit_and_a_longer_run_is_a_resume(tmp_path, small_cfg):
+def test_restart_and_branch_are_explicit_and_a_longer_run_is_a_resume(tmp_path, small_cfg, capsys):
     from dapo_exp.runner import ConfigChangedError
 
     run_dir = tmp_path / "run"
@@ -170,10 +170,13 @@ def test_restart_and_branch_are_explicit_and_a_longer_run_is_a_resume(tmp_path, 
     assert s["status"] == "finished" and s["seed"] == 5
     assert rundir.read_json(run_dir / rundir.CONFIG)["config"]["seed"] == 5
 
-    # train.steps may grow: the same config, run longer, resumes (a finished run too, from its last checkpoint)
+    # train.steps may grow: the same config, run longer, resumes (an interrupted run); a finished run is
+    # skipped, saying where a longer one goes
+    assert train(small_cfg(run_dir, "train.steps=2", "seed=5"))["steps_done"] == 1
+    assert "train.steps=2 asks for more: run the longer run in another directory" in capsys.readouterr().out
+    (run_dir / rundir.SUMMARY).unlink()
     s = train(small_cfg(run_dir, "train.steps=2", "seed=5"))
     assert s["status"] == "finished" and s["steps_done"] == 2
-    assert train(small_cfg(run_dir, "train.steps=1", "seed=5"))["steps_done"] == 2  # fewer steps: skipped
     assert [r["step"] for r in rundir.read_jsonl(run_dir / rundir.METRICS) if "reward/mean" in r] == [1, 2]
 
     # the endpoint may change too (a sweep begun under another default): it only changes what the
@@ -692,11 +695,12 @@ def test_a_finished_run_records_its_base_weights(tmp_path, small_cfg):
 
 
 def test_a_resumed_run_records_the_base_weights_it_started_from(tmp_path, small_cfg, monkeypatch):
-    """The base weights are recorded at the start and checkpointed: a run extended after its base's
+    """The base weights are recorded at the start and checkpointed: a run resumed after its base's
     files changed still reports the weights it was trained from, not the ones found at the end."""
     from dapo_exp import runner
 
     first = train(small_cfg(tmp_path / "r", "train.steps=1"))
+    (tmp_path / "r" / rundir.SUMMARY).unlink()  # an interrupted run, resumed from its step-1 checkpoint
     monkeypatch.setattr(runner, "_base_model", lambda path: {"path": path, "sha256": "f" * 64})
     longer = train(small_cfg(tmp_path / "r", "train.steps=2"))
     assert longer["steps_done"] == 2 and longer["base_model"] == first["base_model"]

@@ -212,6 +212,15 @@ def test_launch_plan_counts_the_default_seeds_and_estimates_the_toys_wall_time()
     assert "10 runs" in verdict and "expected wall time 17-23 min" in verdict  # 4x the batch: 3.4x a run
     assert ("5 seeds per arm detect about 5 points of final accuracy (the toy_verdict regime) at power 0.8 on the "
             "toy (6 seeds detect 5)") in verdict
+    from dapo_exp.analysis.callback import verdict_regime
+
+    assert verdict_regime(_multirun_config(["experiment=toy_verdict"], []))
+    big = ["train.prompts_per_step=64", "train.mini_batch_size=128", "task.arith_n_eval=256", "eval.final_problems=256",
+           "eval.final_samples=8"]
+    assert verdict_regime(_multirun_config(big, []))  # its values given on the command line
+    assert not verdict_regime(_multirun_config(["experiment=toy_clip", *big], []))  # another regime's warm start
+    assert not verdict_regime(_multirun_config(["experiment=toy_verdict", "task.arith_n_eval=64"], []))  # 64 x 8
+    assert not verdict_regime(_multirun_config(["experiment=toy_verdict", "train.mini_batch_size=32"], []))
     hub = launch_plan(_multirun_config(["model.path=some/model"], ["model.path=some/model", "fixes=grpo,full"]))
     assert hub.startswith("[sweep] 10 runs") and "wall time" not in hub  # no estimate beyond the toy
 
