@@ -302,6 +302,11 @@ def resume(run: Any) -> None:
     logged = [row["step"] for row in rows]
     if last is not None:
         run.start_step, run.state = checkpoint.load(last, run.model, run.optimizer, run.scheduler)
+        if run.start_step > run.cfg.train.steps:  # train.steps may grow, not shrink below what was trained
+            raise ConfigChangedError(
+                f"{run.out} has a checkpoint at step {run.start_step}, past train.steps={run.cfg.train.steps}: "
+                f"resuming it cannot give a {run.cfg.train.steps}-step run. Ask for train.steps>={run.start_step}, "
+                "or run the shorter run in another directory")
         run.engine.sync_weights(run.model)
         later = sum(st > run.start_step for st in logged)
         log.info("resumed from %s (step %d)", last, run.start_step)

@@ -177,11 +177,14 @@ def test_restart_and_branch_are_explicit_and_a_longer_run_is_a_resume(tmp_path, 
     (run_dir / rundir.SUMMARY).unlink()
     s = train(small_cfg(run_dir, "train.steps=2", "seed=5"))
     assert s["status"] == "finished" and s["steps_done"] == 2
+    (run_dir / rundir.SUMMARY).unlink()  # not below what was trained: a checkpoint at step 2 is no 1-step run
+    with pytest.raises(ConfigChangedError, match="checkpoint at step 2, past train.steps=1"):
+        train(small_cfg(run_dir, "train.steps=1", "seed=5"))
     assert [r["step"] for r in rundir.read_jsonl(run_dir / rundir.METRICS) if "reward/mean" in r] == [1, 2]
 
     # the endpoint may change too (a sweep begun under another default): it only changes what the
     # summary reports, so an interrupted run resumes and records the endpoint it finished with
-    (run_dir / rundir.SUMMARY).unlink()
+    (run_dir / rundir.SUMMARY).unlink(missing_ok=True)
     s = train(small_cfg(run_dir, "train.steps=3", "seed=5", "eval.endpoint=final"))
     assert s["status"] == "finished" and s["steps_done"] == 3 and s["endpoint"]["name"] == "final"
 
