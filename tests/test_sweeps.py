@@ -211,7 +211,7 @@ def test_launch_plan_counts_the_default_seeds_and_estimates_the_toys_wall_time()
     verdict = launch_plan(_multirun_config(["experiment=toy_verdict"], ["experiment=toy_verdict", "fixes=grpo,clip"]))
     assert "10 runs" in verdict and "expected wall time 17-23 min" in verdict  # 4x the batch: 3.4x a run
     assert ("5 seeds per arm detect about 5 points of final accuracy (the toy_verdict regime) at power 0.8 on the "
-            "toy (6 seeds detect 5)") in verdict
+            "toy (5 seeds detect 5)") in verdict
     from dapo_exp.analysis.callback import verdict_regime
 
     assert verdict_regime(_multirun_config(["experiment=toy_verdict"], []))

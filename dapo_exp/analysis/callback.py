@@ -130,8 +130,8 @@ TOY_PROMPTS = 16
 # seeds, 2026-11-24).
 TOY_PAIRED_SD = {"final": 5.0, "last_k_mean": 3.1}
 # experiment=toy_verdict (64 prompts per step, a 256 x 8 final evaluation), final accuracy: Clip-Higher
-# 2.95 [1.90, 3.54], Token-level Loss 3.35 [1.39, 4.92] (12 seeds, 2026-11-25)
-TOY_VERDICT_PAIRED_SD = 3.0
+# 2.34 [1.68, 2.83], Token-level Loss 2.96 [2.05, 3.83] (24 seeds in two blocks, 2026-11-25): the larger
+TOY_VERDICT_PAIRED_SD = 2.96
 
 
 def sweep_jobs(config: Any) -> list[list[str]]:
