@@ -316,9 +316,10 @@ class EvalConfig:
     final_repeats: int = 0
     # the endpoint recorded in the summary and shown by the table: final (the last evaluation) |
     # last_k_mean (the mean of the last endpoint_k evaluations of the trained policy, labelled
-    # "acc last-<k> mean"). Default last_k_mean, k 3: on the toy (steps 10, 20, 30) it needs 5
-    # seeds per arm for a 5-point Clip-Higher effect where the final evaluation needs 8
-    # (sweeps/results/2026-11-24-verdict-cost-2core); the paper preset reports final
+    # "acc last-<k> mean"). Default last_k_mean, k 3: on the toy (steps 10, 20, 30) it needs 6-8
+    # seeds per arm for a 5-point effect where the final evaluation needs 13-22 (24 seeds,
+    # sweeps/results/2026-11-25-verdict-cost-batch; experiment=toy_verdict: 4-5 for final); the paper
+    # preset reports final
     endpoint: str = "last_k_mean"
     endpoint_k: int = 3
 

@@ -201,8 +201,8 @@ def test_launch_plan_counts_the_default_seeds_and_estimates_the_toys_wall_time()
     line = launch_plan(headline)
     assert line.startswith("[sweep] 20 runs: 4 configuration(s) x 5 seed(s) (seed= not given")
     assert "expected wall time 10-13 min, 1 run(s) at a time" in line
-    assert ("5 seeds per arm detect about 5 points of the mean accuracy of the last 3 evaluations at power 0.8 on "
-            "the toy (6 seeds detect 5)") in line
+    assert ("5 seeds per arm detect about 7 points of the mean accuracy of the last 3 evaluations at power 0.8 on "
+            "the toy (8 seeds detect 5)") in line
     given = launch_plan(_multirun_config([], ["fixes=grpo,clip", "seed=0,1"]))
     assert given.startswith("[sweep] 4 runs: 2 configuration(s) x 2 seed(s) (seed= given)")
     parallel = launch_plan(_multirun_config(["hydra/launcher=parallel", "hydra.launcher.jobs=2"],

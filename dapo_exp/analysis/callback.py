@@ -125,12 +125,13 @@ TOY_RUN_S = (30.0, 40.0)
 TOY_PROMPTS = 16
 # The toy's paired standard deviation of held-out accuracy between two arms of one seed, in points,
 # as the verdict_cost benchmark measured it (docs: results), per endpoint (eval.endpoint): what the
-# launch line's smallest detectable effect is computed from. final: Clip-Higher 4.0-5.0, Token-level
-# Loss 6.3-8.4; last_k_mean with k = 3 (steps 10, 20, 30): 2.7-3.0 and 3.1-3.7 (two blocks of 11-12
-# seeds, 2026-11-24).
-TOY_PAIRED_SD = {"final": 5.0, "last_k_mean": 3.1}
+# launch line's smallest detectable effect is computed from, the larger of the two fixes measured.
+# Pooled over seeds 12-35 on the 2-core machine (2026-11-24/25, sweeps/results/2026-11-25-verdict-
+# cost-batch/pooled): final Clip-Higher 5.67 [3.69, 7.16], Token-level Loss 7.82 [5.19, 10.10];
+# last_k_mean with k = 3 (steps 10, 20, 30) 3.46 [2.38, 4.32] and 4.06 [2.78, 5.05].
+TOY_PAIRED_SD = {"final": 7.8, "last_k_mean": 4.1}
 # experiment=toy_verdict (64 prompts per step, a 256 x 8 final evaluation), final accuracy: Clip-Higher
-# 2.34 [1.68, 2.83], Token-level Loss 2.96 [2.05, 3.83] (24 seeds in two blocks, 2026-11-25): the larger
+# 2.34 [1.68, 2.83], Token-level Loss 2.96 [2.05, 3.83] (24 seeds in two blocks, 2026-11-25); the larger of the two
 TOY_VERDICT_PAIRED_SD = 2.96
 
 
