@@ -223,6 +223,22 @@ def endpoint_summary(eval_cfg: Any, evals: dict[int, dict[str, float]], final_st
             "final_repeats": repeats}
 
 
+ENDPOINT_EVALS = "endpoint/n_evals"  # runs-frame column: how many evaluations a run's endpoint averages
+
+
+def endpoint_evals(runs: Any) -> Any:
+    """Per run of a runs frame, how many evaluations its endpoint value averages: ``endpoint/n_evals``
+    (fewer than ``eval.endpoint_k`` in a short run), else ``eval.endpoint_k`` for ``last_k_mean`` and 1
+    for ``final`` (frames without the column); an int Series on the frame's index."""
+    import pandas as pd
+
+    if ENDPOINT_EVALS in runs:
+        return runs[ENDPOINT_EVALS].fillna(1).astype(int)
+    names = runs["config.eval.endpoint"] if "config.eval.endpoint" in runs else pd.Series("final", index=runs.index)
+    ks = runs["config.eval.endpoint_k"] if "config.eval.endpoint_k" in runs else pd.Series(1, index=runs.index)
+    return ks.where(names == "last_k_mean", 1).fillna(1).astype(int)
+
+
 def endpoint_line(runs: Any) -> str:
     """The table's first caption sentence: which endpoint its accuracy column is (the last
     evaluation, or the mean of the last ``eval.endpoint_k`` ones), and its size,
@@ -249,14 +265,12 @@ def endpoint_line(runs: Any) -> str:
         return f"avg@{k} over {int(p)} problems" if pd.notna(p) else f"avg@{k} over the held-out set"
 
     texts = set()
+    n_evals = endpoint_evals(runs)  # fewer than eval.endpoint_k in a short run
     for i in runs.index:
         name = col("config.eval.endpoint")[i]
         name = "final" if pd.isna(name) else name
-        # the evaluations the value averages: endpoint/n_evals (fewer than eval.endpoint_k in a short run)
-        n_evals = col("endpoint/n_evals")[i]
-        n_evals = int(n_evals) if pd.notna(n_evals) else int(col("config.eval.endpoint_k")[i])
-        if name == "last_k_mean" and n_evals > 1:
-            text = (f"mean held-out accuracy of the last {n_evals} evaluations "
+        if name == "last_k_mean" and n_evals[i] > 1:
+            text = (f"mean held-out accuracy of the last {n_evals[i]} evaluations "
                     f"(eval.endpoint=last_k_mean; the final one {size(i, True)}")
         else:
             text = f"final held-out accuracy, the last evaluation ({size(i, True)}"

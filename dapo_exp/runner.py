@@ -293,8 +293,6 @@ def resume(run: Any) -> None:
     run.state = {
         "sampler_position": 0, "cum_rollouts": 0, "cum_gen_tokens": 0, "cum_trained_rollouts": 0,
         "carry": [], "evals": {}, "wall_time_s": 0.0, "wandb_id": None,
-        # the weights this run starts from, recorded now and checkpointed: a resumed run reports these
-        "base_model": _base_model(run.model_path),
     }
     logs = (rundir.METRICS, rundir.EVAL_SAMPLES, rundir.TRAIN_SAMPLES)
     last = checkpoint.latest(run.out / rundir.CHECKPOINTS)
@@ -314,6 +312,8 @@ def resume(run: Any) -> None:
               + (f"; discarding {later} metric rows logged after it" if later else ""), flush=True)
         record_gap(run, rows)
     else:
+        # the weights this run starts from, recorded now and checkpointed: a resumed run reports these
+        run.state["base_model"] = _base_model(run.model_path)
         if logged:
             print(f"[dapo-exp] {run.out.name}: no checkpoint, starting over (discarding the {len(logged)} metric rows "
                   f"of an earlier attempt, up to step {max(logged)})", flush=True)

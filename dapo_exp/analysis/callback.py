@@ -178,14 +178,18 @@ def launch_plan(config: Any) -> str:
             f"(hydra/launcher=parallel runs one per core){_toy_detect(config, n_seeds)}")
 
 
+def _get(config: Any, key: str, default: Any = None) -> Any:
+    from omegaconf import OmegaConf
+
+    return OmegaConf.select(config, key, default=default)
+
+
 def verdict_regime(config: Any) -> bool:
     """Whether ``config`` runs the measured ``toy_verdict`` regime: that preset chosen (or none, with its
     values given on the command line), its batch and its final evaluation, which other regimes' warm
     starts or a smaller held-out set would change."""
-    from omegaconf import OmegaConf
-
     def get(key: str) -> Any:
-        return OmegaConf.select(config, key, default=None)
+        return _get(config, key)
 
     experiment = get("hydra.runtime.choices.experiment")
     return (experiment in ("toy_verdict", None, "null") and get("train.prompts_per_step") == 64
@@ -197,17 +201,11 @@ def verdict_regime(config: Any) -> bool:
 def _toy_detect(config: Any, n_seeds: int) -> str:
     """What ``n_seeds`` seeds per arm detect on the toy, at the paired spread measured for its endpoint
     and regime (the default, or experiment=toy_verdict's batch and final evaluation)."""
-    from omegaconf import OmegaConf
-
     from dapo_exp.analysis.verdicts import mde_paired, seeds_paired
 
     if n_seeds <= 1:
         return "; one seed: no interval, nothing can be concluded"
-
-    def get(key: str, default: Any = None) -> Any:
-        return OmegaConf.select(config, key, default=default)
-
-    endpoint, k = get("eval.endpoint", "final"), get("eval.endpoint_k", 3)
+    endpoint, k = _get(config, "eval.endpoint", "final"), _get(config, "eval.endpoint_k", 3)
     if verdict_regime(config) and endpoint == "final":
         sd, what = TOY_VERDICT_PAIRED_SD, "final accuracy (the toy_verdict regime)"
     elif endpoint == "last_k_mean" and k == 3:

@@ -65,6 +65,7 @@ import numpy as np
 import pandas as pd
 
 from dapo_exp import fixes, rundir
+from dapo_exp.evaluation import ENDPOINT_EVALS  # runs-frame column: how many evaluations the endpoint averages
 
 # keys of summary.json the runs frame reads (the rest of the summary is ignored)
 SUMMARY_KEYS = (
@@ -86,7 +87,6 @@ SUMMARY_KEYS = (
 EVAL_PREFIX = "eval/"
 EVAL_ACC = rundir.EVAL_ACC
 ENDPOINT_ACC = f"endpoint/{EVAL_ACC}"  # the declared endpoint's accuracy (eval.endpoint): what tables report
-ENDPOINT_EVALS = "endpoint/n_evals"  # how many evaluations it averages (1 for final)
 # the SHA-256 (12 digits) of the base weights (summary.json's base_model), a result-changing column
 BASE_WEIGHTS = "config.model.base_sha256"
 # directories never searched for runs

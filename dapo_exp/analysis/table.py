@@ -114,11 +114,9 @@ def acc_name(runs: pd.DataFrame) -> str:
     names = set(runs[col].fillna("final"))
     if names == {"final"}:
         return "final acc"
-    from dapo_exp.analysis.runs import ENDPOINT_EVALS
+    from dapo_exp.evaluation import endpoint_evals
 
-    # the evaluations each run's value averages (fewer than eval.endpoint_k in a short run), else k
-    col_k = ENDPOINT_EVALS if ENDPOINT_EVALS in runs else "config.eval.endpoint_k"
-    ks = set(runs[col_k].dropna().astype(int)) if col_k in runs else set()
+    ks = set(endpoint_evals(runs))  # the evaluations each run's value averages (fewer than k in a short run)
     if ks == {1}:
         return "final acc"  # a "mean" of the last evaluation alone (eval.every=0) is the final evaluation
     if names == {"last_k_mean"} and len(ks) == 1:
