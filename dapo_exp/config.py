@@ -165,7 +165,7 @@ class TaskConfig:
     # most operands per problem, operators
     arith_seed: int = 1234
     arith_n_train: int = 4000
-    arith_n_eval: int = 64
+    arith_n_eval: int = 256
     arith_max_operand: int = 9
     arith_n_operands_max: int = 6
     arith_ops: str = "+"
@@ -238,11 +238,11 @@ class RolloutConfig:
 class TrainConfig:
     # rollout steps
     steps: int = 30
-    # prompt groups per training batch (paper: 512)
-    prompts_per_step: int = 16
+    # prompt groups per training batch (paper: 512; toy: 64, experiment=toy_fast 16)
+    prompts_per_step: int = 64
     # responses per optimizer update, whole groups (paper: 512 prompts x 16, so 16 updates per
-    # rollout step; toy: 32 of 128, 4 updates per step); must hold whole groups and divide the batch
-    mini_batch_size: int = 32
+    # rollout step; toy: 128 of 512, 4 updates per step); must hold whole groups and divide the batch
+    mini_batch_size: int = 128
     # responses per forward/backward pass (gradient accumulation; never changes the gradient)
     micro_batch_size: int = 32
     # padded tokens per micro-batch instead of a fixed count, null = off
@@ -306,21 +306,24 @@ class EvalConfig:
     max_response_len: int | None = None
     # write every sample to eval_samples.jsonl
     save_samples: bool = True
-    # problems of each evaluation: the first N of the held-out set (null = all)
-    problems: int | None = None
+    # problems of each evaluation: the first N of the held-out set (null = all; toy: the first 64 of
+    # 256, the curves; the real-scale presets: null)
+    problems: int | None = 64
     # the final evaluation (the endpoint): problems and samples per problem, null = as the others
-    # (eval.problems, eval.k); the arith task's held-out set has task.arith_n_eval problems
-    final_problems: int | None = None
-    final_samples: int | None = None
+    # (eval.problems, eval.k); the arith task's held-out set has task.arith_n_eval problems. Toy: all
+    # 256 x 8 samples (about 5 s on 2 cores), so that evaluation noise is a small share of a paired
+    # difference; the real-scale presets and backend=verl: null
+    final_problems: int | None = 256
+    final_samples: int | None = 8
     # evaluate the final policy N more times with fresh noise (eval/acc_avg_rep<i>): its noise
     final_repeats: int = 0
     # the endpoint recorded in the summary and shown by the table: final (the last evaluation) |
     # last_k_mean (the mean of the last endpoint_k evaluations of the trained policy, labelled
-    # "acc last-<k> mean"). Default last_k_mean, k 3: on the toy (steps 10, 20, 30) it needs 6-8
-    # seeds per arm for a 5-point effect where the final evaluation needs 13-22 (24 seeds,
-    # sweeps/results/2026-11-25-verdict-cost-batch; experiment=toy_verdict: 4-5 for final); the paper
-    # preset reports final
-    endpoint: str = "last_k_mean"
+    # "acc last-<k> mean"). Default final: on the toy's default regime (64 prompts per step, the
+    # 256 x 8 final evaluation) 4-5 seeds per arm detect a 5-point effect (paired sd 2.3-3.0, 24
+    # seeds, sweeps/results/2026-11-25-verdict-cost-batch); experiment=toy_fast (16 prompts, 64 x 4
+    # evaluations) reports last_k_mean, k 3, which needs 6-8 there (its final accuracy 13-22)
+    endpoint: str = "final"
     endpoint_k: int = 3
 
 

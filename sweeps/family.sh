@@ -8,6 +8,11 @@
 # Cost:     CPU toy, 2 cores, warm start cached: about 15 min for the 40 runs with the parallel
 #           launcher (estimate from the four-preset sweep's ~15 s per run and job; measured figure in
 #           sweeps/README.md). One GPU, toy config: ~1 min per run -> ~40 min (estimate).
+# Regime:   the cost and seed figures above and below are the fast regime's (experiment=toy_fast: 16
+#           prompts per step, the toy's default until 2026-11-25), as are the committed results: pass
+#           experiment=toy_fast to reproduce them. The default (64 prompts per step) takes about 3.3x the
+#           time per run and needs 4-5 seeds per arm for 5 points of final accuracy between two
+#           configurations one fix apart (docs/how-to/seeds-and-studies.md).
 # Seeds:    5 per arm is the floor for any claim here (sweeps/README.md); `python -m dapo_exp.analysis
 #           plan multirun/family` says how many a 5-point accuracy effect needs at the measured spread.
 # SLURM:    bash sweeps/family.sh hydra/launcher=slurm hydra.launcher.partition=<partition> \

@@ -11,6 +11,11 @@
 #           testbed's headroom regime: 26-55 s per run, two at a time with the parallel launcher) -> about 22-30 min
 #           for 48 runs one after another. One GPU, toy config: ~1 min per run -> ~50 min (estimate).
 #           At model scale: 48 runs of hours each (estimate).
+# Regime:   the cost and seed figures above and below are the fast regime's (experiment=toy_fast: 16
+#           prompts per step, the toy's default until 2026-11-25), as are the committed results: pass
+#           experiment=toy_fast to reproduce them. The default (64 prompts per step) takes about 3.3x the
+#           time per run and needs 4-5 seeds per arm for 5 points of final accuracy between two
+#           configurations one fix apart (docs/how-to/seeds-and-studies.md).
 # Seeds:    from the pilot, `python -m dapo_exp.analysis plan sweeps/results/2026-11-22-four_presets/table.csv
 #           --delta 5` (the four-preset sweep on the toy, 3 seeds; final acc): residual sd 6.14 / sqrt(2) = 4.3 pp
 #           -> a main effect or two-way interaction of this design to ±3.3 / 2.6 / 1.9 pp (95%) with 2 / 3 / 5

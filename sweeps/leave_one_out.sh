@@ -10,6 +10,11 @@
 #           run once the warm start is cached) -> about 7-10 min for 15 runs one after another.
 #           One GPU, toy config: ~1 min per run -> ~15 min (estimate). A 0.5B-1.5B model on
 #           task=dapo_math: hours per run (estimate: measure one run first).
+# Regime:   the cost and seed figures above and below are the fast regime's (experiment=toy_fast: 16
+#           prompts per step, the toy's default until 2026-11-25), as are the committed results: pass
+#           experiment=toy_fast to reproduce them. The default (64 prompts per step) takes about 3.3x the
+#           time per run and needs 4-5 seeds per arm for 5 points of final accuracy between two
+#           configurations one fix apart (docs/how-to/seeds-and-studies.md).
 # Seeds:    from the pilot, `python -m dapo_exp.analysis plan sweeps/results/2026-11-22-four_presets/table.csv
 #           --delta 5` (the four-preset sweep on the toy, 3 seeds; final acc): sd across seeds 4.37 pp (8 df),
 #           sd of per-seed differences to grpo 6.14 pp (6 df) -> 14 seeds per configuration for power 0.8 at

@@ -14,7 +14,8 @@ register_resolvers()
 os.environ.setdefault("WANDB_MODE", "offline")
 os.environ.setdefault("WANDB_SILENT", "true")
 
-# A shrunken toy: 4 prompts x 4 responses per step, 8 eval problems x 2 samples.
+# A shrunken toy: 4 prompts x 4 responses per step, 8 eval problems x 2 samples (the final evaluation x
+# eval.final_samples = 8: every evaluation is capped at the 8 held-out problems).
 # The model is the default warm-started tiny policy (built once, cached in
 # model.cache_dir like for `python run.py`).
 SMALL = [

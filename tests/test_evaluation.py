@@ -121,7 +121,9 @@ def _eval_cfg(**kw):
 def test_eval_size_final_and_intermediate():
     from dapo_exp.evaluation import eval_size
 
-    assert eval_size(_eval_cfg(), False, 64) == eval_size(_eval_cfg(), True, 64) == (64, 4)  # today's
+    assert eval_size(_eval_cfg(), False, 256) == (64, 4) and eval_size(_eval_cfg(), True, 256) == (256, 8)  # the toy's
+    flat = _eval_cfg(problems=None, final_problems=None, final_samples=None)  # the real-scale presets'
+    assert eval_size(flat, False, 64) == eval_size(flat, True, 64) == (64, 4)
     c = _eval_cfg(problems=64, final_problems=512, final_samples=16)
     assert eval_size(c, False, 512) == (64, 4) and eval_size(c, True, 512) == (512, 16)
     assert eval_size(c, True, 100) == (100, 16)  # capped at the held-out set

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import re
 from pathlib import Path
 
 import pytest
@@ -138,21 +139,58 @@ def test_task_presets(composer, task):
             assert text[i - 1].startswith("#"), f"conf/task/{task}.yaml: no comment above {line!r}"
 
 
-def test_the_verdict_regime_is_what_verdict_cost_measured(composer):
-    """experiment=toy_verdict is the verdict_cost benchmark's batch4x setting (whose figures its header
-    quotes), with final accuracy declared as the endpoint: nothing else differs."""
+def test_the_default_regime_is_what_verdict_cost_measured(composer):
+    """The toy's defaults are the verdict_cost benchmark's batch4x setting, whose figures the launch line and
+    the docs quote; experiment=toy_fast is its fast setting (the default until 2026-11-25) with the
+    last-3 mean declared as the endpoint: nothing else differs."""
     from omegaconf import OmegaConf
 
     from dapo_exp.benchmarks.verdict_cost import settings
 
-    def leaves(cfg):
+    def leaves(*overrides):
         def walk(d, prefix=""):
             for k, v in d.items():
                 yield from walk(v, f"{prefix}{k}.") if isinstance(v, dict) and v else [(f"{prefix}{k}", v)]
-        return dict(walk(OmegaConf.to_container(cfg, resolve=True)))
+        return dict(walk(OmegaConf.to_container(composer("fixes=grpo", *overrides), resolve=True)))
 
-    preset = leaves(composer("fixes=grpo", "experiment=toy_verdict"))
-    measured = leaves(composer("fixes=grpo", *settings(quick=False, final_problems=256, final_samples=8)["batch4x"]))
-    differ = {k: (preset.get(k), measured.get(k)) for k in set(preset) | set(measured) if preset.get(k) != measured.get(k)}
-    assert differ == {"eval.endpoint": ("final", "last_k_mean")}, differ
-    assert preset["train.prompts_per_step"] == 64 and preset["eval.final_samples"] == 8
+    def differ(a, b):
+        return {k: (a.get(k), b.get(k)) for k in set(a) | set(b) if a.get(k) != b.get(k)}
+
+    measured = settings(quick=False, final_problems=256, final_samples=8)
+    default = leaves()
+    assert differ(default, leaves(*measured["batch4x"])) == {}
+    assert default["train.prompts_per_step"] == 64 and default["eval.final_samples"] == 8
+    assert default["eval.endpoint"] == "final"
+    fast = leaves("experiment=toy_fast")
+    assert differ(fast, leaves(*measured["fast"])) == {"eval.endpoint": ("last_k_mean", "final")}
+    assert fast["train.prompts_per_step"] == 16 and fast["eval.final_samples"] is None
+
+
+@pytest.mark.parametrize("preset", ["toy_clip", "toy_degeneration", "toy_ds", "toy_headroom", "toy_overlong"])
+def test_the_toy_regimes_keep_the_fast_sizes_they_were_measured_in(composer, preset):
+    """The toy_* regimes were measured at 16 prompts per step and 64 x 4 evaluations: they include
+    experiment=toy_fast, so a change of the defaults leaves them as measured."""
+    c = composer("fixes=grpo", f"experiment={preset}")
+    assert (c.train.prompts_per_step, c.task.arith_n_eval, c.eval.problems, c.eval.final_problems,
+            c.eval.final_samples, c.eval.endpoint) == (16, 64, None, None, None, "last_k_mean")
+    assert c.train.mini_batch_size == (16 if preset == "toy_clip" else 32)
+
+
+@pytest.mark.parametrize("key", ["eval.problems=64", "eval.final_problems=256", "eval.final_samples=8"])
+def test_verl_refuses_the_toys_evaluation_sizes_naming_the_override(composer, key):
+    """verl evaluates the whole held-out set at every validation: the toy's sizes (schema defaults) are
+    refused before anything runs, naming the null that the real-scale presets set."""
+    from dapo_exp.backends import verl as vb
+
+    cfg = composer("backend=verl", "experiment=qwen0.5b_gsm8k", "fixes=grpo", "out_dir=/runs/x", key)
+    with pytest.raises(vb.Untranslatable, match=re.escape(f"pass {key.split('=')[0]}=null")):
+        vb.translate(cfg)
+    vb.translate(composer("backend=verl", "experiment=qwen0.5b_gsm8k", "fixes=grpo", "out_dir=/runs/x"))
+
+
+@pytest.mark.parametrize("preset", ["qwen0.5b_gsm8k", "qwen1.5b_dapo_math", "dapo_32b_paper"])
+def test_real_scale_presets_evaluate_the_whole_held_out_set(composer, preset):
+    """The toy's 64-problem curves and 256 x 8 final evaluation are schema defaults: the real-scale presets
+    evaluate every held-out problem at eval.k samples, the final evaluation too (as verl does)."""
+    c = composer("fixes=grpo", f"experiment={preset}")
+    assert (c.eval.problems, c.eval.final_problems, c.eval.final_samples) == (None, None, None)

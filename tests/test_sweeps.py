@@ -200,27 +200,30 @@ def test_launch_plan_counts_the_default_seeds_and_estimates_the_toys_wall_time()
     assert len(jobs) == 20 and {o for j in jobs for o in j if o.startswith("seed=")} == {f"seed={i}" for i in range(5)}
     line = launch_plan(headline)
     assert line.startswith("[sweep] 20 runs: 4 configuration(s) x 5 seed(s) (seed= not given")
-    assert "expected wall time 10-13 min, 1 run(s) at a time" in line
-    assert ("5 seeds per arm detect about 7 points of the mean accuracy of the last 3 evaluations at power 0.8 on "
-            "the toy (8 seeds detect 5)") in line
+    assert "expected wall time 28-40 min, 1 run(s) at a time" in line  # 64 prompts: 3.4x a fast run
+    assert "5 seeds per arm detect about 5 points of final accuracy at power 0.8 on the toy (5 seeds detect 5)" in line
     given = launch_plan(_multirun_config([], ["fixes=grpo,clip", "seed=0,1"]))
     assert given.startswith("[sweep] 4 runs: 2 configuration(s) x 2 seed(s) (seed= given)")
     parallel = launch_plan(_multirun_config(["hydra/launcher=parallel", "hydra.launcher.jobs=2"],
                                             ["fixes=grpo", "hydra/launcher=parallel", "hydra.launcher.jobs=2"]))
-    assert "5 runs" in parallel and "2 run(s) at a time" in parallel and "expected wall time 2-2 min" in parallel
-    verdict = launch_plan(_multirun_config(["experiment=toy_verdict"], ["experiment=toy_verdict", "fixes=grpo,clip"]))
-    assert "10 runs" in verdict and "expected wall time 17-23 min" in verdict  # 4x the batch: 3.4x a run
-    assert ("5 seeds per arm detect about 5 points of final accuracy (the toy_verdict regime) at power 0.8 on the "
-            "toy (5 seeds detect 5)") in verdict
-    from dapo_exp.analysis.callback import verdict_regime
+    assert "5 runs" in parallel and "2 run(s) at a time" in parallel and "expected wall time 4-6 min" in parallel
+    fast = launch_plan(_multirun_config(["experiment=toy_fast"], ["experiment=toy_fast", "fixes=grpo,clip"]))
+    assert "10 runs" in fast and "expected wall time 4-6 min" in fast
+    assert ("5 seeds per arm detect about 7 points of the mean accuracy of the last 3 evaluations at power 0.8 on "
+            "the toy (8 seeds detect 5)") in fast
+    clip = launch_plan(_multirun_config(["experiment=toy_clip"], ["experiment=toy_clip", "fixes=grpo,clip"]))
+    assert "of the last 3 evaluations (at experiment=toy_fast's spread)" in clip
+    fast_final = launch_plan(_multirun_config(["experiment=toy_fast", "eval.endpoint=final"], []))
+    assert "detect about 13 points of final accuracy at power 0.8" in fast_final
+    from dapo_exp.analysis.callback import default_regime
 
-    assert verdict_regime(_multirun_config(["experiment=toy_verdict"], []))
-    big = ["train.prompts_per_step=64", "train.mini_batch_size=128", "task.arith_n_eval=256", "eval.final_problems=256",
-           "eval.final_samples=8"]
-    assert verdict_regime(_multirun_config(big, []))  # its values given on the command line
-    assert not verdict_regime(_multirun_config(["experiment=toy_clip", *big], []))  # another regime's warm start
-    assert not verdict_regime(_multirun_config(["experiment=toy_verdict", "task.arith_n_eval=64"], []))  # 64 x 8
-    assert not verdict_regime(_multirun_config(["experiment=toy_verdict", "train.mini_batch_size=32"], []))
+    assert default_regime(_multirun_config([], []))
+    assert not default_regime(_multirun_config(["experiment=toy_clip"], []))  # another regime's warm start
+    big = ["train.prompts_per_step=64", "train.mini_batch_size=128", "task.arith_n_eval=256", "eval.problems=64",
+           "eval.final_problems=256", "eval.final_samples=8"]
+    assert not default_regime(_multirun_config(["experiment=toy_clip", *big], []))  # with the default's sizes too
+    assert not default_regime(_multirun_config(["task.arith_n_eval=64"], []))  # a 64 x 8 final evaluation
+    assert not default_regime(_multirun_config(["train.mini_batch_size=32"], []))
     hub = launch_plan(_multirun_config(["model.path=some/model"], ["model.path=some/model", "fixes=grpo,full"]))
     assert hub.startswith("[sweep] 10 runs") and "wall time" not in hub  # no estimate beyond the toy
 

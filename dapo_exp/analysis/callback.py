@@ -115,24 +115,28 @@ class AnalysisCallback(Callback):
             traceback.print_exc(file=sys.stderr)
 
 
-# Wall time of one default toy run (30 steps of 16 prompts) with one torch thread on an idle core,
-# the basis of the launch estimate; it grows with the rollout batch about as 0.2 + 0.8 x prompts / 16
-# (the verdict_cost runs of 2026-11-25, two runs at a time: 24.6 s at 16 prompts, and at 32 and 64
-# prompts 50 and 85 s, of which about 5 s was the benchmark's extra 256 x 8 evaluation: 1.8x and 3.3x
-# without it, against 1.8x and 3.4x by the formula); the final evaluation's size is not counted (a
-# 256 x 8 one adds about 5 s); a busy machine is slower (docs: benchmarks).
-TOY_RUN_S = (30.0, 40.0)
+# Wall time of one toy run of the fast regime (experiment=toy_fast: 30 steps of 16 prompts) with one
+# torch thread, the basis of the launch estimate; it grows with the rollout batch about as
+# 0.2 + 0.8 x prompts / 16 (the verdict_cost runs of 2026-11-25, two runs at a time: 24.6-27.3 s at 16
+# prompts, and at 32 and 64 prompts 50 and 85 s, of which about 5 s was the benchmark's extra 256 x 8
+# evaluation: 1.8x and 3.3x without it, against 1.8x and 3.4x by the formula; the headline sweep at the
+# default's 64 prompts, two at a time, 2026-11-25: 73-93 s a run, 14 min for 20 runs, against
+# 85-119 s and 14-20 min by the formula); the final evaluation's size is not counted (a 256 x 8 one
+# adds about 5 s); a busy machine is slower (docs: benchmarks).
+TOY_RUN_S = (25.0, 35.0)
 TOY_PROMPTS = 16
-# The toy's paired standard deviation of held-out accuracy between two arms of one seed, in points,
-# as the verdict_cost benchmark measured it (docs: results), per endpoint (eval.endpoint): what the
-# launch line's smallest detectable effect is computed from, the larger of the two fixes measured.
-# Pooled over seeds 12-35 on the 2-core machine (2026-11-24/25, sweeps/results/2026-11-25-verdict-
-# cost-batch/pooled): final Clip-Higher 5.67 [3.69, 7.16], Token-level Loss 7.82 [5.19, 10.10];
-# last_k_mean with k = 3 (steps 10, 20, 30) 3.46 [2.38, 4.32] and 4.06 [2.78, 5.05].
-TOY_PAIRED_SD = {"final": 7.8, "last_k_mean": 4.1}
-# experiment=toy_verdict (64 prompts per step, a 256 x 8 final evaluation), final accuracy: Clip-Higher
-# 2.34 [1.68, 2.83], Token-level Loss 2.96 [2.05, 3.83] (24 seeds in two blocks, 2026-11-25); the larger of the two
-TOY_VERDICT_PAIRED_SD = 2.96
+# The toy's paired standard deviation of held-out accuracy between two arms of one seed, in points, as
+# the verdict_cost benchmark measured it (docs: results): what the launch line's smallest detectable
+# effect is computed from, the larger of the two fixes measured. Pooled over seeds 12-35 in two blocks
+# on the 2-core machine (2026-11-24/25, sweeps/results/2026-11-25-verdict-cost-batch/pooled).
+# The default regime (64 prompts per step, a 256 x 8 final evaluation), final accuracy: Clip-Higher
+# 2.34 [1.68, 2.83], Token-level Loss 2.96 [2.05, 3.83].
+TOY_DEFAULT_PAIRED_SD = 2.96
+# The fast regime (experiment=toy_fast: 16 prompts, 64 x 4 evaluations), per endpoint: final
+# Clip-Higher 5.67 [3.69, 7.16], Token-level Loss 7.82 [5.19, 10.10]; last_k_mean with k = 3 (steps
+# 10, 20, 30) 3.46 [2.38, 4.32] and 4.06 [2.78, 5.05]. A regime neither of the two is quoted at the
+# fast regime's spread, and the launch line says so.
+TOY_FAST_PAIRED_SD = {"final": 7.8, "last_k_mean": 4.1}
 
 
 def sweep_jobs(config: Any) -> list[list[str]]:
@@ -184,15 +188,14 @@ def _get(config: Any, key: str, default: Any = None) -> Any:
     return OmegaConf.select(config, key, default=default)
 
 
-def verdict_regime(config: Any) -> bool:
-    """Whether ``config`` runs the measured ``toy_verdict`` regime: that preset chosen (or none, with its
-    values given on the command line), its batch and its final evaluation, which other regimes' warm
-    starts or a smaller held-out set would change."""
+def default_regime(config: Any) -> bool:
+    """Whether ``config`` runs the toy's measured default regime (the verdict_cost benchmark's
+    ``batch4x``): no experiment preset (their warm starts differ), the default batch and final
+    evaluation, which a smaller held-out set or another batch would change."""
     def get(key: str) -> Any:
         return _get(config, key)
 
-    experiment = get("hydra.runtime.choices.experiment")
-    return (experiment in ("toy_verdict", None, "null") and get("train.prompts_per_step") == 64
+    return (get("hydra.runtime.choices.experiment") in (None, "null") and get("train.prompts_per_step") == 64
             and get("train.mini_batch_size") == 128 and get("rollout.n") == 8
             and (get("task.arith_n_eval") or 0) >= 256 and get("eval.final_problems") == 256
             and get("eval.final_samples") == 8)
@@ -200,20 +203,22 @@ def verdict_regime(config: Any) -> bool:
 
 def _toy_detect(config: Any, n_seeds: int) -> str:
     """What ``n_seeds`` seeds per arm detect on the toy, at the paired spread measured for its endpoint
-    and regime (the default, or experiment=toy_verdict's batch and final evaluation)."""
+    and regime (the default's final accuracy; otherwise experiment=toy_fast's, said so)."""
     from dapo_exp.analysis.verdicts import mde_paired, seeds_paired
 
     if n_seeds <= 1:
         return "; one seed: no interval, nothing can be concluded"
     endpoint, k = _get(config, "eval.endpoint", "final"), _get(config, "eval.endpoint_k", 3)
-    if verdict_regime(config) and endpoint == "final":
-        sd, what = TOY_VERDICT_PAIRED_SD, "final accuracy (the toy_verdict regime)"
+    fast = "" if _get(config, "hydra.runtime.choices.experiment") == "toy_fast" else " (at experiment=toy_fast's spread)"
+    if default_regime(config) and endpoint == "final":
+        sd, what = TOY_DEFAULT_PAIRED_SD, "final accuracy"
     elif endpoint == "last_k_mean" and k == 3:
-        sd, what = TOY_PAIRED_SD["last_k_mean"], "the mean accuracy of the last 3 evaluations"
+        sd, what = TOY_FAST_PAIRED_SD["last_k_mean"], f"the mean accuracy of the last 3 evaluations{fast}"
     elif endpoint == "last_k_mean":  # measured for k = 3 only: final accuracy's larger spread, said so
-        sd, what = TOY_PAIRED_SD["final"], f"the mean accuracy of the last {k} evaluations (at final accuracy's spread)"
+        sd, what = TOY_FAST_PAIRED_SD["final"], (f"the mean accuracy of the last {k} evaluations (at experiment=toy_fast's final-accuracy "
+                                         "spread)")
     else:
-        sd, what = TOY_PAIRED_SD["final"], "final accuracy"
+        sd, what = TOY_FAST_PAIRED_SD["final"], f"final accuracy{fast}"
     return (f"; {n_seeds} seeds per arm detect about {mde_paired(sd, n_seeds):.0f} points of {what} at power "
             f"0.8 on the toy ({seeds_paired(5.0, sd)} seeds detect 5)")
 

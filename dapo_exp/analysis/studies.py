@@ -103,7 +103,7 @@ class PositiveControl:
 
 
 # No RL training: held-out accuracy stays at the warm start's. 30 rollout steps move it by tens of
-# points on the toy (docs/results/index.md: default toy 21-25% -> 41-71% at seeds 0-2; toy_clip's base policy guesses
+# points on the toy (docs/results/index.md: the 16-prompt toy 21-25% -> 41-71% at seeds 0-2; toy_clip's base policy guesses
 # right about 11% of the time, 75% after 30 steps, sweeps/README.md), so a set-up that misses it is broken.
 # train.steps=0 is supported (the trainer evaluates once and writes the summary) and costs only the
 # warm start (cached per regime) and one evaluation.

@@ -570,9 +570,12 @@ OTHER_RULES: dict[str, Rule] = {
     "eval.top_p": to(_R + "val_kwargs.top_p"),
     "eval.max_response_len": Rule("none (only null or = rollout.max_response_len: verl validates at the training cap)",
                                   _eval_len),
-    "eval.problems": native_only("the native evaluation's problem count (verl evaluates the whole held-out set)"),
-    "eval.final_problems": native_only("the native final evaluation's size (verl's last validation is like the others)"),
-    "eval.final_samples": native_only("the native final evaluation's size (verl's last validation is like the others)"),
+    "eval.problems": _only("eval.problems", None, "verl evaluates the whole held-out set: pass eval.problems=null "
+                           "(the real-scale presets do; the toy's 64 is the native trainer's)"),
+    "eval.final_problems": _only("eval.final_problems", None, "verl's last validation is like the others: pass "
+                                 "eval.final_problems=null (the real-scale presets do; the toy's 256 is native)"),
+    "eval.final_samples": _only("eval.final_samples", None, "verl's last validation is like the others: pass "
+                                "eval.final_samples=null (the real-scale presets do; the toy's 8 is native)"),
     "eval.final_repeats": native_only("repeats of the native final evaluation"),
     "eval.endpoint": unused("recorded: the endpoint the native summary and the table declare"),
     "eval.endpoint_k": unused("recorded, with eval.endpoint"),

@@ -3,21 +3,23 @@
     python -m dapo_exp.benchmarks.verdict_cost --seeds 12 --jobs 2          # the measurement (hours on 2 cores)
     python -m dapo_exp.benchmarks.verdict_cost --quick                      # a smoke run (a minute or two)
 
-On the toy's default regime (``fixes=grpo``), for each fix of ``--fixes`` (default Clip-Higher and
-Token-level Loss) it trains ``--seeds`` seeds of GRPO with the fix off and on (the off arm is
-shared by the fixes), under each setting of ``--settings``:
+On the toy (``fixes=grpo``), for each fix of ``--fixes`` (default Clip-Higher and Token-level Loss)
+it trains ``--seeds`` seeds of GRPO with the fix off and on (the off arm is shared by the fixes), under
+each setting of ``--settings``. Every setting starts from the fast regime (``experiment=toy_fast``'s
+sizes, named explicitly so that a change of the defaults never changes a setting):
 
-- ``today``: the defaults with today's sampler named (``train.randomness=stream``);
+- ``fast``: that regime with the stream sampler named (``train.randomness=stream``): the toy's
+  former default, called ``today`` in the results committed while it was the default;
 - ``precise``: a larger final evaluation (``eval.final_problems`` x ``eval.final_samples``, the
   held-out set grown with ``task.arith_n_eval``; intermediate evaluations stay 64 x 4);
 - ``keyed``: ``train.randomness=keyed`` (:mod:`dapo_exp.keyed`);
 - ``both``: the two together;
-- ``dense``: today's sampler with an evaluation every 5 steps instead of 10 (``eval.every=5``), for
+- ``dense``: the stream sampler with an evaluation every 5 steps instead of 10 (``eval.every=5``), for
   a late-training endpoint over more evaluations (``late_acc`` with ``--late-k 3``: steps 20, 25, 30);
 - ``batch2x``, ``batch4x``: ``precise`` with 2 or 4 times the prompts per rollout step
   (``train.prompts_per_step``, and ``train.mini_batch_size`` with it: the same 4 optimizer updates per
   step, each on a 2 or 4 times larger mini-batch), so less gradient noise for the arms to drift apart on,
-  at about 2 or 4 times the training time (``batch4x`` is ``experiment=toy_verdict``, its endpoint
+  at about 2 or 4 times the training time (``batch4x`` is the toy's default regime, its endpoint
   aside: ``tests/test_experiments.py``).
 
 Every run also evaluates its final policy ``--repeats`` more times with fresh noise
@@ -44,7 +46,7 @@ and the fix's mechanism metric averaged over training: Clip-Higher's share of st
 - ``n_paired``: seeds per arm for a paired t test to detect ``--delta`` points at power 0.8,
   alpha 0.05 (:func:`dapo_exp.analysis.verdicts.seeds_paired`; its interval is the sd_paired
   interval's);
-- ``effect``: the mean difference with its 95% t interval, and whether it agrees with ``today``'s
+- ``effect``: the mean difference with its 95% t interval, and whether it agrees with ``fast``'s
   (the two settings' runs are independent: agreement = the difference of the two estimates is
   within 1.96 of its standard error).
 
@@ -80,7 +82,7 @@ LATE = "late_acc"  # the mean held-out accuracy over the last --late-k evaluatio
 ACCS = (ACC, LATE)
 COLUMNS = ("setting", "fix", "metric", "n", "sd", "sd_lo", "sd_hi", "sd_paired", "sd_paired_lo", "sd_paired_hi",
            "r", "r_lo", "r_hi", "eval_share", "eval_share_lo", "eval_share_hi", "n_paired", "n_paired_lo",
-           "n_paired_hi", "effect", "effect_lo", "effect_hi", "agrees_with_today", "final_eval_s", "eval_s", "run_s")
+           "n_paired_hi", "effect", "effect_lo", "effect_hi", "agrees_with_fast", "final_eval_s", "eval_s", "run_s")
 
 
 FINAL_PROBLEMS, FINAL_SAMPLES = 512, 16  # the precise endpoint's default size (the toy's intermediate: 64 x 4)
@@ -88,25 +90,33 @@ FINAL_PROBLEMS, FINAL_SAMPLES = 512, 16  # the precise endpoint's default size (
 
 def settings(quick: bool, final_problems: int = FINAL_PROBLEMS,
              final_samples: int = FINAL_SAMPLES) -> dict[str, tuple[str, ...]]:
-    """Each setting's overrides (``--quick``: the shrunken toy's sizes)."""
-    precise = (("task.arith_n_eval=16", "eval.problems=8", "eval.final_problems=16", "eval.final_samples=4")
-               if quick else
-               (f"task.arith_n_eval={max(final_problems, 64)}", "eval.problems=64",
-                f"eval.final_problems={final_problems}", f"eval.final_samples={final_samples}"))
-    keyed = ("train.randomness=keyed",)
-    dense = ("train.randomness=stream", "eval.every=1" if quick else "eval.every=5")
+    """Each setting's overrides, the fast regime's sizes first (``--quick``: the shrunken toy's)."""
+    fast = QUICK if quick else FAST
+    precise = fast + (("task.arith_n_eval=16", "eval.problems=8", "eval.final_problems=16", "eval.final_samples=4")
+                      if quick else
+                      (f"task.arith_n_eval={max(final_problems, 64)}", "eval.problems=64",
+                       f"eval.final_problems={final_problems}", f"eval.final_samples={final_samples}"))
+    keyed = fast + ("train.randomness=keyed",)
+    dense = fast + ("train.randomness=stream", "eval.every=1" if quick else "eval.every=5")
     def bigger(times: int) -> tuple[str, ...]:  # the rollout batch x times, the same 4 updates per step
         prompts, mini = (4, 8) if quick else (16, 32)
         return precise + ("train.randomness=stream", f"train.prompts_per_step={prompts * times}",
                           f"train.mini_batch_size={mini * times}")
 
-    return {"today": ("train.randomness=stream",), "precise": precise, "keyed": keyed, "both": precise + keyed,
-            "dense": dense, "batch2x": bigger(2), "batch4x": bigger(4)}
+    return {name: _last_wins(*ov) for name, ov in {
+        "fast": fast + ("train.randomness=stream",), "precise": precise, "keyed": keyed,
+        "both": precise + ("train.randomness=keyed",), "dense": dense, "batch2x": bigger(2),
+        "batch4x": bigger(4)}.items()}
 
 
-# the shrunken toy of the tests (tests/conftest.py): 4 prompts x 4 responses, 8 eval problems x 2
+# the fast regime (experiment=toy_fast): 16 prompts x 8 per step in 4 updates of 32, 64 held-out problems
+# x 4 samples at every evaluation, the final one included
+FAST = ("train.prompts_per_step=16", "train.mini_batch_size=32", "task.arith_n_eval=64", "eval.problems=null",
+        "eval.final_problems=null", "eval.final_samples=null")
+# the shrunken toy of the tests (tests/conftest.py): 4 prompts x 4 responses, every evaluation 8 problems x 2
 QUICK = ("train.prompts_per_step=4", "rollout.n=4", "train.mini_batch_size=8", "train.micro_batch_size=4",
-         "task.arith_n_eval=8", "eval.k=2", "eval.every=0")
+         "task.arith_n_eval=8", "eval.problems=null", "eval.final_problems=null", "eval.final_samples=null",
+         "eval.k=2", "eval.every=0")
 
 
 @dataclass(frozen=True)
@@ -118,8 +128,19 @@ class Job:
     out: Path
 
     def done(self) -> bool:
+        """Finished, and trained from these very overrides (its ``.hydra/overrides.yaml``). A finished run of
+        other overrides (an older version's settings, a changed default) goes through ``run.py``, which
+        reuses it when its resolved configuration is the same and refuses it, naming the keys, otherwise."""
+        from omegaconf import OmegaConf
+
         s = _summary(self.out)
-        return bool(s) and s.get("status") == "finished"
+        if not s or s.get("status") != "finished":
+            return False
+        try:
+            recorded = OmegaConf.to_container(OmegaConf.load(self.out / ".hydra" / "overrides.yaml"))
+        except (OSError, ValueError):
+            return False
+        return sorted(map(str, recorded or [])) == sorted(self.overrides)
 
 
 def _summary(out: Path) -> dict | None:
@@ -131,8 +152,7 @@ def jobs(*, runs: Path, seeds: int, first_seed: int = 0, steps: int, repeats: in
          final_samples: int = FINAL_SAMPLES) -> list[Job]:
     """Every run, interleaved: seed by seed, setting by setting, arm by arm."""
     sets = settings(quick, final_problems, final_samples)
-    common = ("logger=none", f"train.steps={steps}", f"eval.final_repeats={repeats}", *(QUICK if quick else ()),
-              *extra)
+    common = ("logger=none", f"train.steps={steps}", f"eval.final_repeats={repeats}", *extra)
     arms = {"off": BASE, **{f: BASE + FIXES[f][0] for f in fixes}}
     out = []
     for seed in range(first_seed, first_seed + seeds):
@@ -144,7 +164,7 @@ def jobs(*, runs: Path, seeds: int, first_seed: int = 0, steps: int, repeats: in
 
 
 def _last_wins(*overrides: str) -> tuple[str, ...]:
-    """One override per key, the last given (a setting's ``task.arith_n_eval`` over ``QUICK``'s)."""
+    """One override per key, the last given (a setting's ``task.arith_n_eval`` over ``FAST``'s)."""
     by_key = {o.split("=", 1)[0]: o for o in overrides}
     return tuple(by_key.values())
 
@@ -277,19 +297,19 @@ def _row(data: dict, setting: str, f: str, metric: str, *, delta: float, boot: i
 
 
 def summarise(data: dict, which: list[str], fixes: list[str], *, delta: float, boot: int, seed: int = 0) -> list[dict]:
-    """The table's rows (see the module docstring), each setting's effect checked against today's."""
+    """The table's rows (see the module docstring), each setting's effect checked against ``fast``'s."""
     rng = np.random.default_rng(seed)
     rows = [_row(data, setting, f, metric, delta=delta, boot=boot, rng=rng)
             for setting in which for f in fixes for metric in (*ACCS, FIXES[f][1])]
-    today = {(r["fix"], r["metric"]): r for r in rows if r["setting"] == "today"}
+    fast = {(r["fix"], r["metric"]): r for r in rows if r["setting"] == "fast"}
     for r in rows:
-        t = today.get((r["fix"], r["metric"]))
-        if t is None or r["setting"] == "today":
-            r["agrees_with_today"] = "-" if r["setting"] == "today" else "n/a"
+        t = fast.get((r["fix"], r["metric"]))
+        if t is None or r["setting"] == "fast":
+            r["agrees_with_fast"] = "-" if r["setting"] == "fast" else "n/a"
             continue
         se = math.hypot(r["se"], t["se"])
         z = (r["effect"] - t["effect"]) / se if se > 0 else float("nan")
-        r["agrees_with_today"] = "n/a" if not np.isfinite(z) else ("yes" if abs(z) < 1.96 else f"no (z={z:+.1f})")
+        r["agrees_with_fast"] = "n/a" if not np.isfinite(z) else ("yes" if abs(z) < 1.96 else f"no (z={z:+.1f})")
     return rows
 
 
@@ -303,7 +323,7 @@ def _ci(r: dict, k: str, digits: int = 2) -> str:
 
 def markdown(rows: list[dict], header: str) -> str:
     lines = [header, "",
-             ("| setting | fix | metric | n | sd | sd_paired | r | eval_share | n_paired | effect | agrees_with_today "
+             ("| setting | fix | metric | n | sd | sd_paired | r | eval_share | n_paired | effect | agrees_with_fast "
               "| final eval s | other eval s | run s |"),
              "|---|---|---|---|---|---|---|---|---|---|---|---|---|---|"]
     for r in rows:
@@ -315,7 +335,7 @@ def markdown(rows: list[dict], header: str) -> str:
         lines.append(
             f"| {r['setting']} | {r['fix']} | {r['metric']} | {r['n']} | {_ci(r, 'sd')} | {_ci(r, 'sd_paired')} | "
             f"{_ci(r, 'r')} | {_ci(r, 'eval_share') if r['metric'] == ACC else '-'} | {npd} | {_ci(r, 'effect')} | "
-            f"{r['agrees_with_today']} | {_f(r['final_eval_s'])} | {_f(r['eval_s'])} | {_f(r['run_s'], 1)} |")
+            f"{r['agrees_with_fast']} | {_f(r['final_eval_s'])} | {_f(r['eval_s'])} | {_f(r['run_s'], 1)} |")
     return "\n".join(lines) + "\n"
 
 
@@ -343,7 +363,7 @@ def _parser() -> argparse.ArgumentParser:
     p.add_argument("--steps", type=int, default=30, help="rollout steps per run (default 30, the toy's)")
     p.add_argument("--repeats", type=int, default=2, help="extra final evaluations per run (eval noise; default 2)")
     p.add_argument("--fixes", default=",".join(FIXES), help=f"comma-separated, of {', '.join(FIXES)}")
-    p.add_argument("--settings", default="today,precise,keyed,both", help="comma-separated settings")
+    p.add_argument("--settings", default="fast,precise,keyed,both", help="comma-separated settings")
     p.add_argument("--final-problems", type=int, default=FINAL_PROBLEMS,
                    help=f"the precise final evaluation's problems (default {FINAL_PROBLEMS})")
     p.add_argument("--final-samples", type=int, default=FINAL_SAMPLES,
@@ -363,7 +383,7 @@ def _header(a: argparse.Namespace, fixes: list[str], which: list[str]) -> str:
     return (f"# verdict_cost: {a.seeds} seeds ({a.first_seed}-{a.first_seed + a.seeds - 1}) x 2 arms per fix and "
             f"setting, {a.steps} steps, {a.repeats} repeats of "
             f"the final evaluation{' (--quick: the shrunken toy)' if a.quick else ''}\n\n"
-            f"Toy default regime (fixes=grpo), fixes {', '.join(fixes)}; settings: "
+            f"The toy (fixes=grpo), fixes {', '.join(fixes)}; settings: "
             + "; ".join(f"{s} = {' '.join(settings(a.quick, a.final_problems, a.final_samples)[s]) or 'defaults'}"
                         for s in which)
             + f". {LATE}: the mean held-out accuracy of the last {a.late_k} evaluations (eval.endpoint=last_k_mean, "
@@ -387,8 +407,8 @@ def main(argv: list[str] | None = None) -> int:
     bad = [f for f in fixes if f not in FIXES] + [s for s in which if s not in settings(a.quick)]
     if bad:
         p.error(f"unknown fix or setting: {', '.join(bad)}")
-    if "today" not in which:
-        which = ["today", *which]  # the reference every setting is compared with
+    if "fast" not in which:
+        which = ["fast", *which]  # the reference every setting is compared with
     day = datetime.date.today().isoformat()
     out = Path(a.out or ROOT / "sweeps" / "results" / f"{day}-verdict-cost{'-quick' if a.quick else ''}")
     # the run directories' root names what every run shares, so that other sizes never resume these runs
