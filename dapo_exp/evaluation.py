@@ -187,6 +187,15 @@ def eval_size(eval_cfg: Any, final: bool, n_available: int) -> tuple[int, int]:
     return min(problems, n_available), k
 
 
+def sizes_line(eval_cfg: Any, n_available: int) -> str:
+    """The evaluations' sizes for the run's first log line, e.g. ``evaluations 64 x 4 of 256 held-out
+    problems, the final one 256 x 8``: the toy's sizes are schema defaults, so a run of another task
+    without a preset says here that it evaluates only part of its held-out set."""
+    (p, k), (fp, fk) = eval_size(eval_cfg, False, n_available), eval_size(eval_cfg, True, n_available)
+    final = "" if (p, k) == (fp, fk) else f", the final one {fp} x {fk}"
+    return f"evaluations {p} x {k} of {n_available} held-out problems{final}"
+
+
 def last_k_steps(steps: Any, k: int) -> list[int]:
     """The steps of the last ``k`` evaluations of the trained policy (step > 0 when there is one,
     else the base policy's): what ``eval.endpoint=last_k_mean`` averages."""

@@ -37,6 +37,7 @@ from omegaconf import DictConfig
 from dapo_exp import compose, rundir, runner, steps
 from dapo_exp.build import PromptSampler, Run, build_run
 from dapo_exp.console import ProgressLines
+from dapo_exp.evaluation import sizes_line
 from dapo_exp.logprobs import ResponseForward
 from dapo_exp.rollout.dynamic_sampling import collect_groups
 from dapo_exp.rollout.engine import SamplingSpec
@@ -74,9 +75,9 @@ def loop(run: Run, life: runner.Life) -> dict[str, Any]:
 
     cfg, t, st = run.cfg, run.cfg.train, run.state
     run.stop.phase = "loop"  # a signal from here on stops after the current step, with a checkpoint
-    log.info("%s: %s, %.2fM params, %d train / %d eval problems, device %s, rollout %s%s", run.label,
+    log.info("%s: %s, %.2fM params, %d train problems, %s, device %s, rollout %s%s", run.label,
              run.model_path, sum(p.numel() for p in run.model.parameters()) / 1e6, len(run.train_prompts),
-             len(run.eval_prompts), run.device, cfg.rollout.engine,
+             sizes_line(cfg.eval, len(run.eval_prompts)), run.device, cfg.rollout.engine,
              f" (decode={run.engine.decode_used})" if hasattr(run.engine, "decode_used") else "")
     if cfg.eval.before_training and run.start_step == 0:
         run_eval(run, 0)

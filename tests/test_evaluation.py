@@ -129,6 +129,16 @@ def test_eval_size_final_and_intermediate():
     assert eval_size(c, True, 100) == (100, 16)  # capped at the held-out set
 
 
+def test_the_run_log_names_the_evaluations_sizes():
+    """A run's first log line says what its evaluations cover: the toy's sizes are schema defaults, so a
+    run of another task without a preset sees that it evaluates part of its held-out set."""
+    from dapo_exp.evaluation import sizes_line
+
+    assert sizes_line(_eval_cfg(), 1319) == "evaluations 64 x 4 of 1319 held-out problems, the final one 256 x 8"
+    flat = _eval_cfg(problems=None, final_problems=None, final_samples=None)
+    assert sizes_line(flat, 30) == "evaluations 30 x 4 of 30 held-out problems"
+
+
 def test_endpoint_summary_names_and_values():
     from dapo_exp.evaluation import endpoint_summary
 

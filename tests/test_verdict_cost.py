@@ -66,7 +66,7 @@ def test_jobs_are_interleaved_and_settings_override_last(tmp_path):
     assert set(vc.FAST) <= set(fast) and "train.prompts_per_step=16" in fast
     later = vc.jobs(runs=tmp_path, seeds=2, first_seed=12, steps=3, repeats=1, fixes=["clip_higher"],
                     which=["fast"], quick=True)
-    assert [j.seed for j in later] == [12, 12, 13, 13] and later[0].out == tmp_path / "fast" / "off" / "seed12"
+    assert [j.seed for j in later] == [12, 12, 13, 13] and later[0].out == tmp_path / "today" / "off" / "seed12"  # the fast runs were made as today
 
 
 def test_late_mean_is_the_last_k_trained_evaluations():

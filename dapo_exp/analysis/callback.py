@@ -188,17 +188,23 @@ def _get(config: Any, key: str, default: Any = None) -> Any:
     return OmegaConf.select(config, key, default=default)
 
 
+# the keys that make the toy's measured default regime (their schema defaults): the batch, the held-out set
+# and the final evaluation
+REGIME_KEYS = ("train.prompts_per_step", "train.mini_batch_size", "rollout.n", "task.arith_n_eval",
+               "eval.final_problems", "eval.final_samples")
+
+
 def default_regime(config: Any) -> bool:
     """Whether ``config`` runs the toy's measured default regime (the verdict_cost benchmark's
-    ``batch4x``): no experiment preset (their warm starts differ), the default batch and final
-    evaluation, which a smaller held-out set or another batch would change."""
-    def get(key: str) -> Any:
-        return _get(config, key)
+    ``batch4x``): no experiment preset (their warm starts differ), and the schema's defaults of
+    :data:`REGIME_KEYS`, which another batch or a smaller held-out set would change."""
+    from omegaconf import OmegaConf
 
-    return (get("hydra.runtime.choices.experiment") in (None, "null") and get("train.prompts_per_step") == 64
-            and get("train.mini_batch_size") == 128 and get("rollout.n") == 8
-            and (get("task.arith_n_eval") or 0) >= 256 and get("eval.final_problems") == 256
-            and get("eval.final_samples") == 8)
+    from dapo_exp.config import Config
+
+    schema = OmegaConf.structured(Config)
+    return (_get(config, "hydra.runtime.choices.experiment") in (None, "null")
+            and all(_get(config, key) == OmegaConf.select(schema, key) for key in REGIME_KEYS))
 
 
 def _toy_detect(config: Any, n_seeds: int) -> str:

@@ -10,7 +10,8 @@ prompts per step, takes about 3.3x as long: ``--regime default`` measures it.
 What it measures, each figure printed with the machine's load averages (1, 5 and 15 minutes, as
 ``uptime`` shows them) beside it:
 
-1. **quiet**: the run's rollout step (``python run.py train.steps=<steps>``), the median of its
+1. **quiet**: the run's rollout step (``python run.py experiment=toy_fast train.steps=<steps>``, without
+   ``experiment=`` under ``--regime default``), the median of its
    ``timing_s/step`` values in ``metrics.jsonl`` (a warm start, when the cache lacks one, is not in
    them);
 2. **busy**: the same with another load on the machine. The benchmark starts ``--busy`` processes of
@@ -47,15 +48,15 @@ import tempfile
 import time
 from pathlib import Path
 
+from dapo_exp.benchmarks import SHRUNKEN_TOY
+
 ROOT = Path(__file__).resolve().parents[2]
 MAX_RATIO = 2.0  # busy step / quiet step
 COLD_BUDGET_S = 300.0  # the cold run under load
 REGIMES = {"fast": ["experiment=toy_fast"], "default": []}  # --regime: the run measured
 THREAD_VARS = ("OMP_NUM_THREADS", "DAPO_THREADS")
-# --quick: the conftest's shrunken toy (4 prompts x 4 responses), 2 steps; a 5-step warm start
-QUICK = ["logger=none", "train.prompts_per_step=4", "rollout.n=4", "train.mini_batch_size=8",
-         "train.micro_batch_size=4", "task.arith_n_eval=8", "eval.problems=null", "eval.final_problems=null",
-         "eval.final_samples=null", "eval.k=2", "eval.every=0"]
+# --quick: the shrunken toy (4 prompts x 4 responses), 2 steps; a 5-step warm start
+QUICK = ["logger=none", *SHRUNKEN_TOY]
 
 
 def load_text() -> str:

@@ -1,8 +1,8 @@
 """Benchmark: the default run (``python run.py``) end to end on this machine.
 
 Measures the wall time of the whole command from an empty warm-start cache (the default run
-starts from the warm start shipped with the package, so nothing is built; a ``toy_*`` regime's
-first run builds its own) and then with the cache in place for each seed, and splits a rollout step into generation / training / evaluation
+starts from the warm start shipped with the package, so nothing is built; ``toy_clip``,
+``toy_overlong`` and ``toy_degeneration`` build their own) and then with the cache in place for each seed, and splits a rollout step into generation / training / evaluation
 from the run's own ``metrics.jsonl``. Prints a table and the command that made it.
 
     python -m dapo_exp.benchmarks.toy_run                      # defaults: fixes=full, seeds 0,1,2

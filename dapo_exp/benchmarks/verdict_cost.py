@@ -9,7 +9,8 @@ each setting of ``--settings``. Every setting starts from the fast regime (``exp
 sizes, named explicitly so that a change of the defaults never changes a setting):
 
 - ``fast``: that regime with the stream sampler named (``train.randomness=stream``): the toy's
-  former default, called ``today`` in the results committed while it was the default;
+  former default, called ``today`` in the results committed while it was the default (``--settings
+  today`` still names it, and its run directories keep that name);
 - ``precise``: a larger final evaluation (``eval.final_problems`` x ``eval.final_samples``, the
   held-out set grown with ``task.arith_n_eval``; intermediate evaluations stay 64 x 4);
 - ``keyed``: ``train.randomness=keyed`` (:mod:`dapo_exp.keyed`);
@@ -19,8 +20,8 @@ sizes, named explicitly so that a change of the defaults never changes a setting
 - ``batch2x``, ``batch4x``: ``precise`` with 2 or 4 times the prompts per rollout step
   (``train.prompts_per_step``, and ``train.mini_batch_size`` with it: the same 4 optimizer updates per
   step, each on a 2 or 4 times larger mini-batch), so less gradient noise for the arms to drift apart on,
-  at about 2 or 4 times the training time (``batch4x`` is the toy's default regime, its endpoint
-  aside: ``tests/test_experiments.py``).
+  at about 2 or 4 times the training time (``batch4x`` with ``--final-problems 256 --final-samples 8``, as
+  every committed measurement ran it, is the toy's default regime: ``tests/test_experiments.py``).
 
 Every run also evaluates its final policy ``--repeats`` more times with fresh noise
 (``eval.final_repeats``), which measures the evaluation's own noise. Runs are ordinary run
@@ -70,6 +71,7 @@ from pathlib import Path
 import numpy as np
 
 from dapo_exp import rundir
+from dapo_exp.benchmarks import SHRUNKEN_TOY
 
 ROOT = Path(__file__).resolve().parents[2]
 BASE = ("fixes=grpo",)
@@ -91,7 +93,7 @@ FINAL_PROBLEMS, FINAL_SAMPLES = 512, 16  # the precise endpoint's default size (
 def settings(quick: bool, final_problems: int = FINAL_PROBLEMS,
              final_samples: int = FINAL_SAMPLES) -> dict[str, tuple[str, ...]]:
     """Each setting's overrides, the fast regime's sizes first (``--quick``: the shrunken toy's)."""
-    fast = QUICK if quick else FAST
+    fast = SHRUNKEN_TOY if quick else FAST
     precise = fast + (("task.arith_n_eval=16", "eval.problems=8", "eval.final_problems=16", "eval.final_samples=4")
                       if quick else
                       (f"task.arith_n_eval={max(final_problems, 64)}", "eval.problems=64",
@@ -109,14 +111,12 @@ def settings(quick: bool, final_problems: int = FINAL_PROBLEMS,
         "batch4x": bigger(4)}.items()}
 
 
+# a setting's run directories, where they differ from its name (the fast regime's runs were made as `today`)
+FOLDERS = {"fast": "today"}
 # the fast regime (experiment=toy_fast): 16 prompts x 8 per step in 4 updates of 32, 64 held-out problems
 # x 4 samples at every evaluation, the final one included
 FAST = ("train.prompts_per_step=16", "train.mini_batch_size=32", "task.arith_n_eval=64", "eval.problems=null",
         "eval.final_problems=null", "eval.final_samples=null")
-# the shrunken toy of the tests (tests/conftest.py): 4 prompts x 4 responses, every evaluation 8 problems x 2
-QUICK = ("train.prompts_per_step=4", "rollout.n=4", "train.mini_batch_size=8", "train.micro_batch_size=4",
-         "task.arith_n_eval=8", "eval.problems=null", "eval.final_problems=null", "eval.final_samples=null",
-         "eval.k=2", "eval.every=0")
 
 
 @dataclass(frozen=True)
@@ -159,7 +159,7 @@ def jobs(*, runs: Path, seeds: int, first_seed: int = 0, steps: int, repeats: in
         for s in which:
             for arm, ov in arms.items():
                 out.append(Job(s, arm, seed, _last_wins(*common, *ov, *sets[s], f"seed={seed}"),
-                               runs / s / arm / f"seed{seed}"))
+                               runs / FOLDERS.get(s, s) / arm / f"seed{seed}"))
     return out
 
 
@@ -403,7 +403,7 @@ def main(argv: list[str] | None = None) -> int:
         a.repeats = a.repeats if "--repeats" in given else 1
         a.boot = a.boot if "--boot" in given else 200
     fixes = [f for f in a.fixes.split(",") if f]
-    which = [s for s in a.settings.split(",") if s]
+    which = ["fast" if s == "today" else s for s in a.settings.split(",") if s]  # today: the former name
     bad = [f for f in fixes if f not in FIXES] + [s for s in which if s not in settings(a.quick)]
     if bad:
         p.error(f"unknown fix or setting: {', '.join(bad)}")
@@ -428,7 +428,9 @@ def main(argv: list[str] | None = None) -> int:
                 print(f"[verdict_cost] {i}/{len(todo)} {job.setting} {job.arm} seed {job.seed}: "
                       f"{'failed (rc ' + str(rc) + ', see ' + str(job.out / 'verdict_cost.log') + ')' if rc else how}",
                       flush=True)
-    rows = summarise(collect(todo, fixes, a.late_k), which, fixes, delta=a.delta, boot=a.boot)
+    # a run that failed now is left out, even where an earlier finished summary of other overrides is there
+    rows = summarise(collect([j for j in todo if j not in failed], fixes, a.late_k), which, fixes, delta=a.delta,
+                     boot=a.boot)
     header = _header(a, fixes, which)
     md, cs = write(rows, out, header)
     print(markdown(rows, header))
