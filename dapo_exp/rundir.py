@@ -261,6 +261,20 @@ def truncate_jsonl(path: str | os.PathLike, max_step: int) -> None:
     write_text_atomic(path, "".join(json.dumps(r, default=float) + "\n" for r in keep))
 
 
+def read_overrides(run_dir: str | os.PathLike) -> list[str] | None:
+    """The command-line overrides the run was started with (Hydra's record, ``.hydra/overrides.yaml``,
+    written by ``run.py``), or None (missing or unreadable)."""
+    from omegaconf import OmegaConf
+
+    p = Path(run_dir) / ".hydra" / "overrides.yaml"
+    if not p.is_file():
+        return None
+    try:
+        return [str(x) for x in OmegaConf.to_container(OmegaConf.load(p)) or []]  # type: ignore[union-attr]
+    except Exception:  # noqa: BLE001 - an unreadable record: None, as a missing one
+        return None
+
+
 def read_summary(run_dir: str | os.PathLike) -> dict[str, Any] | None:
     """The run's ``summary.json``, or None (missing or unreadable)."""
     return read_json(Path(run_dir) / SUMMARY)

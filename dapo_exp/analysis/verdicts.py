@@ -33,12 +33,13 @@ from __future__ import annotations
 
 import math
 import warnings
-from pathlib import Path
 from typing import Any
 
 import numpy as np
 import pandas as pd
 from scipy import stats
+
+from dapo_exp import rundir
 
 ALPHA = 0.05
 POWER = 0.8
@@ -229,17 +230,7 @@ def ruled_out(mde: float, equivalence: str, r: float = math.nan, unit: str = "")
 # One seed per configuration                                                    #
 # --------------------------------------------------------------------------- #
 def _read_overrides(path: Any) -> list[str] | None:
-    if not isinstance(path, str) or not path:
-        return None
-    p = Path(path) / ".hydra" / "overrides.yaml"
-    if not p.is_file():
-        return None
-    from omegaconf import OmegaConf
-
-    try:
-        return [str(x) for x in OmegaConf.to_container(OmegaConf.load(p))]  # type: ignore[union-attr]
-    except Exception:  # noqa: BLE001 - an unreadable file: fall back
-        return None
+    return rundir.read_overrides(path) if isinstance(path, str) and path else None
 
 
 def rerun_command(runs: pd.DataFrame, n_seeds: int) -> str:

@@ -131,16 +131,10 @@ class Job:
         """Finished, and trained from these very overrides (its ``.hydra/overrides.yaml``). A finished run of
         other overrides (an older version's settings, a changed default) goes through ``run.py``, which
         reuses it when its resolved configuration is the same and refuses it, naming the keys, otherwise."""
-        from omegaconf import OmegaConf
-
         s = _summary(self.out)
-        if not s or s.get("status") != "finished":
-            return False
-        try:
-            recorded = OmegaConf.to_container(OmegaConf.load(self.out / ".hydra" / "overrides.yaml"))
-        except (OSError, ValueError):
-            return False
-        return sorted(map(str, recorded or [])) == sorted(self.overrides)
+        recorded = rundir.read_overrides(self.out)
+        return bool(s) and s.get("status") == "finished" and recorded is not None \
+            and sorted(recorded) == sorted(self.overrides)
 
 
 def _summary(out: Path) -> dict | None:
