@@ -31,6 +31,10 @@ import re
 import sys
 import time
 
+from dapo_exp.quiet import quiet
+
+quiet()  # third-party noise off before anything imports it (dapo_exp.quiet)
+
 import hydra
 from omegaconf import DictConfig
 

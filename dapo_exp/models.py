@@ -57,6 +57,48 @@ def build_char_tokenizer(vocab_size: int | None = None):
     )
 
 
+# the special tokens of build_char_tokenizer as a Qwen2 tokenizer names them (same ids): verl's agent loop
+# finds the turn end by the name <|im_end|>, and ChatML templates need <|im_start|> (given the first filler id)
+QWEN_SPECIALS = ("<|endoftext|>", "<unk>", "<bos>", "<|im_end|>")
+QWEN_IM_START = "<|im_start|>"
+
+
+def _byte_level_chars() -> dict[int, str]:
+    """GPT-2's byte-to-unicode table (the alphabet of byte-level BPE vocabularies, Qwen2's included)."""
+    keep = [*range(ord("!"), ord("~") + 1), *range(ord("\u00a1"), ord("\u00ac") + 1), *range(ord("\u00ae"), 256)]
+    table, extra = {b: chr(b) for b in keep}, 0
+    for b in range(256):
+        if b not in table:
+            table[b], extra = chr(256 + extra), extra + 1
+    return table
+
+
+def build_qwen_char_tokenizer(vocab_size: int | None = None, chat_template: str | None = None):
+    """:func:`build_char_tokenizer`'s vocabulary, ids and text as a byte-level BPE without merges, the form
+    transformers' ``Qwen2Tokenizer`` rebuilds from a ``qwen2`` checkpoint (``AutoTokenizer``, as verl and
+    vLLM load it): one token per character, ``"\\n"`` one token, the specials named :data:`QWEN_SPECIALS`
+    (EOS ``<|im_end|>``, pad ``<|endoftext|>``) and, when ``vocab_size`` leaves a filler id, ``<|im_start|>``
+    on the first one. Same ids as :func:`build_char_tokenizer` for every text of :data:`CHARS`."""
+    from tokenizers import Tokenizer, decoders, models, pre_tokenizers
+    from transformers import PreTrainedTokenizerFast
+
+    byte_char = _byte_level_chars()
+    tokens = list(QWEN_SPECIALS) + [byte_char[ord(c)] for c in CHARS]
+    fillers = 0 if vocab_size is None else vocab_size - len(tokens)
+    if fillers < 0:
+        raise ValueError(f"vocab_size must be >= {len(tokens)}, got {vocab_size}")
+    tokens += ([QWEN_IM_START] if fillers else []) + [f"<t{i}>" for i in range(1, fillers)]
+    tok = Tokenizer(models.BPE(vocab={t: i for i, t in enumerate(tokens)}, merges=[], unk_token="<unk>"))
+    tok.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=False, use_regex=False)
+    tok.decoder = decoders.ByteLevel()
+    out = PreTrainedTokenizerFast(tokenizer_object=tok, pad_token=QWEN_SPECIALS[0], unk_token=QWEN_SPECIALS[1],
+                                  bos_token=QWEN_SPECIALS[2], eos_token=QWEN_SPECIALS[3], padding_side="left",
+                                  additional_special_tokens=[QWEN_IM_START] if fillers else [])
+    if chat_template is not None:
+        out.chat_template = chat_template
+    return out
+
+
 def build_tiny_model(tokenizer: Any, hidden_size: int, num_layers: int, num_heads: int, seed: int):
     """A small ``Qwen2ForCausalLM`` with random weights (seeded)."""
     from transformers import Qwen2Config, Qwen2ForCausalLM

@@ -39,6 +39,7 @@ from dapo_exp.build import PromptSampler, Run, build_run
 from dapo_exp.console import ProgressLines
 from dapo_exp.evaluation import sizes_line
 from dapo_exp.logprobs import ResponseForward
+from dapo_exp.quiet import quiet
 from dapo_exp.rollout.dynamic_sampling import collect_groups
 from dapo_exp.rollout.engine import SamplingSpec
 from dapo_exp.rollout.groups import Group, score_groups
@@ -54,6 +55,7 @@ def train(cfg: DictConfig) -> dict[str, Any]:
         from dapo_exp.backends import launch
 
         return launch(cfg)
+    quiet()  # a parallel sweep's worker is another process: third-party noise off here too
     t_start = time.perf_counter()
     hooks = preflight(cfg)  # every check, before any compute
 

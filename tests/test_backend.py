@@ -91,10 +91,7 @@ def test_a_registry_key_without_a_rule_fails_by_name(monkeypatch):
     (["fixes=full", "algo.overlong_max_len=20000"], "algo.overlong_max_len"),
     (["fixes=full", "algo.overlong_cache_len=0"], "algo.overlong_cache_len"),
     (["algo.loss_agg=group-token-mean"], "algo.loss_agg"),
-    (["rollout=hf"], "rollout.engine"),
-    (["task=arith"], "task.name"),
-    (["model=tiny"], "model.path"),
-    (["train.device=cpu"], "train.device"),
+    (["rollout.engine=hf"], "rollout.engine"),
     (["algo.tis_cap=2.0"], "algo.tis_cap"),
     (["algo.adv_eps=1e-5"], "algo.adv_eps"),
     (["task.verifier=math_verify"], "task.verifier"),
@@ -150,13 +147,45 @@ def test_hydra_rendering(value, rendered):
 
 
 def test_train_dispatches_and_fails_before_anything_is_written(tmp_path):
-    """The default toy (tiny model, arith, HF engine) cannot run on verl: refused before any file."""
+    """A value verl cannot honour is refused by train() before any file is written."""
     from dapo_exp.train import train
 
-    cfg = compose_cfg("backend=verl", f"out_dir={tmp_path / 'run'}")
-    with pytest.raises(ConfigError, match=r"^task\.name='arith'"):
+    cfg = compose_cfg("backend=verl", "train.device=cpu", "algo.tis_cap=2.0", f"out_dir={tmp_path / 'run'}")
+    with pytest.raises(ConfigError, match=r"^algo\.tis_cap=2\.0"):
         train(cfg)
     assert not (tmp_path / "run").exists()
+
+
+@pytest.mark.skipif(__import__("torch").cuda.is_available(), reason="checks the refusal on a machine without a GPU")
+def test_a_local_gpu_launch_without_a_gpu_is_refused_naming_the_cpu_mode(tmp_path, monkeypatch):
+    """verl's GPU mode on a machine without one would wait for a GPU forever: refused, naming train.device=cpu."""
+    from dapo_exp.backends import verl_launch
+
+    monkeypatch.setattr(verl_launch, "resolve_python", lambda path, must_exist=True: "/bin/true")
+    cfg = compose_cfg("backend=verl", f"out_dir={tmp_path / 'run'}")
+    with pytest.raises(ConfigError, match=r"^train\.device=auto: this machine has no GPU.*train\.device=cpu"):
+        verl_launch.launch(cfg)
+    assert not (tmp_path / "run").exists()
+
+
+def test_the_toy_translates_with_its_own_reward_model_and_cpu_mode():
+    """The default toy on verl: its warm start exported as the model, its verifier as verl's reward function
+    (any verifier), its prompts within the tiny model's positions, and the CPU mode's settings."""
+    cfg = compose_cfg("backend=verl", "train.device=cpu", "task.verifier=math_verify", "out_dir=/runs/toy")
+    job = vb.translate(cfg, label="full")
+    v = job.values
+    assert v["actor_rollout_ref.model.path"] == "/runs/toy/verl_model"
+    assert v["reward.custom_reward_function.path"] == vb.REWARD_FILE and Path(vb.REWARD_FILE).is_file()
+    assert v["reward.custom_reward_function.name"] == "compute_score" and job.env["DAPO_VERL_VERIFIER"] == "math_verify"
+    assert v["data.max_prompt_length"] + v["data.max_response_length"] <= vb.TINY_POSITIONS
+    assert v["trainer.device"] == "cpu" and v["+ray_kwargs.ray_init.num_gpus"] == 1
+    assert (v["actor_rollout_ref.actor.strategy"], v["actor_rollout_ref.model.use_remove_padding"]) == ("fsdp2", False)
+    assert v["actor_rollout_ref.rollout.free_cache_engine"] is False and v["reward.num_workers"] == 1
+    assert job.env["VERL_PLATFORM"] == "cpu" and job.env["VERL_USE_EXTERNAL_MODULES"] == vb.CPU_MODULE
+    assert cfg.rollout.engine == "vllm" and cfg.eval.final_samples is None  # conf/backend/verl.yaml
+    gpu = vb.translate(compose_cfg("backend=verl", "out_dir=/runs/toy"), label="full").values
+    assert gpu["trainer.device"] == "cuda" and "+ray_kwargs.ray_init.num_gpus" not in gpu
+    assert gpu["actor_rollout_ref.rollout.free_cache_engine"] is True  # sleep mode on a GPU (the schema default)
 
 
 # --------------------------------------------------------------------------- #
@@ -188,7 +217,10 @@ sys.exit(int(os.environ.get("FAKE_VERL_RC", "0")))
 
 
 @pytest.fixture
-def launched(tmp_path):
+def launched(tmp_path, monkeypatch):
+    from dapo_exp.backends import verl_launch
+
+    monkeypatch.setattr(verl_launch, "_has_cuda", lambda: True)  # the stand-in plays verl on a GPU machine
     fake = tmp_path / "fake_python"
     fake.write_text(FAKE_VERL.format(python=sys.executable))
     fake.chmod(0o755)

@@ -44,6 +44,12 @@ NO_DUAL_CLIP = 1e10
 VERL_ADV_EPS = 1e-6  # compute_grpo_outcome_advantage's epsilon; V1 never passes another one
 DATA_DIR = "verl_data"  # under the run directory: the exported train / eval parquet files
 DATA_SOURCE = "math_dapo"  # verl's default_compute_score -> verl.utils.reward_score.math_dapo
+MODEL_DIR = "verl_model"  # under the run directory: model.path=tiny's warm start, as verl loads it
+OWN_REWARD_TASKS = ("arith",)  # tasks verl has no scorer for: the native verifier is verl's reward function
+REWARD_FILE = os.path.join(os.path.dirname(os.path.abspath(__file__)), "verl_reward.py")
+CPU_MODULE = "dapo_exp.backends.verl_cpu"  # verl's CPU platform and patches (train.device=cpu)
+CPU_RAY_CPUS = 32  # logical CPUs of a CPU-mode job's Ray (TransferQueue alone starts 9 one-CPU actors)
+TINY_POSITIONS = 256  # model.path=tiny's max_position_embeddings (dapo_exp.models.build_tiny_model)
 
 
 class Untranslatable(ConfigError):
@@ -412,16 +418,68 @@ def _group(v: str | None, ctx: Context) -> dict[str, Any]:
 
 
 def _task(v: str, ctx: Context) -> dict[str, Any]:
-    if v == "arith":
-        _fail("task.name", v, "the embedded toy task is native only; use task=dapo_math, gsm8k or math500")
     data = os.path.join(ctx.out, DATA_DIR)
-    return {"data.train_files": os.path.join(data, "train.parquet"), "data.val_files": os.path.join(data, "eval.parquet")}
+    out = {"data.train_files": os.path.join(data, "train.parquet"), "data.val_files": os.path.join(data, "eval.parquet")}
+    if v in OWN_REWARD_TASKS:  # scored by the native verifier (verl_reward.py), through verl's DAPO reward manager
+        out.update({"reward.custom_reward_function.path": REWARD_FILE, "reward.custom_reward_function.name":
+                    "compute_score", "$DAPO_VERL_VERIFIER": ctx.cfg.task.verifier})
+    return out
+
+
+def _verifier(v: str, ctx: Context) -> dict[str, Any]:
+    if ctx.cfg.task.name in OWN_REWARD_TASKS:
+        return {"reward.reward_manager.name": "dapo"}  # the native verifier itself (_task), any of them
+    if v != "math_dapo":
+        _fail("task.verifier", v, f"verl's math_dapo reward is the paper's rule (rows get data_source={DATA_SOURCE})")
+    return {"reward.reward_manager.name": "dapo"}
 
 
 def _model_path(v: str, ctx: Context) -> dict[str, Any]:
-    if v == "tiny":
-        _fail("model.path", v, "the embedded toy model is native only; give an HF id or a local directory")
+    if v == "tiny":  # the native warm start, exported by the launcher with a tokenizer verl and vLLM load
+        return {"actor_rollout_ref.model.path": os.path.join(ctx.out, MODEL_DIR)}
     return {"actor_rollout_ref.model.path": os.path.expanduser(v)}
+
+
+def _max_prompt_len(v: int, ctx: Context) -> dict[str, Any]:
+    # the toy's model has 256 positions and vLLM refuses a max_model_len above them: its prompts (at most
+    # ~25 tokens) get the room the model leaves after the response cap
+    if ctx.cfg.model.path == "tiny":
+        v = min(v, TINY_POSITIONS - ctx.cfg.rollout.max_response_len)
+    return {"data.max_prompt_length": v}
+
+
+def cpu_overrides(ctx: Context) -> dict[str, Any]:
+    """``train.device=cpu``: verl's V1 trainer on this machine's CPU (tests, CI, laptops). verl's keys that
+    have no CPU default, and the environment that loads :mod:`dapo_exp.backends.verl_cpu` (verl's CPU
+    platform and patches) in every process of the job."""
+    gpus = ctx.cfg.backend.nnodes * ctx.cfg.backend.gpus_per_node
+    return {
+        "trainer.device": "cpu",
+        # logical resources: Ray hands verl's pools "GPUs" (they hard-code use_gpu=True) and TransferQueue's
+        # storage actors a CPU each; Ray accepts both on a CPU host, whatever its core count
+        "+ray_kwargs.ray_init.num_gpus": gpus, "ray_kwargs.ray_init.num_cpus": CPU_RAY_CPUS,
+        # no FlashAttention, no padding-free kernels; FSDP2 (FSDP1 refuses CPU parameters)
+        "+actor_rollout_ref.model.override_config.attn_implementation": "sdpa",
+        "actor_rollout_ref.model.use_remove_padding": False,
+        _A + "strategy": "fsdp2", "actor_rollout_ref.ref.strategy": "fsdp2",
+        _A + "fsdp_config.use_torch_compile": False, "actor_rollout_ref.ref.fsdp_config.use_torch_compile": False,
+        # vLLM's CPU build has no sleep mode (its memory is the host's)
+        _R + "free_cache_engine": False, "+" + _R + "enable_sleep_mode": False,
+        # one worker each: a CPU machine's cores are few
+        _R + "agent.num_workers": 1, "data.dataloader_num_workers": 0,
+        "$VERL_PLATFORM": "cpu", "$VERL_ENGINE_DEVICE": "cuda",  # the engine registry knows cuda's FSDP engine only
+        "$VERL_USE_EXTERNAL_MODULES": CPU_MODULE, "$VLLM_TARGET_DEVICE": "cpu", "$VLLM_CPU_KVCACHE_SPACE": "1",
+    }
+
+
+def _device(v: str, ctx: Context) -> dict[str, Any]:
+    if v == "cpu":
+        return cpu_overrides(ctx)
+    return {"trainer.device": "cuda"}
+
+
+def _on_cpu(ctx: Context) -> bool:
+    return ctx.cfg.train.device == "cpu"
 
 
 def _steps(v: int, ctx: Context) -> dict[str, Any]:
@@ -499,22 +557,27 @@ OTHER_RULES: dict[str, Rule] = {
     "task.train_source": unused("read by the launcher's export (dapo_exp.tasks, deduplicated as natively)"),
     "task.eval_source": unused("read by the launcher's export"),
     "task.eval_limit": unused("applied by the launcher's export"),
-    "task.verifier": _only("task.verifier", "math_dapo", "verl's math_dapo reward is the paper's rule "
-                           f"(rows get data_source={DATA_SOURCE})", {"reward.reward_manager.name": "dapo"}),
+    "task.verifier": Rule("`reward.reward_manager.name=dapo` (math tasks: only `math_dapo`, verl's own rule, rows "
+                          f"with data_source={DATA_SOURCE}; `arith`: the native verifier, any of them, as verl's "
+                          "`reward.custom_reward_function`)", _verifier),
     "task.verifier_timeout_s": native_only("the native verifier pool's per-answer deadline"),
-    "task.verifier_workers": Rule("`reward.num_workers` (null: verl's default)",
-                                  lambda v, ctx: {} if v is None else {"reward.num_workers": v}),
+    "task.verifier_workers": Rule("`reward.num_workers` (null: verl's default; 1 with `train.device=cpu`)",
+                                  lambda v, ctx: {"reward.num_workers": v} if v is not None else
+                                  ({"reward.num_workers": 1} if _on_cpu(ctx) else {})),
     "task.chat_template": _only("task.chat_template", True, "verl renders every prompt through the chat template"),
-    "task.max_prompt_len": to("data.max_prompt_length"),
-    **{f"task.{k}": unused("task=arith only (which fails)") for k in
+    "task.max_prompt_len": Rule("`data.max_prompt_length` (`model.path=tiny`: at most its 256 positions less "
+                                "`rollout.max_response_len`)", _max_prompt_len),
+    **{f"task.{k}": unused("task=arith only: read by the launcher's export, which generates the problems natively") for k in
        ("arith_seed", "arith_n_train", "arith_n_eval", "arith_max_operand", "arith_n_operands_max", "arith_ops")},
     # model
     "model.name": unused("a label, recorded"),
-    "model.path": Rule("`actor_rollout_ref.model.path` (`tiny` fails)", _model_path),
+    "model.path": Rule(f"`actor_rollout_ref.model.path` (`tiny`: the native warm start, exported by the launcher to "
+                       f"`<out_dir>/{MODEL_DIR}` with a tokenizer verl and vLLM load)", _model_path),
     "model.dtype": to(_R + "dtype"),
     "model.trust_remote_code": to("actor_rollout_ref.model.trust_remote_code", "data.trust_remote_code"),
     "model.gradient_checkpointing": to("actor_rollout_ref.model.enable_gradient_checkpointing"),
-    **{f"model.{k}": unused("model.path=tiny only (which fails)") for k in
+    **{f"model.{k}": unused("model.path=tiny only: the native warm start (shipped, cached or built by these keys) is "
+                            "what the launcher exports") for k in
        ("hidden_size", "num_layers", "num_heads", "warmstart_steps", "warmstart_lr", "warmstart_batch_size",
         "warmstart_guess_frac", "warmstart_guess_off_frac", "warmstart_wrong_frac", "warmstart_long_frac",
         "warmstart_loop_frac", "warmstart_step_first_frac", "warmstart_step_marker", "cache_dir",
@@ -529,7 +592,8 @@ OTHER_RULES: dict[str, Rule] = {
     "rollout.gen_batch_size": native_only("the HF engine's generate batch"),
     "rollout.decode": native_only("the HF engine's sampling loop (verl samples with vLLM)"),
     "rollout.vllm_gpu_memory_utilization": to(_R + "gpu_memory_utilization"),
-    "rollout.vllm_sleep": to(_R + "free_cache_engine"),
+    "rollout.vllm_sleep": Rule(f"`{_R}free_cache_engine` (false with `train.device=cpu`)",
+                               lambda v, ctx: {} if _on_cpu(ctx) else {_R + "free_cache_engine": v}),
     "rollout.vllm_enforce_eager": to(_R + "enforce_eager"),
     # train
     "train.steps": Rule("`trainer.total_training_steps` (and `trainer.total_epochs` large enough)", _steps),
@@ -542,8 +606,9 @@ OTHER_RULES: dict[str, Rule] = {
     "train.ppo_epochs": to(_A + "ppo_epochs"),
     "train.recompute_old_logprobs": native_only("where the native trainer takes on-policy old log-probs from "
                                                 "(verl decides this itself)"),
-    "train.device": Rule("`trainer.device=cuda` (`cpu` fails)", lambda v, ctx: {"trainer.device": "cuda"} if v != "cpu"
-                         else _fail("train.device", v, "verl's trainer needs GPUs")),
+    "train.device": Rule("`trainer.device=cuda`; `cpu`: `trainer.device=cpu` and the CPU mode's settings "
+                         "(`cpu_overrides`: logical Ray GPUs, SDPA, FSDP2, no sleep mode, one worker each, "
+                         "`dapo_exp.backends.verl_cpu` loaded in every process)", _device),
     "train.bf16": Rule(f"`{_A}fsdp_config.dtype` (+ ref): the compute dtype, as the native autocast", _compute_dtype),
     "train.torch_compile": to(_A + "use_torch_compile"),
     "train.logprob_chunk": native_only("the native trainer's log-prob chunking (memory)"),

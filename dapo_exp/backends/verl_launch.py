@@ -89,6 +89,34 @@ def export_data(cfg: DictConfig, out: Path) -> dict[str, int]:
     return counts
 
 
+# the toy's prompts as the native trainer renders them without a chat template (dapo_exp.tasks.base.render_prompt):
+# the BOS token, then the problem's text
+RAW_PROMPT_TEMPLATE = "{{ bos_token }}{% for m in messages %}{{ m['content'] }}{% endfor %}"
+
+
+def export_tiny_model(cfg: DictConfig, out: Path) -> Path:
+    """``model.path=tiny``'s warm start (shipped, cached or built, as natively) as verl loads a model:
+    its weights and configs copied to ``<out>/verl_model``, with the same vocabulary in the form
+    ``AutoTokenizer`` rebuilds for a ``qwen2`` checkpoint (:func:`dapo_exp.models.build_qwen_char_tokenizer`:
+    same ids, a newline one token, EOS named ``<|im_end|>`` for verl's turn handling) and a chat template
+    that renders the prompt as the native trainer does (BOS, then the text), so both engines feed the
+    policy the same ids."""
+    from dapo_exp.models import build_qwen_char_tokenizer
+    from dapo_exp.tasks.arith_warmstart import ensure_tiny_checkpoint
+
+    source = Path(ensure_tiny_checkpoint(cfg.model, cfg.task, cfg.rollout.max_response_len))
+    target = out / verl.MODEL_DIR
+    tmp = out / f".{verl.MODEL_DIR}.tmp"
+    shutil.rmtree(tmp, ignore_errors=True)
+    tmp.mkdir(parents=True)
+    for name in ("config.json", "generation_config.json", "model.safetensors"):
+        shutil.copy2(source / name, tmp / name)
+    build_qwen_char_tokenizer(chat_template=RAW_PROMPT_TEMPLATE).save_pretrained(tmp)
+    shutil.rmtree(target, ignore_errors=True)
+    os.replace(tmp, target)
+    return target
+
+
 def _preflight(cfg: DictConfig) -> tuple[verl.VerlJob, str]:
     from dapo_exp.config import validate
     from dapo_exp.models import check_model_source
@@ -102,7 +130,23 @@ def _preflight(cfg: DictConfig) -> tuple[verl.VerlJob, str]:
     python = resolve_python(cfg.backend.python, must_exist=not cfg.backend.dry_run)
     if not cfg.backend.dry_run:
         _check_launch(cfg.backend)
+        _check_device(cfg)
     return job, python
+
+
+def _check_device(cfg: DictConfig) -> None:
+    """A local launch on ``cuda`` / ``auto`` needs a GPU here (verl's GPU mode would wait for one forever);
+    ``train.device=cpu`` is verl's CPU mode."""
+    if cfg.backend.launch != "local" or cfg.train.device == "cpu" or _has_cuda():
+        return
+    raise ConfigError(f"train.device={cfg.train.device}: this machine has no GPU for verl's local launch; pass "
+                      "train.device=cpu (verl on this CPU: small models, tests) or run it on a GPU machine")
+
+
+def _has_cuda() -> bool:
+    import torch
+
+    return torch.cuda.is_available()
 
 
 def _check_launch(backend: DictConfig) -> None:
@@ -166,6 +210,8 @@ def _launch_locked(cfg: DictConfig, job: verl.VerlJob, python: str, out: Path, t
                "seed": cfg.seed, "config": resolved, "git_commit": record["git_commit"], "backend": "verl",
                "error": None}
     summary["data"] = export_data(cfg, out)
+    if cfg.model.path == "tiny":
+        summary["model"] = str(export_tiny_model(cfg, out))
     if script is not None:
         return _submit(script, out, record, summary)
     _keep_previous_attempt(out)

@@ -32,7 +32,8 @@ import time
 def _prompts(n_prompts: int, length: int, seed: int) -> list[list[int]]:
     import torch
 
-    from dapo_exp.benchmarks.random_models import CHARS, FIRST_CHAR_ID
+    from dapo_exp.benchmarks.random_models import FIRST_CHAR_ID
+    from dapo_exp.models import CHARS
 
     g = torch.Generator().manual_seed(seed)
     return torch.randint(FIRST_CHAR_ID, FIRST_CHAR_ID + len(CHARS), (n_prompts, length), generator=g).tolist()
@@ -82,7 +83,8 @@ def main(argv: list[str] | None = None) -> None:
 
 def _measure_size(key, size, args, engines, prompts, spec, device) -> dict:
     """Tokens/s of each engine (and vLLM's start-up and weight sync) on one random model size."""
-    from dapo_exp.benchmarks.random_models import build_char_tokenizer, n_params, save_random_qwen2
+    from dapo_exp.benchmarks.random_models import n_params, save_random_qwen2
+    from dapo_exp.models import build_char_tokenizer
 
     with tempfile.TemporaryDirectory() as d:
         model = save_random_qwen2(d, size, seed=0, dtype=args.dtype).to(device)

@@ -2,9 +2,13 @@
 
 vLLM loads models from an HF-format directory, tokenizer included; these are
 built in code, so tests and benchmarks need no download. The tokenizer is the
-tiny model's character tokenizer (:func:`dapo_exp.models.build_char_tokenizer`)
-padded with ``<tN>`` filler tokens up to ``vocab_size``; id 0 is ``<pad>``,
-id 3 is ``<eos>``, characters start at :data:`FIRST_CHAR_ID`.
+tiny model's character vocabulary in the byte-level form that ``AutoTokenizer``
+(vLLM, verl) rebuilds for a ``qwen2`` checkpoint
+(:func:`dapo_exp.models.build_qwen_char_tokenizer`), padded with filler tokens up
+to ``vocab_size``: id 0 is the pad ``<|endoftext|>``, id 3 the EOS ``<|im_end|>``,
+characters start at :data:`FIRST_CHAR_ID` (a newline is one token), and the first
+filler is ``<|im_start|>``, so Qwen's ChatML template (:data:`CHAT_TEMPLATE`) and
+verl's Qwen turn handling work on them.
 
 vLLM's CPU attention needs ``hidden_size / num_heads`` in {32, 64, 80, 96, 112, 128, ...}.
 """
@@ -14,7 +18,7 @@ from __future__ import annotations
 import os
 from dataclasses import dataclass
 
-from dapo_exp.models import CHAR_SPECIALS, build_char_tokenizer
+from dapo_exp.models import CHAR_SPECIALS, build_qwen_char_tokenizer
 
 # the ids of dapo_exp.models.build_char_tokenizer (the tiny model's tokenizer, padded with fillers)
 PAD_ID, EOS_ID = CHAR_SPECIALS.index("<pad>"), CHAR_SPECIALS.index("<eos>")
@@ -50,9 +54,9 @@ SIZES = {
 }
 
 
-# a minimal chat template (one user turn), for engines that always render prompts as chat (verl)
-CHAT_TEMPLATE = ("{% for m in messages %}{{ m['role'] }}: {{ m['content'] }}\n{% endfor %}"
-                 "{% if add_generation_prompt %}assistant: {% endif %}")
+# Qwen's ChatML template (its turns, without the system prompt), for engines that always render prompts as chat (verl)
+CHAT_TEMPLATE = ("{% for m in messages %}<|im_start|>{{ m['role'] }}\n{{ m['content'] }}<|im_end|>\n{% endfor %}"
+                 "{% if add_generation_prompt %}<|im_start|>assistant\n{% endif %}")
 
 
 def save_random_qwen2(out_dir: str, size: Qwen2Size, seed: int = 0, dtype: str = "float32",
@@ -79,9 +83,7 @@ def save_random_qwen2(out_dir: str, size: Qwen2Size, seed: int = 0, dtype: str =
     model = Qwen2ForCausalLM(cfg).to(getattr(torch, dtype)).eval()
     os.makedirs(out_dir, exist_ok=True)
     model.save_pretrained(out_dir)
-    tok = build_char_tokenizer(size.vocab_size)
-    if chat_template:
-        tok.chat_template = CHAT_TEMPLATE
+    tok = build_qwen_char_tokenizer(size.vocab_size, CHAT_TEMPLATE if chat_template else None)
     tok.save_pretrained(out_dir)
     return model
 
