@@ -290,6 +290,26 @@ def test_dry_run_prints_the_command_and_launches_nothing(launched, capsys):
     assert not (out / "fake_verl_call.json").exists() and rundir.read_summary(out) is None
 
 
+def test_a_dry_run_says_when_the_interpreter_it_names_does_not_exist(launched, capsys, tmp_path):
+    from dapo_exp.train import train
+
+    make, _ = launched
+    missing = tmp_path / "no-venv" / "bin" / "python"
+    train(make("backend.dry_run=true", f"backend.python={missing}"))
+    out = capsys.readouterr().out
+    assert f"backend.python={missing} ({missing}) does not exist here" in out and "bash .ci/install-verl" in out
+    train(make("backend.dry_run=true"))  # the stand-in exists: no note
+    assert "does not exist here" not in capsys.readouterr().out
+
+
+def test_the_terminal_gets_verls_progress_bar_and_not_its_noise():
+    """verl.log keeps all of verl's output; the terminal gets its progress bar (tests/test_verl_run.py runs it)."""
+    from dapo_exp.backends import verl_launch
+
+    assert verl_launch.CONSOLE_LINE.search("(TaskRunnerV1 pid=1) Training Progress:  50%|#####     | 1/2")
+    assert not verl_launch.CONSOLE_LINE.search("(AgentLoopWorkerTQ pid=2) WARNING: target_num_threads 8")
+
+
 
 # --------------------------------------------------------------------------- #
 # Layout and launching: the presets' layouts, the checks, the sbatch script     #

@@ -38,6 +38,7 @@ from dapo_exp.fixes import overlong_punishment
 VERL_VERSION = "0.9.1"
 EXT_MODULE = "dapo_exp.backends.verl_ext"  # imported by verl's workers (actor_rollout_ref.model.external_lib)
 OF_AGENT_LOOP = "dapo_exp_overlong_filtering"  # the agent loop it registers
+FILTERED_LINE = "[dapo-exp] overlong filtering: a truncated response masked out of the loss"  # its log line
 # verl always applies its dual clip (clip_ratio_c > 1 is asserted). With c above exp(20), the bound of
 # its clamped log-ratio, the bound -c A never binds: algo.dual_clip=null is exactly this.
 NO_DUAL_CLIP = 1e10

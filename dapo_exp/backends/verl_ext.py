@@ -31,7 +31,7 @@ from verl.experimental.agent_loop.agent_loop import AgentLoopOutput, register
 from verl.experimental.agent_loop.single_turn_agent_loop import SingleTurnAgentLoop
 
 from dapo_exp import objective
-from dapo_exp.backends.verl import OF_AGENT_LOOP
+from dapo_exp.backends.verl import FILTERED_LINE, OF_AGENT_LOOP
 
 
 def is_truncated(response_ids: list[int], max_len: int, eos_ids: set[int]) -> bool:
@@ -74,4 +74,8 @@ class OverlongFilteringAgentLoop(SingleTurnAgentLoop):
         output = await super().run(sampling_params, **kwargs)
         if not hasattr(self, "_eos_ids"):
             self._eos_ids = eos_token_ids(self.tokenizer, self.config.actor_rollout_ref.model.get("path"))
-        return filter_output(output, max_len=self.response_length, eos_ids=self._eos_ids)
+        output = filter_output(output, max_len=self.response_length, eos_ids=self._eos_ids)
+        if output.extra_fields["truncated"]:  # the run's log shows the filter at work (a test reads it)
+            print(f"{FILTERED_LINE} ({len(output.response_ids)} tokens, loss mask {sum(output.response_mask)})",
+                  flush=True)
+        return output

@@ -13,7 +13,8 @@ the results home into the run directory the analysis reads.
    here and prints the command (and the script);
 4. ``backend.launch=local``: ``<backend.python> -m verl.trainer.main_ppo <overrides>`` runs here in
    its own process group (verl's ``ray.init()`` starts a local Ray, or joins ``RAY_ADDRESS``), its
-   output in ``<run>/verl.log``, its file logger in ``<run>/verl_metrics.jsonl`` (an earlier
+   output in ``<run>/verl.log`` (the terminal gets its progress bar, and the log's end when it fails),
+   its file logger in ``<run>/verl_metrics.jsonl`` (an earlier
    attempt's file is kept as ``verl_metrics.<n>.jsonl``: verl's file logger truncates on open);
    ``backend.launch=slurm``: the script is submitted with ``sbatch`` (the job id goes to
    ``config.json`` and ``summary.json``, status ``submitted``), and the job runs the same command on
@@ -29,7 +30,9 @@ run directory (:class:`dapo_exp.rundir.RunLock`); a re-run resumes (``trainer.re
 
 from __future__ import annotations
 
+import contextlib
 import os
+import re
 import shutil
 import signal
 import subprocess
@@ -128,6 +131,9 @@ def _preflight(cfg: DictConfig) -> tuple[verl.VerlJob, str]:
     check_task_sources(cfg.task)
     # a dry run prints the command even where verl is not installed
     python = resolve_python(cfg.backend.python, must_exist=not cfg.backend.dry_run)
+    if cfg.backend.dry_run and not Path(python).exists():
+        print(f"[dapo-exp] note: backend.python={cfg.backend.python} ({python}) does not exist here; the command "
+              "(and sbatch script) below name it: install it with `bash .ci/install-verl` before launching", flush=True)
     if not cfg.backend.dry_run:
         _check_launch(cfg.backend)
         _check_device(cfg)
@@ -279,10 +285,17 @@ def _attempts(out: Path) -> list[dict[str, Any]]:
     return [row for f in files for row in rundir.read_jsonl(f)]
 
 
+# verl's lines that reach the terminal (all of them go to <run>/verl.log): its per-step progress bar
+CONSOLE_LINE = re.compile(r"Training Progress: *\d+%")
+TAIL_ON_FAILURE = 40  # lines of verl.log printed when verl fails
+
+
 def _run(argv: list[str], env: dict[str, str], out: Path) -> tuple[int, str | None]:
-    """Run verl in its own process group, output to ``verl.log`` and this console; SIGTERM / SIGINT
-    are passed on to the group. Returns (exit code, the signal's name if one stopped it)."""
+    """Run verl in its own process group, its output in ``verl.log``: the terminal gets verl's progress
+    bar (one line per step) and, when verl fails, the log's last lines; SIGTERM / SIGINT are passed on
+    to the group. Returns (exit code, the signal's name if one stopped it)."""
     stopped: list[str] = []
+    print(f"[dapo-exp] verl is running; its output: {out / VERL_LOG}", flush=True)
     with open(out / VERL_LOG, "ab") as log:
         proc = subprocess.Popen(argv, cwd=out, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
                                 start_new_session=True)
@@ -297,12 +310,18 @@ def _run(argv: list[str], env: dict[str, str], out: Path) -> tuple[int, str | No
         try:
             for line in proc.stdout:
                 log.write(line)
-                sys.stdout.buffer.write(line)
-                sys.stdout.flush()
+                text = line.decode(errors="replace")
+                if CONSOLE_LINE.search(text):
+                    print(f"[dapo-exp] verl: {text.split('Training Progress:')[-1].strip()}", flush=True)
             rc = proc.wait()
         finally:
             for s, h in old.items():
                 signal.signal(s, h)
+            with contextlib.suppress(ProcessLookupError, PermissionError):  # what verl left of its group
+                os.killpg(proc.pid, signal.SIGKILL)
+    if rc != 0 and not stopped:
+        lines = (out / VERL_LOG).read_text(errors="replace").splitlines()[-TAIL_ON_FAILURE:]
+        print("\n".join(["[dapo-exp] verl failed; the end of its log:", *lines]), file=sys.stderr, flush=True)
     return rc, (stopped[0] if stopped else None)
 
 

@@ -1,0 +1,517 @@
+"""Every command a newcomer is told to run, tested as text: those of the README and the docs, and the
+advice the command lines print (``plan``'s command that adds seeds, the analysis' one-seed line, a
+study's commands, a refusal's fix, ``run.py --help``, the commands written in the package's messages).
+
+Each command is split as a POSIX shell splits it (:mod:`shlex`: quotes removed, ``&&`` / ``;`` / ``|``
+separate commands, ``# comments`` dropped, backslash continuations joined, ``$ `` prompts dropped,
+variables assigned earlier in the same block expanded). A ``python run.py`` command's overrides are
+parsed one by one with Hydra's own parser, then the command is checked as ``run.py`` checks it before
+launch (:func:`dapo_exp.hydra_setup.precheck`: every distinct job composed, its keys and values
+checked, a sweep's GPU-hour threshold); ``--help`` runs for real. A ``python -m dapo_exp...`` command
+names a module that exists and only options its ``--help`` lists (docs/reference/cli-help.md); the
+analysis' ``design`` and ``plan`` on committed files run for real, in-process. A failure names the
+file and line (or the advice), the command, and the override or option at fault.
+
+Placeholders are left out of the checks, not guessed: ``<dir>``-style words, ``...``, and variables
+no earlier line of the block assigns. :data:`KNOWN_BROKEN` lists the commands, in pages another piece
+of work owns, that fail today; each entry must keep failing (a strict expectation), so a fix there
+fails here until its entry goes.
+"""
+
+from __future__ import annotations
+
+import ast
+import contextlib
+import importlib.util
+import io
+import os
+import re
+import shlex
+import subprocess
+import sys
+from dataclasses import dataclass
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parents[1]
+CONF = ROOT / "conf"
+DOC_FILES = [ROOT / "README.md", *sorted((ROOT / "docs").rglob("*.md"))]
+SHELL_FENCES = {"bash", "sh", "shell", "console"}
+PYTHONS = re.compile(r"^(?:\S*/)?python3?$")  # python, python3, bin/python, .venv/bin/python, ...
+RUN_FLAGS_WITH_VALUE = {"--cfg", "-c", "--package", "-p", "--config-path", "-cp", "--config-name", "-cn",
+                        "--config-dir", "-cd", "--experimental-rerun", "--info", "-i"}
+HELP_PAGE = ROOT / "docs" / "reference" / "cli-help.md"
+
+# Documented commands known to fail today, with why (none now). Each must still fail: when its page is
+# fixed, remove its entry.
+KNOWN_BROKEN: dict[tuple[str, str], str] = {}
+
+
+@dataclass(frozen=True)
+class Command:
+    where: str  # "docs/how-to/gpu.md:50", or the advice it came from
+    text: str  # as written (comments and prompts dropped, continuations joined)
+    words: tuple[str, ...]  # as the shell passes them, variables of the block expanded
+
+
+# --------------------------------------------------------------------------- #
+# Splitting as a shell does                                                    #
+# --------------------------------------------------------------------------- #
+HOLE = "\u2039x\u203a"  # what a `<name>` placeholder becomes before splitting (not a redirection)
+
+
+def shell_split(line: str) -> list[str]:
+    """``line``'s words as a POSIX shell splits them: quotes removed, a ``#`` word and the rest dropped,
+    ``&&``, ``||``, ``;``, ``|``, ``>`` their own words; a ``<name>`` placeholder kept as one word
+    (:data:`HOLE`). Raises ValueError on an unbalanced quote."""
+    line = re.sub(r"<[^<>\n]+>", HOLE, line)
+    lexer = shlex.shlex(line, posix=True, punctuation_chars=True)
+    lexer.whitespace_split = True
+    lexer.commenters = "#"
+    return list(lexer)
+
+
+def simple_commands(words: list[str]) -> list[list[str]]:
+    """The simple commands of a list of words: split at ``&&``, ``||``, ``;``, ``|``, ``&``, without
+    their redirections (``> log``)."""
+    out: list[list[str]] = [[]]
+    skip = False
+    for w in words:
+        if skip:
+            skip = False
+        elif w in ("&&", "||", ";", "|", "&"):
+            out.append([])
+        elif w in (">", ">>", "<", "2>", "&>"):
+            skip = True  # the file it names is no argument
+        else:
+            out[-1].append(w)
+    return [c for c in out if c]
+
+
+ASSIGNMENT = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*=")
+
+
+def expand(words: list[str], variables: dict[str, str]) -> list[str]:
+    """``$NAME`` / ``${NAME}`` of ``variables`` substituted; a word that is only one is split into words."""
+    out: list[str] = []
+    for w in words:
+        whole = re.fullmatch(r"\$\{?([A-Za-z_][A-Za-z0-9_]*)\}?", w)
+        if whole and whole.group(1) in variables:
+            out += shlex.split(variables[whole.group(1)])
+            continue
+        out.append(re.sub(r"\$\{?([A-Za-z_][A-Za-z0-9_]*)\}?",
+                          lambda m: variables.get(m.group(1), m.group(0)), w))
+    return out
+
+
+def python_commands(line: str, where: str, variables: dict[str, str]) -> list[Command]:
+    """The ``python run.py`` and ``python -m dapo_exp...`` commands of one shell line; assignments on a
+    line of their own (``ARGS="..."``) go into ``variables`` for the lines after."""
+    text = re.sub(r"(^|\s)#.*$", "", line).strip()
+    words = shell_split(line)
+    out = []
+    for cmd in simple_commands(words):
+        env = 0
+        while env < len(cmd) and ASSIGNMENT.match(cmd[env]):
+            env += 1
+        if env == len(cmd):  # only assignments: variables for the commands after
+            variables.update(dict(a.split("=", 1) for a in cmd))
+            continue
+        argv = expand(cmd[env:], variables)
+        if len(argv) >= 2 and PYTHONS.match(argv[0]) and (
+                argv[1] == "run.py" or (argv[1] == "-m" and len(argv) > 2 and argv[2].startswith("dapo_exp"))):
+            out.append(Command(where, text, tuple(argv[1:])))
+    return out
+
+
+# --------------------------------------------------------------------------- #
+# The commands of the README and the docs                                      #
+# --------------------------------------------------------------------------- #
+INLINE = re.compile(r"(?<!`)`([^`\n]+)`(?!`)")
+SYNOPSIS = re.compile(r"\[-|\\\||\{|\}")  # `cmd [--opt X]`, `a\|b` in a table, `{a,b}`: a usage line, not a command
+
+
+def markdown_commands(path: Path, root: Path = ROOT) -> list[Command]:
+    """The commands of ``path``: every line of its ```bash / sh / shell / console blocks (continuations
+    joined, ``$ `` prompts dropped), and every inline code span that starts with a python command;
+    each named by its path relative to ``root`` and its line."""
+    rel = path.relative_to(root).as_posix()
+    lines = path.read_text().splitlines()
+    out: list[Command] = []
+    fence: str | None = None
+    variables: dict[str, str] = {}
+    pending, start = "", 0
+    for i, line in enumerate(lines, 1):
+        stripped = line.strip()
+        if stripped.startswith("```"):
+            if fence is None:
+                fence, variables = stripped[3:].strip().lower(), {}
+            else:
+                fence = None
+            continue
+        if fence is not None:
+            if fence not in SHELL_FENCES:
+                continue
+            if not pending:
+                start = i
+                line = re.sub(r"^\s*\$ ", "", line)
+            if line.rstrip().endswith("\\"):
+                pending += line.rstrip()[:-1] + " "
+                continue
+            out += python_commands(pending + line, f"{rel}:{start}", variables)
+            pending = ""
+            continue
+        if stripped.startswith("#"):
+            continue  # a heading names a command line (`python -m dapo_exp.analysis plan`), it does not run one
+        for span in INLINE.findall(line):
+            span = span.strip()
+            if re.match(r"^(?:[A-Z_]+=\S+ )*(?:\S*/)?python3? (?:run\.py|-m dapo_exp)", span) and not SYNOPSIS.search(span):
+                out += python_commands(span, f"{rel}:{i}", {})
+    return out
+
+
+def doc_commands() -> list[Command]:
+    return [c for path in DOC_FILES for c in markdown_commands(path)]
+
+
+# --------------------------------------------------------------------------- #
+# The checks                                                                   #
+# --------------------------------------------------------------------------- #
+def placeholder(word: str) -> bool:
+    """A word that stands for something the reader supplies: ``<dir>``, ``...``, ``[overrides]``, an
+    unassigned ``$VAR``."""
+    return bool(re.search(rf"{HOLE}|<[^>]*>|\.\.\.|\$\{{?[A-Za-z_]|^\[[a-z ]+\]$", word))
+
+
+def check_run_py(cmd: Command) -> str | None:
+    """Why ``python run.py <args>`` would fail when pasted, or None. Its overrides parsed one by one with
+    Hydra's parser (naming the one at fault), then the launch check, ``--cfg`` and ``--help`` set aside."""
+    from hydra.core.override_parser.overrides_parser import OverridesParser
+    from hydra.errors import OverrideParseException
+
+    from dapo_exp.cli_errors import describe
+    from dapo_exp.hydra_setup import CONFIG_DIR, precheck
+
+    args = list(cmd.words[1:])
+    if any(a in ("--help", "-h", "--hydra-help") for a in args):
+        return check_help(tuple(a for a in args if not placeholder(a)))
+    dry = any(a in ("--cfg", "-c") or a.startswith("--cfg=") for a in args)  # prints, launches nothing
+    rest, i = [], 0
+    while i < len(args):
+        a = args[i]
+        if a in RUN_FLAGS_WITH_VALUE:
+            i += 2
+            continue
+        if a.startswith("-") and a not in ("-m", "--multirun"):
+            i += 1
+            continue
+        rest.append(a)
+        i += 1
+    overrides = [a for a in rest if a not in ("-m", "--multirun")]
+    parser = OverridesParser.create()
+    for o in overrides:
+        if placeholder(o):
+            continue
+        try:
+            parser.parse_overrides([o])
+        except OverrideParseException as exc:
+            return f"the override {o!r} does not parse: {describe(exc, CONF)}"
+    kept = [a for a in rest if not placeholder(a)]
+    try:
+        precheck(kept, CONFIG_DIR, launch=not dry)
+    except Exception as exc:  # noqa: BLE001 - the message names what failed
+        return f"refused before launch: {describe(exc, CONF) or f'{type(exc).__name__}: {exc}'}"
+    return None
+
+
+_HELP: dict[tuple[str, ...], str | None] = {}
+
+
+def check_help(args: tuple[str, ...]) -> str | None:
+    """``python run.py <args> --help`` run for real (once per argument list)."""
+    if args not in _HELP:
+        out = subprocess.run([sys.executable, "run.py", *args], cwd=ROOT, capture_output=True, text=True,
+                             timeout=300, env={**os.environ, "OMP_NUM_THREADS": "1"})
+        _HELP[args] = None if out.returncode == 0 else f"exit {out.returncode}: {out.stderr.strip()[-500:]}"
+    return _HELP[args]
+
+
+def help_sections() -> dict[str, str]:
+    """``{"python -m dapo_exp.analysis plan": its --help text}`` from the generated help page."""
+    text = HELP_PAGE.read_text()
+    return {m.group(1): m.group(2) for m in re.finditer(r"^## `([^`]+)`\n\n```text\n(.*?)```", text, flags=re.M | re.S)}
+
+
+def check_module(cmd: Command) -> str | None:
+    """Why ``python -m dapo_exp.<module> <args>`` would fail, or None: the module exists, its options
+    are ones its ``--help`` lists, and the analysis' ``design`` (and ``plan`` on a committed file) run."""
+    module, args = cmd.words[1], list(cmd.words[2:])
+    if importlib.util.find_spec(module) is None:
+        return f"no module {module}"
+    sections = help_sections()
+    sub = args[0] if args and f"python -m {module} {args[0]}" in sections else None
+    usage = sections.get(f"python -m {module} {sub}" if sub else f"python -m {module}")
+    if usage is not None:
+        for a in args:
+            option = a.split("=", 1)[0]
+            if option.startswith("--") and not placeholder(option) and not re.search(rf"{re.escape(option)}\b", usage):
+                return f"the option {option} is not in `python -m {module}{' ' + sub if sub else ''} --help`"
+    if module == "dapo_exp.analysis" and sub in ("design", "plan") and len(args) > 1 \
+            and not any(placeholder(a) for a in args):
+        if sub == "plan" and not (ROOT / args[1]).exists():
+            return None  # a sweep of the reader's: not here
+        return run_analysis(args)[1]
+    return None
+
+
+def run_analysis(args: list[str]) -> tuple[str, str | None]:
+    """``python -m dapo_exp.analysis <args>`` in-process, from the repository root: (stdout, why it failed)."""
+    from dapo_exp.analysis.cli import main
+
+    out, here = io.StringIO(), os.getcwd()
+    try:
+        os.chdir(ROOT)
+        with contextlib.redirect_stdout(out):
+            code = main(list(args))
+    except SystemExit as exc:
+        code = exc.code
+    finally:
+        os.chdir(here)
+    return out.getvalue(), None if code in (0, None) else f"exit {code}"
+
+
+def check(cmd: Command) -> str | None:
+    """Why ``cmd`` would fail when pasted, or None."""
+    return check_run_py(cmd) if cmd.words[0] == "run.py" else check_module(cmd)
+
+
+def failure(cmd: Command, why: str) -> str:
+    return f"{cmd.where}: `{cmd.text}` fails: {why}"
+
+
+def commands_in(text: str, where: str) -> list[Command]:
+    """The python commands of printed advice: in every line, and every `code span`, from ``python`` to the
+    end of the span or of the command (a parenthesis, a ``;``, a ``: `` or two spaces, after which
+    prose or another column goes on)."""
+    out = []
+    for line in text.splitlines():
+        spans = INLINE.findall(line) or [line]
+        starts = r"(?<!\S)(?=((?:\S*/)?python3? (?:run\.py|-m dapo_exp)[^`()\n;]*))"  # each, overlapping
+        for m in (m for span in spans for m in re.finditer(starts, span)):
+            command = re.split(r": |\s{2,}", m.group(1), maxsplit=1)[0].rstrip(" .;:,")
+            if SYNOPSIS.search(command):
+                continue
+            try:
+                out += python_commands(command, where, {})
+            except ValueError as exc:  # an unbalanced quote
+                raise AssertionError(f"{where}: `{command}` does not split as a shell command: {exc}") from None
+    return out
+
+
+# --------------------------------------------------------------------------- #
+# The checker itself                                                           #
+# --------------------------------------------------------------------------- #
+OLD_FORM = """More seeds in the same sweep:
+`python run.py -m fixes=grpo,clip,clip_ds,full "seed=range(0,10)" sweep='fixes=grpo,clip,clip_ds,full'`
+"""
+
+
+def test_the_checker_fails_on_the_single_quoted_sweep_name_a_shell_unquotes(tmp_path):
+    page = tmp_path / "page.md"
+    page.write_text(OLD_FORM)
+    (cmd,) = markdown_commands(page, tmp_path)
+    assert cmd.words[-1] == "sweep=fixes=grpo,clip,clip_ds,full"  # the shell took the quotes away
+    why = check(cmd)
+    assert why is not None and "sweep=fixes=grpo,clip,clip_ds,full" in why and "does not parse" in why, why
+    assert "\"sweep='fixes=grpo,clip,clip_ds,full'\"" in why  # the message says how to quote it
+    assert failure(cmd, why).startswith("page.md:2: `python run.py -m fixes=grpo,clip,clip_ds,full")
+    fixed = Command("page.md:2", cmd.text, (*cmd.words[:-1], "sweep='fixes=grpo,clip,clip_ds,full'"))
+    assert check(fixed) is None
+
+
+def test_the_checker_names_a_misspelt_key_an_unknown_option_and_an_unknown_flag():
+    bad_key = Command("x.md:1", "python run.py algo.clip_hgih=0.3", ("run.py", "algo.clip_hgih=0.3"))
+    assert "did you mean algo.eps_high?" in check(bad_key)
+    bad_option = Command("x.md:1", "", ("run.py", "-m", "fixes=grpo,ful"))
+    assert "fixes=ful: no such option" in check(bad_option)
+    bad_flag = Command("x.md:1", "", ("-m", "dapo_exp.analysis", "plan", "x.csv", "--detla", "5"))
+    assert "--detla" in check(bad_flag)
+    assert check(Command("x.md:1", "", ("-m", "dapo_exp.no_such_module"))) == "no module dapo_exp.no_such_module"
+
+
+def test_shell_splitting_joins_continuations_expands_the_blocks_variables_and_drops_placeholders(tmp_path):
+    page = tmp_path / "p.md"
+    page.write_text('```bash\nARGS="fixes=grpo,full seed=0"\n$ bin/python run.py -m $ARGS \\\n'
+                    "    logger=none   # a comment\nbash .ci/install && python run.py --help\n```\n"
+                    "Inline: `python -m dapo_exp.analysis design fractional` and `run.py x`.\n")
+    cmds = markdown_commands(page, tmp_path)
+    assert [(c.where, c.words) for c in cmds] == [
+        ("p.md:3", ("run.py", "-m", "fixes=grpo,full", "seed=0", "logger=none")),
+        ("p.md:5", ("run.py", "--help")),
+        ("p.md:7", ("-m", "dapo_exp.analysis", "design", "fractional"))]
+    assert placeholder("model.path=<dir>") and placeholder("...") and placeholder("$SEEDS")
+    assert not placeholder("seed=range(0,5)")
+
+
+# --------------------------------------------------------------------------- #
+# The README and the docs                                                       #
+# --------------------------------------------------------------------------- #
+@pytest.mark.slow
+def test_every_documented_command_parses_and_passes_the_launch_check(monkeypatch, tmp_path):
+    monkeypatch.chdir(tmp_path)  # the launch check counts finished runs under ./multirun: none here
+    commands = doc_commands()
+    assert len(commands) > 80, len(commands)
+    where = {c.where.split(":")[0] for c in commands}
+    assert {"README.md", "docs/tutorial.md", "docs/how-to/gpu.md", "docs/how-to/seeds-and-studies.md"} <= where
+    failures, seen = [], {}
+    for cmd in commands:
+        if cmd.words not in seen:
+            seen[cmd.words] = check(cmd)
+        why = seen[cmd.words]
+        key = (cmd.where.split(":")[0], cmd.text)
+        if key in KNOWN_BROKEN:
+            assert why is not None, f"{cmd.where}: `{cmd.text}` passes now: remove its KNOWN_BROKEN entry"
+            continue
+        if why is not None:
+            failures.append(failure(cmd, why))
+    assert not failures, "\n".join(failures)
+
+
+def test_the_gpu_how_tos_cost_figures_are_what_the_launch_line_says():
+    """Each sweep of docs/how-to/gpu.md with a `(~N GPU-h` comment: N is the launch line's estimate, and
+    `N runs` its run count; the launch line shown there is the one the sweep prints."""
+    from test_sweeps import _multirun_config
+
+    from dapo_exp.analysis.callback import launch_plan
+
+    page = ROOT / "docs" / "how-to" / "gpu.md"
+    text = page.read_text()
+    checked = 0
+    for lineno, line in enumerate(text.splitlines(), 1):
+        m = re.search(r"#.*?(?:(\d+) runs?.*?)?\(~([\d,.]+) GPU-h", line)
+        if not m or not line.startswith("python run.py -m"):
+            continue
+        (cmd,) = python_commands(line, f"gpu.md:{lineno}", {})
+        overrides = [w for w in cmd.words[1:] if w != "-m"]
+        swept = [o for o in overrides if "," in o.split("=", 1)[1]]
+        plan = launch_plan(_multirun_config([o for o in overrides if o not in swept], overrides))
+        hours = re.search(r"estimated cost ~([\d,.]+) GPU-hours", plan)
+        assert hours and hours.group(1) == m.group(2), (lineno, line, plan)
+        if m.group(1):
+            assert plan.startswith(f"[sweep] {m.group(1)} runs"), (lineno, line, plan)
+        checked += 1
+    assert checked >= 4, checked
+    shown = re.search(r"^\[sweep\] .*$", text, flags=re.M).group(0)
+    plan = launch_plan(_multirun_config(["experiment=qwen0.5b_gsm8k"],
+                                        ["experiment=qwen0.5b_gsm8k", "fixes=grpo,clip,clip_ds,full"]))
+    assert shown == plan
+
+
+# --------------------------------------------------------------------------- #
+# The advice the command lines print                                           #
+# --------------------------------------------------------------------------- #
+def _checked(commands: list[Command]) -> None:
+    assert commands
+    failures = [failure(c, why) for c in commands if (why := check(c)) is not None]
+    assert not failures, "\n".join(failures)
+
+
+def test_the_command_plan_prints_to_add_seeds_runs_when_pasted(tmp_path, monkeypatch):
+    """The runs were started without sweep=: run.py named the sweep, quoted for Hydra
+    (``sweep='fixes=grpo,clip'``), and that is what their overrides record."""
+    from fixtures_runs import make_run
+
+    from dapo_exp.analysis.planning import format_plan, plan
+
+    sweep = tmp_path / "multirun" / "fixes=grpo,clip"
+    accs = {"grpo": (0.50, 0.53, 0.48), "clip": (0.56, 0.55, 0.61)}
+    for preset, by_seed in accs.items():
+        for seed, acc in enumerate(by_seed):
+            make_run(sweep / f"fixes={preset},seed={seed}", preset, seed, final_acc=acc,
+                     overrides=[f"seed={seed}", f"fixes={preset}", "sweep='fixes=grpo,clip'"])
+    text = format_plan(plan(str(sweep), delta=1.0))
+    commands = commands_in(text, "plan's output")
+    assert commands and all("sweep='fixes=grpo,clip'" in c.words for c in commands), text
+    monkeypatch.chdir(tmp_path)
+    _checked(commands)
+
+
+def test_the_one_seed_line_of_an_analysis_names_a_command_that_runs(tmp_path, monkeypatch):
+    import pandas as pd
+    from fixtures_runs import make_run
+
+    from dapo_exp.analysis.verdicts import one_seed_line, rerun_command
+
+    sweep = tmp_path / "multirun" / "s"
+    paths = [make_run(sweep / f"fixes={p},seed=0", p, 0, final_acc=0.5,
+                      overrides=["seed=0", f"fixes={p}", "sweep='fixes=grpo,clip'"])["dir"] for p in ("grpo", "clip")]
+    runs = pd.DataFrame({"path": [str(p) for p in paths], "preset": ["grpo", "clip"], "sweep": ["s", "s"]})
+    table = pd.DataFrame({"n": [1, 1]})
+    line = one_seed_line(table, runs)
+    commands = commands_in(line, "the one-seed line")
+    assert commands[0].words[:4] == ("run.py", "-m", "fixes=grpo,clip", "sweep='fixes=grpo,clip'"), line
+    assert commands[0].words[4].startswith("seed=0,1,2,"), line
+    assert rerun_command(runs, 3).endswith("\"sweep='fixes=grpo,clip'\" seed=0,1,2")
+    monkeypatch.chdir(tmp_path)
+    _checked(commands)
+
+
+def test_the_studies_commands_run_when_pasted(tmp_path, monkeypatch):
+    from dapo_exp.analysis.studies import STUDIES
+
+    monkeypatch.chdir(tmp_path)
+    commands = []
+    for study in STUDIES.values():
+        for text in (study.command(), study.control_command()):
+            commands += commands_in(text, f"study {study.name}") if text else []
+    _checked(commands)
+
+
+@pytest.mark.slow
+def test_the_help_and_the_messages_of_the_package_hold_commands_that_run(tmp_path, monkeypatch):
+    """``run.py --help``'s commands (conf/hydra/help/dapo.yaml) and every command written in a string of
+    the package's code (not a docstring): error messages, hints, the analysis' pointers."""
+    monkeypatch.chdir(tmp_path)
+    help_text = (CONF / "hydra" / "help" / "dapo.yaml").read_text()
+    commands = commands_in(help_text, "conf/hydra/help/dapo.yaml")
+    for path in [ROOT / "run.py", *sorted((ROOT / "dapo_exp").rglob("*.py")),
+                 *sorted((ROOT / "hydra_plugins").rglob("*.py"))]:
+        commands += [Command(f"{path.relative_to(ROOT)} (a message)", c.text, c.words)
+                     for text in message_strings(path) for c in commands_in(text, "")]
+    assert len(commands) > 10
+    _checked(commands)
+
+
+def message_strings(path: Path) -> list[str]:
+    """The string constants of ``path`` that are not docstrings, an f-string's fields written as ``<x>``
+    (a placeholder: left out of the checks)."""
+    tree = ast.parse(path.read_text())
+    docstrings = {id(node.body[0].value) for node in ast.walk(tree)
+                  if isinstance(node, (ast.Module, ast.ClassDef, ast.FunctionDef, ast.AsyncFunctionDef))
+                  and node.body and isinstance(node.body[0], ast.Expr)
+                  and isinstance(node.body[0].value, ast.Constant)}
+    parts = {id(v) for node in ast.walk(tree) if isinstance(node, ast.JoinedStr) for v in node.values}
+    out = []
+    for node in ast.walk(tree):
+        if isinstance(node, ast.JoinedStr):
+            out.append("".join(v.value if isinstance(v, ast.Constant) else "<x>" for v in node.values))
+        elif isinstance(node, ast.Constant) and isinstance(node.value, str) and id(node) not in docstrings | parts:
+            out.append(node.value)
+    return [s for s in out if "python run.py" in s or "python -m dapo_exp" in s]
+
+
+def test_a_refusals_advice_is_a_command_that_is_then_accepted(tmp_path, monkeypatch):
+    """The GPU-hour refusal names the seeds to add; the parse error names the quoting; both then pass."""
+    from dapo_exp.cli_errors import parse_error
+
+    monkeypatch.chdir(tmp_path)
+    sweep = ("run.py", "-m", "experiment=qwen1.5b_dapo_math", "fixes=grpo,clip,clip_ds,full")
+    why = check(Command("advice", "", sweep))
+    assert why and "~120 GPU-hours" in why and "seed=0,1,2,3,4" in why and "seed=0 for one" in why, why
+    for seeds in ("seed=0,1,2,3,4", "seed=0"):
+        assert check(Command("advice", "", (*sweep, seeds))) is None
+    line = parse_error("sweep=fixes=grpo,clip", "mismatched input '=' expecting <EOF>")
+    quoted = re.search(r'"sweep=[^"]+"', line).group(0)
+    assert check(Command("advice", "", ("run.py", "-m", "fixes=grpo,clip", *shell_split(quoted)))) is None
+

@@ -1,0 +1,194 @@
+"""verl's trainer, executed: a ``backend=verl train.device=cpu`` sweep through ``run.py`` on this CPU.
+
+One sweep of the default toy on verl 0.9.1 (the paper's first and last rows, ``paper_1_grpo`` and
+``paper_6_dapo``, two steps each, small sizes), as a user types it, killed with SIGKILL while the second
+job runs (after its step-1 checkpoint) and run again: the first job is skipped, the second resumes from
+verl's checkpoint, and the sweep prints its analysis table. Then each DAPO fix is shown in effect from
+verl's own output (its metrics, the config it ran with, its workers' log), the GRPO row showing none of it:
+a test per fix, each failing when that fix's translation is removed.
+
+Needs ``.venv-verl`` with vLLM's CPU build (``bash .ci/install-verl``; ``.ci/test`` installs it): skipped,
+saying so, without it. About 8 minutes on a 2-core machine.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+from omegaconf import OmegaConf
+
+from dapo_exp import rundir
+
+ROOT = Path(__file__).resolve().parents[1]
+VERL_PYTHON = ROOT / ".venv-verl" / "bin" / "python"
+PRESETS = ("paper_1_grpo", "paper_6_dapo")
+# the toy at a size for CI: 8 prompts x 4 per step, a 32-token cap (long answers are truncated and the last 8
+# tokens before the cap are punished), a checkpoint every step, a 16-problem held-out set, 2 samples each
+SWEEP = ["backend=verl", "train.device=cpu", f"fixes={','.join(PRESETS)}", "train.steps=2", "checkpoint.every=1",
+         "train.prompts_per_step=8", "rollout.n=4", "train.mini_batch_size=16", "train.micro_batch_size=16",
+         "rollout.max_response_len=32", "algo.overlong_cache_len=8", "task.arith_n_eval=16", "eval.k=2",
+         "logger=none", "sweep=verl_cpu", "seed=0"]
+
+pytestmark = pytest.mark.slow
+
+
+def _verl_with_vllm() -> str | None:
+    """Why verl's CPU mode cannot run here, or None."""
+    if not VERL_PYTHON.exists():
+        return f"{VERL_PYTHON} is missing: bash .ci/install-verl installs verl's environment"
+    probe = subprocess.run([str(VERL_PYTHON), "-c", "import verl, vllm, transfer_queue"], capture_output=True)
+    if probe.returncode != 0:
+        return f"verl's environment lacks vLLM or TransferQueue ({probe.stderr.decode()[-200:]}): bash .ci/install-verl"
+    return None
+
+
+def _run_dir(cwd: Path, preset: str) -> Path:
+    found = [p for p in (cwd / "multirun" / "verl_cpu").iterdir() if p.is_dir() and f"fixes={preset}" in p.name]
+    assert len(found) == 1, found
+    return found[0]
+
+
+def _kill_verl_of(run: Path) -> None:
+    """SIGKILL to the verl job of ``run`` (its process group: the trainer, its Ray)."""
+    out = subprocess.run(["pgrep", "-f", f"verl.trainer.main_ppo.*{run}/checkpoints"], capture_output=True, text=True)
+    for pid in out.stdout.split():
+        try:
+            os.killpg(os.getpgid(int(pid)), signal.SIGKILL)
+        except ProcessLookupError:
+            pass
+
+
+@pytest.fixture(scope="module")
+def sweep(tmp_path_factory):
+    if why := _verl_with_vllm():
+        pytest.skip(why)
+    cwd = tmp_path_factory.mktemp("verl_sweep")
+    cmd = [sys.executable, str(ROOT / "run.py"), "-m", *SWEEP]
+    env = {**os.environ, "PYTHONPATH": str(ROOT)}
+    log = open(cwd / "first_attempt.log", "w")  # a file: an undrained pipe would block the sweep when full
+    first = subprocess.Popen(cmd, cwd=cwd, env=env, stdout=log, stderr=subprocess.STDOUT, start_new_session=True)
+    deadline = time.monotonic() + 900
+    ckpt = None
+    while time.monotonic() < deadline and first.poll() is None:
+        runs = list((cwd / "multirun" / "verl_cpu").glob("*fixes=paper_6_dapo*/checkpoints/global_step_1"))
+        if runs and (runs[0].parent / "latest_checkpointed_iteration.txt").exists():
+            ckpt = runs[0]
+            break
+        time.sleep(1)
+    assert ckpt is not None, (first.poll(), (cwd / "first_attempt.log").read_text()[-3000:])
+    killed = ckpt.parent.parent
+    _kill_verl_of(killed)
+    os.killpg(first.pid, signal.SIGKILL)
+    first.wait(timeout=60)
+    log.close()
+    attempt1 = rundir.read_jsonl(killed / "verl_metrics.jsonl")
+    second = subprocess.run(cmd, cwd=cwd, env=env, capture_output=True, text=True, timeout=900)
+    return {"cwd": cwd, "killed": killed, "attempt1": attempt1, "second": second,
+            "runs": {p: _run_dir(cwd, p) for p in PRESETS}}
+
+
+def _rows(run: Path) -> list[dict]:
+    return rundir.read_jsonl(run / rundir.METRICS)
+
+
+def _train_rows(run: Path) -> list[dict]:
+    return [r for r in _rows(run) if "eval/acc_avg" not in r and not any(k.startswith("val-") for k in r)]
+
+
+def _eval_rows(run: Path) -> list[dict]:
+    return [r for r in _rows(run) if any(k.startswith("val-") for k in r)]
+
+
+def _verl_config(run: Path):
+    """The config verl ran with, as its Hydra app wrote it (``<run>/outputs/<date>/<time>/.hydra/config.yaml``)."""
+    found = sorted(run.glob("outputs/*/*/.hydra/config.yaml"))
+    assert found, f"no verl config under {run}/outputs"
+    return OmegaConf.load(found[-1])
+
+
+# --------------------------------------------------------------------------- #
+# the sweep: both jobs finish, the killed one resumed, the table printed        #
+# --------------------------------------------------------------------------- #
+def test_the_verl_sweep_finishes_after_a_kill_and_prints_its_table(sweep):
+    second = sweep["second"]
+    assert second.returncode == 0, second.stdout[-4000:] + second.stderr[-4000:]
+    table = second.stdout
+    labels = [rundir.read_summary(run)["label"] for run in sweep["runs"].values()]
+    assert all(label in table for label in labels) and "already finished; skipping" in table, table[-3000:]
+    for preset, run in sweep["runs"].items():
+        summary = rundir.read_summary(run)
+        assert summary["status"] == "finished" and summary["backend"] == "verl", (preset, summary)
+        assert [r["step"] for r in _train_rows(run)] == [1, 2], preset
+        assert summary["steps_done"] == 2 and summary["final"]["step"] == 2 and "eval/acc_avg" in summary["final"]
+        assert (run / "checkpoints" / "global_step_2" / "actor").is_dir()
+
+
+def test_the_killed_job_resumed_from_verls_checkpoint_with_nothing_lost(sweep):
+    run = sweep["killed"]
+    trained_first = [r["step"] for r in sweep["attempt1"] if "training/global_step" in r.get("data", {})]
+    assert 1 in trained_first  # the first attempt trained step 1 (and checkpointed it) before the kill
+    kept = sorted(run.glob("verl_metrics.*.jsonl"))
+    assert kept, "the first attempt's verl metrics were not kept"
+    resumed = [r["step"] for r in rundir.read_jsonl(run / "verl_metrics.jsonl") if "training/global_step" in r["data"]]
+    assert resumed == [2], resumed  # step 2 only: resumed from global_step_1, nothing trained twice
+    steps = [r["step"] for r in _train_rows(run)]
+    assert steps == [1, 2]  # step 1's metrics (first attempt) and step 2's (second) both in metrics.jsonl
+
+
+# --------------------------------------------------------------------------- #
+# each fix, in effect, from verl's own output; the GRPO row shows none of it    #
+# --------------------------------------------------------------------------- #
+def test_clip_higher_runs_with_the_upper_range_and_logs_its_clip_fraction(sweep):
+    dapo, grpo = (_verl_config(sweep["runs"][p]).actor_rollout_ref.actor for p in ("paper_6_dapo", "paper_1_grpo"))
+    assert (dapo.clip_ratio_low, dapo.clip_ratio_high) == (0.2, 0.28)
+    assert (grpo.clip_ratio_low, grpo.clip_ratio_high) == (0.2, 0.2)
+    for p in PRESETS:
+        assert all("actor/pg_clipfrac" in r for r in _train_rows(sweep["runs"][p]))
+
+
+def test_dynamic_sampling_filters_groups_and_generates_more(sweep):
+    dapo, grpo = (_train_rows(sweep["runs"][p]) for p in ("paper_6_dapo", "paper_1_grpo"))
+    assert all("training/filter_groups/evicted_samples" in r for r in dapo)
+    assert sum(r["training/filter_groups/evicted_samples"] for r in dapo) > 0  # groups of equal rewards dropped
+    assert max(r["dynamic_sampling/rollouts_per_trained"] for r in dapo) > 1  # and refilled by more generation
+    assert not any("training/filter_groups/evicted_samples" in r for r in grpo)
+    assert all(r["dynamic_sampling/rollouts_per_trained"] == 1 for r in grpo)
+    assert _verl_config(sweep["runs"]["paper_6_dapo"]).algorithm.filter_groups.max_num_gen_batches == 0  # no cap
+
+
+def test_overlong_filtering_masks_truncated_responses(sweep):
+    from dapo_exp.backends.verl import FILTERED_LINE
+
+    dapo, grpo = (sweep["runs"][p] for p in ("paper_6_dapo", "paper_1_grpo"))
+    truncated = [r["response_length/clip_ratio"] for r in _train_rows(grpo)]
+    assert max(truncated) > 0  # at a 32-token cap the toy's long answers are truncated
+    masked = [line for line in (dapo / "verl.log").read_text().splitlines() if FILTERED_LINE in line]
+    assert masked and all("loss mask 0)" in line for line in masked), masked[:3]
+    assert FILTERED_LINE not in (grpo / "verl.log").read_text()
+
+
+def test_the_overlong_reward_punishes_long_responses(sweep):
+    dapo, grpo = (_eval_rows(sweep["runs"][p]) for p in ("paper_6_dapo", "paper_1_grpo"))
+    penalty = [v for r in dapo for k, v in r.items() if k.startswith("val-aux/") and "/overlong_reward/mean@" in k]
+    assert penalty and min(penalty) < 0, penalty  # verl's DAPO reward manager, Eq. 13, at the 24-32 token ramp
+    assert not any("/overlong_reward/" in k for r in grpo for k in r)
+
+
+def test_the_loss_aggregation_is_token_level_in_the_dapo_row(sweep):
+    modes = {p: _verl_config(sweep["runs"][p]).actor_rollout_ref.actor.loss_agg_mode for p in PRESETS}
+    assert modes == {"paper_1_grpo": "seq-mean-token-mean", "paper_6_dapo": "token-mean"}
+
+
+def test_the_runs_are_listed_by_the_analysis(sweep):
+    from dapo_exp.analysis import load_runs
+
+    frame = load_runs(sweep["cwd"] / "multirun" / "verl_cpu").included
+    assert sorted(frame["label"]) == sorted(json.loads((r / "summary.json").read_text())["label"]
+                                            for r in sweep["runs"].values())
