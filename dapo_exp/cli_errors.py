@@ -7,9 +7,12 @@ option of a config group, a value of the wrong type, an unparsable override) is
 printed as ``error: <what is wrong and how to fix it>`` on stderr, without a traceback,
 and the command exits with status 2. A misspelt key gets the closest valid key
 (``optim.lrr=1`` -> ``did you mean optim.lr?``; ``train.lr=1`` -> ``did you mean optim.lr?``:
-the full key, :func:`closest_key`), never Hydra's hint to add it with
-``+optim.lrr=1``; a key added that way anyway is refused by :func:`check_known_keys`,
-because the trainer would silently ignore it. Any other error keeps its traceback
+the full key, :func:`closest_key`; ``algo.clip_hgih=0.3`` -> ``did you mean algo.eps_high?``: a
+word of the key read as the schema's word for the same thing, :data:`SYNONYMS`), never Hydra's
+hint to add it with ``+optim.lrr=1``; a key added that way anyway is refused by
+:func:`check_known_keys`, because the trainer would silently ignore it. An override Hydra cannot
+parse is named, with the quoting a value holding ``=`` needs on a shell command line
+(``"sweep='fixes=grpo,clip'"``). Any other error keeps its traceback
 (``HYDRA_FULL_ERROR=1`` set by the user keeps Hydra's own reporting for everything).
 """
 
@@ -54,19 +57,70 @@ def suggestion(word: str, choices: list[str]) -> str:
     return f"; did you mean {close[0]}?" if close else ""
 
 
+# Words a user may write for what the schema names otherwise, each word of a key's last part read
+# as the schema's: the clip range of the PPO ratio is epsilon (algo.clip_high -> algo.eps_high), the
+# group size G is rollout.n. Only words that mean one thing in every section belong here.
+SYNONYMS: dict[str, str] = {
+    "clip": "eps",
+    "epsilon": "eps",
+    "learning_rate": "lr",
+    "temp": "temperature",
+    "group_size": "n",
+}
+
+
+def _leaf(key: str) -> str:
+    return key.rsplit(".", 1)[-1]
+
+
+def _vocabulary_word(part: str, vocabulary: set[str]) -> str:
+    """``part`` as a word of the keys' names: itself, an anagram of one (``hgih`` -> ``high``), or the
+    closest one (difflib, cutoff 0.75); else itself."""
+    if part in vocabulary:
+        return part
+    anagrams = sorted(w for w in vocabulary if len(w) > 2 and sorted(w) == sorted(part))
+    if anagrams:
+        return anagrams[0]
+    close = difflib.get_close_matches(part, sorted(vocabulary), n=1, cutoff=0.75)
+    return close[0] if close else part
+
+
+def meant_key(word: str, keys: list[str]) -> str | None:
+    """The key whose last part ``word``'s last part names in other words (:data:`SYNONYMS`), each of
+    its words first spelt as the keys' own (``algo.clip_hgih`` -> ``clip_high`` -> ``eps_high``):
+    ``algo.eps_high``, preferring the word's own section; None when no synonym applies or none matches."""
+    section, leaf = word.rpartition(".")[0], _leaf(word)
+    vocabulary = {part for k in keys for part in _leaf(k).split("_")}
+    vocabulary |= {part for phrase in SYNONYMS for part in phrase.split("_")}  # temp stays temp, not step
+    spelt = "_".join(_vocabulary_word(part, vocabulary) for part in leaf.split("_"))
+    for phrase, schema_word in SYNONYMS.items():
+        renamed = re.sub(rf"(^|_){phrase}(?=_|$)", rf"\g<1>{schema_word}", spelt)
+        if renamed == spelt:
+            continue
+        matches = [k for k in keys if _leaf(k) == renamed and k != word]
+        if matches:
+            return sorted(matches, key=lambda k: (k.rpartition(".")[0] != section, k))[0]
+    return None
+
+
 def closest_key(word: str, keys: list[str]) -> str | None:
     """The full dotted key of ``keys`` that ``word`` most likely meant, or None.
 
     A key's parent is never the answer (``train`` is a section, not what ``train.lr`` meant).
     Tried in order: a key with the same last part (``train.lr`` -> ``optim.lr``; among several,
-    the closest whole key); a key close as a whole (``optim.lrr`` -> ``optim.lr``, ``fixe`` ->
-    ``fixes``); a key whose last part is close to the word's (``train.lrr`` -> ``optim.lr``).
+    the closest whole key); a key the word names in other words (:func:`meant_key`:
+    ``algo.clip_hgih`` -> ``algo.eps_high``, not the closer-spelt ``algo.cispo_eps_high``); a key
+    close as a whole (``optim.lrr`` -> ``optim.lr``, ``fixe`` -> ``fixes``); a key whose last part
+    is close to the word's (``train.lrr`` -> ``optim.lr``).
     """
     leaf = word.rsplit(".", 1)[-1]
     pool = [k for k in keys if k != word and not word.startswith(k + ".")]
     same_leaf = [k for k in pool if k.rsplit(".", 1)[-1] == leaf]
     if same_leaf:
         return difflib.get_close_matches(word, same_leaf, n=1, cutoff=0.0)[0]
+    meant = meant_key(word, pool)
+    if meant:
+        return meant
     whole = difflib.get_close_matches(word, pool, n=5, cutoff=0.6)
     for k in whole:  # close as a whole and in its last part: not a sibling with another name
         if difflib.SequenceMatcher(None, leaf, k.rsplit(".", 1)[-1]).ratio() >= 0.6:
@@ -156,8 +210,23 @@ def describe(exc: BaseException, config_dir: str | os.PathLike) -> str | None:
             return f"{what}: {str(cause.msg).strip().splitlines()[0]}"  # later lines: full_key, types
         return " ".join(text.split())
     if isinstance(exc, OverrideParseException):
-        return "cannot parse the override: " + " ".join(str(exc).split())
+        return parse_error(getattr(exc, "override", None), str(getattr(exc, "message", None) or exc))
     return None
+
+
+def parse_error(override: str | None, message: str) -> str:
+    """The one line for an override Hydra's parser refuses: the override, Hydra's reason (without its
+    link to the grammar), and, for a value holding ``=`` (``sweep=fixes=grpo,clip``: the shell took the
+    quotes away), the quoting that survives the shell."""
+    reason = " ".join(message.split("See https://hydra.cc", 1)[0].split()).rstrip(".")
+    if not override:
+        return f"cannot parse the override: {reason}"
+    line = f"cannot parse the override {override}: {reason}"
+    key, eq, value = override.partition("=")
+    if eq and "=" in value:
+        line += (f"; a value holding '=' must reach Hydra quoted, so quote it twice on the command line: "
+                 f"\"{key}='{value.strip(chr(39))}'\"")
+    return line + " (the override grammar: https://hydra.cc/docs/advanced/override_grammar/basic/)"
 
 
 _enabled = False  # inside one_line_errors, and the user did not ask for Hydra's full errors

@@ -448,7 +448,9 @@ class Config:
     run: RunConfig = field(default_factory=RunConfig)
     backend: BackendConfig = field(default_factory=BackendConfig)
     # free-form notes an experiment preset may carry (paper values that have no
-    # knob of their own, e.g. the rollout-step count the paper trained for)
+    # knob of their own, e.g. the rollout-step count the paper trained for); never change a result.
+    # gpu_s_per_step: the preset's estimated GPU-seconds per rollout step, from which a sweep's launch
+    # line states GPU-hours (dapo_exp/analysis/callback.py)
     notes: dict[str, Any] = field(default_factory=dict)
 
 

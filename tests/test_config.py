@@ -273,6 +273,14 @@ def test_help_is_the_projects_own_not_hydras_config_dump():
     ("algo.eps_hi", "algo.eps_high"),
     ("lr", "optim.lr"),
     ("fixe", "fixes"),
+    # a word read as the schema's word for the same thing, before a closer spelling of another key
+    ("algo.clip_hgih", "algo.eps_high"),  # not algo.cispo_eps_high
+    ("algo.clip_low", "algo.eps_low"),
+    ("algo.epsilon_high", "algo.eps_high"),
+    ("optim.learning_rate", "optim.lr"),
+    ("rollout.group_size", "rollout.n"),
+    ("rollout.temp", "rollout.temperature"),  # not train.steps ("temp" is a synonym, not a misspelt "step")
+    ("algo.clip_cov_ratoi", "algo.clip_cov_ratio"),  # a key of its own is still found by its spelling
 ])
 def test_closest_key_names_the_full_key(word, meant):
     from dapo_exp.cli_errors import closest_key, config_groups, schema_keys
@@ -286,6 +294,30 @@ def test_closest_key_never_suggests_the_parent_section_and_may_suggest_nothing()
     keys = schema_keys()
     assert "train" in keys and closest_key("train.lr", keys) != "train"
     assert closest_key("zzzz.qqqq", keys) is None
+
+
+def test_a_misspelt_key_is_refused_before_torch_is_imported():
+    """The config is composed and checked before run.py imports the trainer (hydra_setup.precheck): torch
+    and transformers are never imported (Python's import log), so the refusal does not wait for them."""
+    out = subprocess.run([sys.executable, "-X", "importtime", "run.py", "algo.clip_hgih=0.3"], cwd=ROOT,
+                         capture_output=True, text=True, timeout=120, env={**os.environ, "OMP_NUM_THREADS": "1"})
+    assert out.returncode == 2, out.stderr[-2000:]
+    errors = [ln for ln in out.stderr.splitlines() if not ln.startswith("import time:")]
+    assert errors == ["error: algo.clip_hgih is not a config key or group; did you mean algo.eps_high? "
+                      "(`python run.py --cfg job` prints every key)"], errors
+    imported = {ln.rsplit("|", 1)[1].strip() for ln in out.stderr.splitlines() if ln.startswith("import time:")}
+    assert "hydra" in imported and not {"torch", "transformers", "dapo_exp.train"} & imported
+
+
+def test_an_override_the_shell_unquoted_is_named_with_the_quoting_it_needs():
+    out = subprocess.run([sys.executable, "run.py", "-m", "fixes=grpo,clip", "seed=range(0,10)",
+                          "sweep=fixes=grpo,clip"], cwd=ROOT, capture_output=True, text=True, timeout=120,
+                         env={**os.environ, "OMP_NUM_THREADS": "1"})
+    assert out.returncode == 2, out.stderr[-2000:]
+    assert out.stderr.strip().splitlines() == [
+        "error: cannot parse the override sweep=fixes=grpo,clip: mismatched input '=' expecting <EOF>; a value "
+        "holding '=' must reach Hydra quoted, so quote it twice on the command line: \"sweep='fixes=grpo,clip'\" "
+        "(the override grammar: https://hydra.cc/docs/advanced/override_grammar/basic/)"]
 
 
 @pytest.mark.parametrize("override", ["train.lr=-1", "+train.lr=-1"])

@@ -7,11 +7,13 @@ missing from the nav fail it); these tests need no MkDocs.
 
 from __future__ import annotations
 
+import contextlib
 import os
 import re
 import shlex
 import subprocess
 import sys
+import uuid
 from pathlib import Path
 
 import pytest
@@ -63,6 +65,27 @@ def test_the_generated_reference_page_is_current(name):
 def test_the_generated_cli_help_page_is_current():
     ((rel, text),) = docs_reference.pages(("cli",)).items()
     assert (ROOT / rel).read_text() == text, f"{rel} is stale: run `python -m dapo_exp.docs_reference`"
+
+
+def test_a_site_file_in_conf_local_changes_no_generated_page():
+    """Following the cluster how-to writes a git-ignored conf/local/<site>.yaml: the generated pages never
+    read it (docs_reference.PRIVATE_GROUPS), so the staleness tests above pass with one present."""
+    before = docs_reference.pages(("config", "presets"))
+    local = ROOT / "conf" / "local"
+    made = not local.exists()
+    site = local / f"test_site_{uuid.uuid4().hex[:8]}.yaml"
+    try:
+        local.mkdir(exist_ok=True)
+        site.write_text("# @package _global_\n# a site's SLURM settings\nbackend:\n  slurm:\n    partition: gpu\n")
+        assert docs_reference.pages(("config", "presets")) == before
+        run_help = docs_reference._help("run.py")  # Hydra lists the group (local: <site>); the page does not
+        assert f"```text\n{run_help}\n```" in (ROOT / docs_reference.PAGES["cli"]).read_text()
+    finally:
+        site.unlink(missing_ok=True)
+        if made:
+            with contextlib.suppress(OSError):  # only if nothing else was put there meanwhile
+                local.rmdir()
+    assert docs_reference.without_private_groups("a: x\nlocal: site\nlogger: none") == "a: x\nlogger: none"
 
 
 def test_the_config_reference_has_every_key_of_the_schema_with_its_meaning():

@@ -198,16 +198,20 @@ def test_launch_plan_counts_the_default_seeds_and_estimates_the_toys_wall_time()
     headline = _multirun_config([], ["fixes=grpo,clip,clip_ds,full"])
     jobs = sweep_jobs(headline)
     assert len(jobs) == 20 and {o for j in jobs for o in j if o.startswith("seed=")} == {f"seed={i}" for i in range(5)}
-    line = launch_plan(headline)
+    line = launch_plan(headline, cores=2, load=0.0)
     assert line.startswith("[sweep] 20 runs: 4 configuration(s) x 5 seed(s) (seed= not given")
-    assert "expected wall time 28-40 min, 1 run(s) at a time" in line  # 64 prompts: 3.4x a fast run
-    assert "5 seeds per arm detect about 5 points of final accuracy at power 0.8 on the toy (5 seeds detect 5)" in line
-    given = launch_plan(_multirun_config([], ["fixes=grpo,clip", "seed=0,1"]))
+    # 64 prompts: 3.4x a fast run
+    assert "expected wall time 28-40 min for 20 run(s), 1 at a time on 2 core(s) at load 0.0: 2 free" in line
+    assert line.endswith("; 5 seeds per arm detect about 5 points of final accuracy at power 0.8 on the toy")
+    assert "seeds detect 5)" not in line  # not "5 seeds detect about 5 points ... (5 seeds detect 5)"
+    given = launch_plan(_multirun_config([], ["fixes=grpo,clip", "seed=0,1"]), cores=2, load=0.0)
     assert given.startswith("[sweep] 4 runs: 2 configuration(s) x 2 seed(s) (seed= given)")
     parallel = launch_plan(_multirun_config(["hydra/launcher=parallel", "hydra.launcher.jobs=2"],
-                                            ["fixes=grpo", "hydra/launcher=parallel", "hydra.launcher.jobs=2"]))
-    assert "5 runs" in parallel and "2 run(s) at a time" in parallel and "expected wall time 4-6 min" in parallel
-    fast = launch_plan(_multirun_config(["experiment=toy_fast"], ["experiment=toy_fast", "fixes=grpo,clip"]))
+                                            ["fixes=grpo", "hydra/launcher=parallel", "hydra.launcher.jobs=2"]),
+                           cores=2, load=0.0)
+    assert "5 runs" in parallel and "2 at a time" in parallel and "expected wall time 4-6 min" in parallel
+    fast = launch_plan(_multirun_config(["experiment=toy_fast"], ["experiment=toy_fast", "fixes=grpo,clip"]),
+                       cores=2, load=0.0)
     assert "10 runs" in fast and "expected wall time 4-6 min" in fast
     assert ("5 seeds per arm detect about 7 points of the mean accuracy of the last 3 evaluations at power 0.8 on "
             "the toy (8 seeds detect 5)") in fast
@@ -225,7 +229,138 @@ def test_launch_plan_counts_the_default_seeds_and_estimates_the_toys_wall_time()
     assert not default_regime(_multirun_config(["task.arith_n_eval=64"], []))  # a 64 x 8 final evaluation
     assert not default_regime(_multirun_config(["train.mini_batch_size=32"], []))
     hub = launch_plan(_multirun_config(["model.path=some/model"], ["model.path=some/model", "fixes=grpo,full"]))
-    assert hub.startswith("[sweep] 10 runs") and "wall time" not in hub  # no estimate beyond the toy
+    assert hub.startswith("[sweep] 10 runs") and "wall time" not in hub and "GPU-hours" not in hub  # no estimate
+
+
+def test_the_toys_estimate_is_the_machines_its_cores_less_their_load():
+    """Runs share the cores with the load already there: each of k runs gets cores / (load + k) of a core."""
+    from dapo_exp.analysis.callback import launch_plan
+
+    cfg = _multirun_config(["hydra/launcher=parallel"], ["hydra/launcher=parallel", "fixes=grpo,clip,clip_ds,full"])
+    idle = launch_plan(cfg, cores=2, load=0.0)
+    assert "expected wall time 14-20 min for 20 run(s), 2 at a time on 2 core(s) at load 0.0: 2 free;" in idle
+    busy = launch_plan(cfg, cores=2, load=4.0)  # the issue's load: 50 min measured, against 14-20 said
+    assert "expected wall time 43-60 min for 20 run(s), 2 at a time on 2 core(s) at load 4.0: 1 free, so 3.0x " \
+           "slower than on idle cores;" in busy
+    big = launch_plan(cfg, cores=16, load=4.0)  # 16 cores: 16 runs at once, 12 cores free
+    assert "16 at a time on 16 core(s) at load 4.0: 12 free, so 1.2x slower" in big
+    unknown = launch_plan(cfg, cores=2, load=None)
+    assert "2 core(s), load unknown: as if idle" in unknown and "14-20 min" in unknown
+
+
+def _finish(cfg, jobs, status="finished"):
+    from dapo_exp.analysis.callback import job_dir
+
+    for job in jobs:
+        d = job_dir(cfg, job)
+        d.mkdir(parents=True, exist_ok=True)
+        (d / "summary.json").write_text(json.dumps({"status": status}))
+
+
+def test_a_resumed_sweep_counts_and_costs_only_the_runs_left(tmp_path):
+    from dapo_exp.analysis.callback import launch_plan, sweep_jobs
+
+    cfg = _multirun_config([f"hydra.sweep.dir={tmp_path}", "hydra/launcher=parallel"],
+                           ["hydra/launcher=parallel", "fixes=grpo,clip,clip_ds,full", "sweep='fixes=grpo,clip'"])
+    jobs = sweep_jobs(cfg)
+    _finish(cfg, jobs[:12])
+    _finish(cfg, jobs[12:14], status="running")  # interrupted: resumed, so counted
+    line = launch_plan(cfg, cores=2, load=0.0)
+    assert "[sweep] 20 runs: 4 configuration(s) x 5 seed(s)" in line
+    assert "; 12 finished, 8 left to run (a re-run skips finished runs); expected wall time 6-8 min for 8 run(s)" in line
+    assert (tmp_path / "fixes=grpo,seed=0" / "summary.json").is_file()  # the directories Hydra gives the jobs
+    _finish(cfg, jobs)
+    assert launch_plan(cfg).endswith("; 20 finished, 0 left to run (a re-run skips finished runs)")
+    gpu = _multirun_config([f"hydra.sweep.dir={tmp_path / 'gpu'}", "experiment=qwen0.5b_gsm8k"],
+                           ["experiment=qwen0.5b_gsm8k", "fixes=grpo,clip,clip_ds,full"])
+    _finish(gpu, sweep_jobs(gpu)[:10])
+    assert "10 finished, 10 left to run (a re-run skips finished runs); estimated cost ~18 GPU-hours for 10 run(s)" \
+        in launch_plan(gpu)
+
+
+def test_a_gpu_presets_launch_line_states_runs_seeds_and_gpu_hours():
+    from dapo_exp.analysis.callback import launch_plan
+
+    line = launch_plan(_multirun_config(["experiment=qwen0.5b_gsm8k"],
+                                        ["experiment=qwen0.5b_gsm8k", "fixes=grpo,clip,clip_ds,full"]))
+    assert line == (
+        "[sweep] 20 runs: 4 configuration(s) x 5 seed(s) (seed= not given: experiment=qwen0.5b_gsm8k's seeds, its "
+        "hydra.sweeper.params.seed; seed=0 runs one, seed=0,1,... others); estimated cost ~37 GPU-hours for 20 "
+        "run(s) x 200 steps x ~33 GPU-s per step (experiment=qwen0.5b_gsm8k's arithmetic estimate, "
+        "notes.gpu_s_per_step; not a measurement)")
+    one = launch_plan(_multirun_config(["experiment=qwen1.5b_dapo_math"],
+                                       ["experiment=qwen1.5b_dapo_math", "fixes=grpo,clip,clip_ds,full", "seed=0"]))
+    assert one.startswith("[sweep] 4 runs: 4 configuration(s) x 1 seed(s) (seed= given); estimated cost ~24 GPU-hours")
+    short = launch_plan(_multirun_config(["experiment=qwen0.5b_gsm8k", "train.steps=2"],
+                                         ["experiment=qwen0.5b_gsm8k", "train.steps=2", "fixes=grpo", "seed=0"]))
+    assert "estimated cost ~0.0 GPU-hours for 1 run(s) x 2 steps" in short  # a smoke test costs its steps
+    paper = launch_plan(_multirun_config(["experiment=dapo_32b_paper"],
+                                         ["experiment=dapo_32b_paper", "fixes=paper_1_grpo,paper_6_dapo"]))
+    assert paper.startswith("[sweep] 2 runs: 2 configuration(s) x 1 seed(s) (seed= not given: "
+                            "experiment=dapo_32b_paper's seeds") and "~130,000 GPU-hours" in paper
+
+
+def test_every_gpu_preset_declares_its_seeds_and_its_cost_per_step():
+    from omegaconf import OmegaConf
+
+    from dapo_exp.hydra_setup import CONFIG_DIR
+
+    for path in sorted(Path(CONFIG_DIR, "experiment").glob("*.yaml")):
+        if path.stem.startswith("toy_"):
+            continue
+        preset = OmegaConf.load(path)
+        assert OmegaConf.select(preset, "hydra.sweeper.params.seed") is not None, path.name
+        assert float(OmegaConf.select(preset, "notes.gpu_s_per_step")) > 0, path.name
+
+
+def test_a_costly_sweep_on_default_seeds_is_refused_and_named_seeds_are_not(tmp_path):
+    from dapo_exp.analysis.callback import cost_refusal, sweep_jobs
+
+    math = ["experiment=qwen1.5b_dapo_math", f"hydra.sweep.dir={tmp_path}"]
+    ablation = ["experiment=qwen1.5b_dapo_math", "fixes=grpo,clip,clip_ds,full"]
+    why = cost_refusal(_multirun_config(math, ablation))
+    assert why == ("this sweep is estimated at ~120 GPU-hours (20 run(s) left: 4 configuration(s) x 5 seed(s) a "
+                   "default chose), over 100 GPU-hours: name the seeds on the command line to launch it, "
+                   "seed=0,1,2,3,4 for these 5 or seed=0 for one (~24 GPU-hours)")
+    assert cost_refusal(_multirun_config(math, [*ablation, "seed=0,1,2,3,4"])) is None  # named: the user chose
+    assert cost_refusal(_multirun_config([*math, "backend.dry_run=true"], ablation)) is None  # launches nothing
+    assert cost_refusal(_multirun_config(["experiment=qwen0.5b_gsm8k"], ["experiment=qwen0.5b_gsm8k",
+                                                                         "fixes=grpo,clip,clip_ds,full"])) is None
+    # the paper's preset runs one seed by default: nothing multiplied behind the command's back
+    assert cost_refusal(_multirun_config(["experiment=dapo_32b_paper"], ["experiment=dapo_32b_paper",
+                                                                         "fixes=paper_1_grpo,paper_6_dapo"])) is None
+    cfg = _multirun_config(math, ablation)
+    _finish(cfg, sweep_jobs(cfg)[:4])  # 16 left, ~96 GPU-hours: under the threshold
+    assert cost_refusal(cfg) is None
+
+
+def test_run_py_refuses_a_costly_sweep_in_one_line_before_anything_starts(tmp_path):
+    out = subprocess.run([sys.executable, str(REPO / "run.py"), "-m", "experiment=qwen1.5b_dapo_math",
+                          "fixes=grpo,clip,clip_ds,full", "logger=none"], cwd=tmp_path, capture_output=True,
+                         text=True, timeout=300, env={**os.environ, "OMP_NUM_THREADS": "1"})
+    assert out.returncode == 2, out.stderr[-2000:]
+    assert out.stderr.strip().splitlines() == [
+        "error: this sweep is estimated at ~120 GPU-hours (20 run(s) left: 4 configuration(s) x 5 seed(s) a default "
+        "chose), over 100 GPU-hours: name the seeds on the command line to launch it, seed=0,1,2,3,4 for these 5 or "
+        "seed=0 for one (~24 GPU-hours)"]
+    assert not (tmp_path / "multirun").exists() and out.stdout == ""
+
+
+def test_precheck_refuses_a_config_error_of_every_job_and_lets_one_jobs_failure_through():
+    from dapo_exp.hydra_setup import CONFIG_DIR, precheck
+
+    with pytest.raises(ConfigError, match="train.steps: must be >= 0"):
+        precheck(["train.steps=-1"], CONFIG_DIR)
+    with pytest.raises(ConfigError, match="train.steps: must be >= 0"):
+        precheck(["-m", "fixes=grpo,clip", "train.steps=-1"], CONFIG_DIR)
+    # rollout.n=1 fails validation, rollout.n=4 trains: the sweep runs, the one job fails and is recorded
+    precheck(["-m", "fixes=full", "rollout.n=1,4", "train.mini_batch_size=8", "train.micro_batch_size=4",
+              "train.prompts_per_step=4"], CONFIG_DIR)
+    precheck(["--cfg", "job", "algo.clip_hgih=1"], CONFIG_DIR)  # a flag: Hydra's, as before
+    from hydra.errors import ConfigCompositionException
+
+    with pytest.raises(ConfigCompositionException):  # an unknown option in one job: refused
+        precheck(["-m", "fixes=grpo,ful"], CONFIG_DIR)
 
 
 @pytest.mark.slow

@@ -1,6 +1,11 @@
-"""Hydra callback: the comparison table and curves at the end of every multirun.
+"""Hydra callback: the launch line at the start of every multirun, the comparison table and curves at its end.
 
-Enabled in conf/config.yaml (``hydra.callbacks.analysis``). After the last job of
+Enabled in conf/config.yaml (``hydra.callbacks.analysis``). Before the first job,
+:meth:`AnalysisCallback.on_multirun_start` prints the sweep's launch line (:func:`launch_plan`: runs,
+configurations x seeds, the runs left, and what they cost: GPU-hours for a GPU preset, the expected
+wall time on this machine for the toy) and refuses, exit 2, a sweep :func:`cost_refusal` refuses
+(``run.py`` has refused it already, before Hydra started: :func:`dapo_exp.hydra_setup.precheck`).
+After the last job of
 a sweep, :meth:`AnalysisCallback.on_multirun_end` analyses the sweep directory
 (``hydra.sweep.dir``), writes ``<sweep dir>/analysis/`` (table.md/.csv/.tex,
 effects.md/.csv/.tex, runs.csv, figures/) and prints the table and the figure
@@ -63,11 +68,16 @@ class AnalysisCallback(Callback):
 
     def on_multirun_start(self, config: Any, **kwargs: Any) -> None:
         self.started = time.time()
+        refusal = None
         try:
             note_sweep(config.hydra.sweep.dir)
             print(launch_plan(config), flush=True)
+            refusal = cost_refusal(config)
         except Exception:  # noqa: BLE001 - never fail a sweep
             pass
+        if refusal:  # run.py refuses it before Hydra starts (hydra_setup.precheck); this is the backstop
+            print(f"error: {refusal}", file=sys.stderr, flush=True)
+            raise SystemExit(2)  # not an Exception: Hydra's callback runner lets it through
 
     def _wandb_log(self, config: Any) -> dict | None:
         logger = config.get("logger") if hasattr(config, "get") else None
@@ -122,7 +132,9 @@ class AnalysisCallback(Callback):
 # evaluation: 1.8x and 3.3x without it, against 1.8x and 3.4x by the formula; the headline sweep at the
 # default's 64 prompts, two at a time, 2026-11-25: 73-93 s a run, 14 min for 20 runs, against
 # 85-119 s and 14-20 min by the formula); the final evaluation's size is not counted (a 256 x 8 one
-# adds about 5 s); a busy machine is slower (docs: benchmarks).
+# adds about 5 s). A busy machine is slower (docs: benchmarks): launch_plan scales the time by the share
+# of a core each run gets beside the load already there, (load + runs at once) / cores when above 1
+# (issue 38: the headline sweep took 50 min on the 2 cores at a load of 4 and more; at load 4 this says 43-60).
 TOY_RUN_S = (25.0, 35.0)
 TOY_PROMPTS = 16
 # The toy's paired standard deviation of held-out accuracy between two arms of one seed, in points, as
@@ -152,34 +164,189 @@ def sweep_jobs(config: Any) -> list[list[str]]:
     return BasicSweeper.split_arguments(OverridesParser.create().parse_overrides(args), None)[0]
 
 
-def launch_plan(config: Any) -> str:
-    """One line at a sweep's start: its runs (configurations x seeds, saying where the seeds come from)
-    and, for the toy on a local launcher, the expected wall time."""
-    import os
+# A sweep whose estimated cost is above this many GPU-hours and that would run several seeds per
+# configuration must name its seeds on the command line (seed=...), or is refused before launch
+# (:func:`cost_refusal`): the seeds multiply the cost, and a default should not multiply it unseen.
+NAME_SEEDS_ABOVE_GPU_H = 100.0
+# The preset's estimate of the GPU-seconds one rollout step costs, evaluations and checkpoints spread
+# over the steps, whatever the job's layout (GPUs x seconds): notes.gpu_s_per_step of conf/experiment/*.yaml.
+GPU_S_KEY = "notes.gpu_s_per_step"
 
+
+def job_dir(config: Any, job: list[str]) -> Path:
+    """The directory Hydra gives the job with overrides ``job`` in the sweep of ``config``:
+    ``hydra.sweep.dir`` / its ``override_dirname`` (the excluded keys left out, sorted) as
+    ``hydra.sweep.subdir`` names it (:func:`dapo_exp.hydra_setup._dirname`)."""
+    from hydra._internal.config_loader_impl import get_overrides_dirname
+    from hydra.core.override_parser.overrides_parser import OverridesParser
+
+    from dapo_exp.hydra_setup import _dirname
+
+    spec = config.hydra.job.config.override_dirname
+    name = get_overrides_dirname(OverridesParser.create().parse_overrides(job), list(spec.exclude_keys),
+                                 spec.item_sep, spec.kv_sep)
+    return Path(str(config.hydra.sweep.dir)) / _dirname(name)
+
+
+def finished_jobs(config: Any, jobs: list[list[str]]) -> list[list[str]]:
+    """The jobs of ``jobs`` whose directory's ``summary.json`` says ``finished``: a re-run of the sweep
+    skips them."""
+    from dapo_exp import rundir
+
+    done = []
+    for job in jobs:
+        try:
+            status = (rundir.read_summary(job_dir(config, job)) or {}).get("status")
+        except Exception:  # noqa: BLE001 - an unreadable job: counted as to run
+            status = None
+        if status == rundir.STATUS_FINISHED:
+            done.append(job)
+    return done
+
+
+def _seed_source(config: Any) -> tuple[bool, str]:
+    """(seeds given on the command line, where the seeds come from, as the launch line says it)."""
+    given = any(o.split("=", 1)[0].lstrip("+~") == "seed" for o in config.hydra.overrides.task)
+    if given:
+        return True, "seed= given"
+    experiment = _get(config, "hydra.runtime.choices.experiment")
+    if experiment not in (None, "null") and _preset_declares_seeds(str(experiment)):
+        return False, (f"seed= not given: experiment={experiment}'s seeds, its hydra.sweeper.params.seed; "
+                       "seed=0 runs one, seed=0,1,... others")
+    return False, ("seed= not given: the default seeds of hydra.sweeper.params.seed; seed=0 runs one, "
+                   "seed=0,1,... others")
+
+
+def _preset_declares_seeds(experiment: str) -> bool:
     from omegaconf import OmegaConf
 
+    from dapo_exp.hydra_setup import CONFIG_DIR
+
+    path = Path(CONFIG_DIR) / "experiment" / f"{experiment}.yaml"
+    try:
+        return OmegaConf.select(OmegaConf.load(path), "hydra.sweeper.params.seed", default=None) is not None
+    except Exception:  # noqa: BLE001 - no such file, unreadable: not declared
+        return False
+
+
+def _load() -> float | None:
+    import os
+
+    try:
+        return os.getloadavg()[0]
+    except (AttributeError, OSError):
+        return None
+
+
+def _cores(config: Any) -> int:
+    from dapo_exp.hydra_setup import available_cores
+
+    return int(_get(config, "hydra.launcher.cores") or available_cores())
+
+
+def _at_once(config: Any, n_jobs: int, cores: int) -> int:
+    """Runs side by side: one for Hydra's basic launcher; the parallel launcher's plan
+    (``hydra.launcher.jobs``, else ``min(jobs, cores // threads_per_job)``)."""
+    launcher = str(_get(config, "hydra.launcher._target_", "") or "")
+    if not launcher.endswith("ParallelLauncher"):
+        return 1
+    jobs = _get(config, "hydra.launcher.jobs")
+    return int(jobs or max(1, min(n_jobs, cores // int(_get(config, "hydra.launcher.threads_per_job") or 1))))
+
+
+def gpu_hours(config: Any, runs: int) -> float | None:
+    """``runs`` x ``train.steps`` x the preset's GPU-seconds per step (:data:`GPU_S_KEY`), in hours;
+    None when the config declares no per-step cost."""
+    per_step = _get(config, GPU_S_KEY)
+    if per_step is None:
+        return None
+    return runs * int(_get(config, "train.steps", 0) or 0) * float(per_step) / 3600.0
+
+
+def _hours(h: float) -> str:
+    """An estimate's hours as precise as it is: two significant digits (``~37``, ``~1.8``, ``~67,000``)."""
+    if h >= 100:
+        return f"~{float(f'{h:.2g}'):,.0f}"
+    return f"~{h:.0f}" if h >= 10 else f"~{h:.1f}"
+
+
+MEASURED = -1.0  # launch_plan's load: the 1-minute load average now
+
+
+def launch_plan(config: Any, *, cores: int | None = None, load: float | None = MEASURED) -> str:
+    """One line at a sweep's start: its runs (configurations x seeds, saying where the seeds come from),
+    the runs left when some are finished (a re-run skips them), and what the runs left cost: for a config
+    that declares its GPU-seconds per step (:data:`GPU_S_KEY`, the GPU presets), GPU-hours; for the toy
+    on a local launcher, the expected wall time on this machine (``cores``, default the CPUs this
+    process may use or ``hydra.launcher.cores``; ``load``, default :data:`MEASURED`, None: unknown) and
+    what its seeds detect."""
     jobs = sweep_jobs(config)
     seeds = {o.split("=", 1)[1] for job in jobs for o in job if o.startswith("seed=")}
-    given = any(o.split("=", 1)[0].lstrip("+~") == "seed" for o in config.hydra.overrides.task)
-    n_cfg = max(1, len(jobs) // max(1, len(seeds)))
-    where = ("seed= given" if given else
-             "seed= not given: the default seeds of hydra.sweeper.params.seed; seed=0 runs one, seed=0,1,... others")
-    line = f"[sweep] {len(jobs)} runs: {n_cfg} configuration(s) x {max(1, len(seeds))} seed(s) ({where})"
-    launcher = str(OmegaConf.select(config, "hydra.launcher._target_", default="") or "")
-    toy = OmegaConf.select(config, "model.path", default=None) == "tiny"
+    n_seeds = max(1, len(seeds))
+    n_cfg = max(1, len(jobs) // n_seeds)
+    _, where = _seed_source(config)
+    line = f"[sweep] {len(jobs)} runs: {n_cfg} configuration(s) x {n_seeds} seed(s) ({where})"
+    done = len(finished_jobs(config, jobs))
+    left = len(jobs) - done
+    if done:
+        line += f"; {done} finished, {left} left to run (a re-run skips finished runs)"
+    if not left:
+        return line
+    hours = gpu_hours(config, left)
+    if hours is not None:
+        experiment = _get(config, "hydra.runtime.choices.experiment")
+        whose = f"experiment={experiment}'s" if experiment not in (None, "null") else "the config's"
+        return (f"{line}; estimated cost {_hours(hours)} GPU-hours for {left} run(s) x {_get(config, 'train.steps')} "
+                f"steps x ~{float(_get(config, GPU_S_KEY)):,.0f} GPU-s per step ({whose} arithmetic estimate, "
+                f"{GPU_S_KEY}; not a measurement)")
+    launcher = str(_get(config, "hydra.launcher._target_", "") or "")
+    toy = _get(config, "model.path") == "tiny"
     if not toy or not launcher.endswith(("BasicLauncher", "ParallelLauncher")):
         return line
-    at_once = 1
-    if launcher.endswith("ParallelLauncher"):
-        at_once = OmegaConf.select(config, "hydra.launcher.jobs", default=None) or min(len(jobs), os.cpu_count() or 1)
-    steps = OmegaConf.select(config, "train.steps", default=30) or 30
-    prompts = OmegaConf.select(config, "train.prompts_per_step", default=TOY_PROMPTS) or TOY_PROMPTS
+    cores = cores or _cores(config)
+    load = _load() if load == MEASURED else load
+    at_once = _at_once(config, left, cores)
+    steps = _get(config, "train.steps", 30) or 30
+    prompts = _get(config, "train.prompts_per_step", TOY_PROMPTS) or TOY_PROMPTS
     scale = steps / 30 * (0.2 + 0.8 * prompts / TOY_PROMPTS)
-    lo, hi = (t * scale * -(-len(jobs) // at_once) / 60 for t in TOY_RUN_S)
-    n_seeds = max(1, len(seeds))
-    return (f"{line}; expected wall time {lo:.0f}-{hi:.0f} min, {at_once} run(s) at a time on idle cores "
-            f"(hydra/launcher=parallel runs one per core){_toy_detect(config, n_seeds)}")
+    # runs share the cores with the load already there: each run's thread gets cores / (load + runs) of a core
+    slow = max(1.0, ((load or 0.0) + at_once) / cores)
+    lo, hi = (t * scale * slow * -(-left // at_once) / 60 for t in TOY_RUN_S)
+    if load is None:
+        machine = f"{cores} core(s), load unknown: as if idle"
+    else:
+        free = max(1, cores - int(round(load)))
+        machine = f"{cores} core(s) at load {load:.1f}: {free} free"
+        if slow > 1.0:
+            machine += f", so {slow:.1f}x slower than on idle cores"
+    hint = " (hydra/launcher=parallel runs one per core)" if launcher.endswith("BasicLauncher") and cores > 1 else ""
+    return (f"{line}; expected wall time {lo:.0f}-{hi:.0f} min for {left} run(s), {at_once} at a time on "
+            f"{machine}{hint}{_toy_detect(config, n_seeds)}")
+
+
+def cost_refusal(config: Any) -> str | None:
+    """Why a sweep must not start as given, or None: its runs left are estimated above
+    :data:`NAME_SEEDS_ABOVE_GPU_H` GPU-hours, it runs more than one seed per configuration and the
+    command line names none (the seeds are a default's: the root config's or the preset's). A
+    ``backend.dry_run`` launches nothing and is never refused."""
+    if _get(config, "backend.dry_run"):
+        return None
+    jobs = sweep_jobs(config)
+    seeds = sorted({o.split("=", 1)[1] for job in jobs for o in job if o.startswith("seed=")},
+                   key=lambda s: (len(s), s))
+    given, _ = _seed_source(config)
+    if given or len(seeds) <= 1:
+        return None
+    left = len(jobs) - len(finished_jobs(config, jobs))
+    hours = gpu_hours(config, left)
+    if hours is None or hours <= NAME_SEEDS_ABOVE_GPU_H:
+        return None
+    n_cfg = max(1, len(jobs) // len(seeds))
+    one = gpu_hours(config, n_cfg) or 0.0
+    return (f"this sweep is estimated at {_hours(hours)} GPU-hours ({left} run(s) left: {n_cfg} configuration(s) "
+            f"x {len(seeds)} seed(s) a default chose), over {NAME_SEEDS_ABOVE_GPU_H:g} GPU-hours: name the seeds on "
+            f"the command line to launch it, seed={','.join(seeds)} for these {len(seeds)} or seed=0 for one "
+            f"({_hours(one)} GPU-hours)")
 
 
 def _get(config: Any, key: str, default: Any = None) -> Any:
@@ -225,8 +392,9 @@ def _toy_detect(config: Any, n_seeds: int) -> str:
                                          "spread)")
     else:
         sd, what = TOY_FAST_PAIRED_SD["final"], f"final accuracy{fast}"
-    return (f"; {n_seeds} seeds per arm detect about {mde_paired(sd, n_seeds):.0f} points of {what} at power "
-            f"0.8 on the toy ({seeds_paired(5.0, sd)} seeds detect 5)")
+    mde, for_five = mde_paired(sd, n_seeds), seeds_paired(5.0, sd)
+    five = "" if round(mde) == 5 else f" ({for_five} seeds detect 5)"  # not "5 seeds detect 5 (5 seeds detect 5)"
+    return f"; {n_seeds} seeds per arm detect about {mde:.0f} points of {what} at power 0.8 on the toy{five}"
 
 
 def failed_jobs(sweep_dir: str, since: float) -> list[tuple[str, str]]:

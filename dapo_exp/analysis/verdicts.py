@@ -32,6 +32,7 @@ configuration has one seed: nothing can be concluded, and the command that adds 
 from __future__ import annotations
 
 import math
+import re
 import warnings
 from typing import Any
 
@@ -233,11 +234,28 @@ def _read_overrides(path: Any) -> list[str] | None:
     return rundir.read_overrides(path) if isinstance(path, str) and path else None
 
 
+_SHELL_SAFE = re.compile(r"(?!~)[\w@%+=:,./~-]+")
+
+
+def shell_word(arg: str) -> str:
+    """``arg`` written for a POSIX shell so that the program receives it unchanged: as it is when it holds
+    no character the shell treats specially, else in double quotes when those suffice (a Hydra override
+    quoted for Hydra, ``"sweep='fixes=grpo,clip'"``), else :func:`shlex.quote`."""
+    import shlex
+
+    if _SHELL_SAFE.fullmatch(arg):
+        return arg
+    if not re.search(r'["$`\\!]', arg):
+        return f'"{arg}"'
+    return shlex.quote(arg)
+
+
 def rerun_command(runs: pd.DataFrame, n_seeds: int) -> str:
     """``python run.py -m <the runs' overrides> seed=0,...,n_seeds-1``: the sweep again with more seeds
     (a re-run sweep skips its finished jobs). The overrides are the union of the runs' own
     ``.hydra/overrides.yaml`` (values of a key joined by commas, in order of appearance); without
-    those, ``sweep=<name>`` (when not the default) and ``fixes=<the presets>``."""
+    those, ``sweep=<name>`` (when not the default) and ``fixes=<the presets>``. Each override is
+    written as the shell must pass it (:func:`shell_word`: ``"sweep='fixes=grpo,clip'"``)."""
     keys: dict[str, list[str]] = {}
     got = False
     for path in runs.get("path", pd.Series(dtype=object)):
@@ -267,7 +285,7 @@ def rerun_command(runs: pd.DataFrame, n_seeds: int) -> str:
                          key=lambda p: (order.get(p, len(order)), p))
         if presets:
             keys["fixes"] = presets
-    parts = [f"{k}={','.join(v)}" for k, v in keys.items()]
+    parts = [shell_word(f"{k}={','.join(v)}") for k, v in keys.items()]
     seeds = ",".join(str(i) for i in range(max(n_seeds, 2)))
     return " ".join(["python run.py -m", *parts, f"seed={seeds}"])
 
