@@ -123,18 +123,20 @@ def dry_run_sweep(argv: list[str], config_dir: str) -> bool:
     return True
 
 
-def precheck(argv: list[str], config_dir: str, *, launch: bool = True) -> None:
+def precheck(argv: list[str], config_dir: str, *, launch: bool = True, machine: bool = True) -> None:
     """Refuse what would fail a run, or every job of a sweep, before anything heavy is imported: the
     command line's overrides are parsed with Hydra's parser (an unparsable one is named), each distinct
     job's config is composed (the seeds aside) and its keys and values checked (an unknown key,
     option or type, :func:`dapo_exp.cli_errors.check_known_keys`, :func:`dapo_exp.config.validate`),
     and a sweep's estimated cost is checked (:func:`dapo_exp.analysis.callback.cost_refusal`: above
-    its GPU-hour threshold a sweep names its seeds). Raises the error ``run.py`` prints as one line
+    its GPU-hour threshold a sweep names its seeds), then what the jobs need from this machine, once
+    (:func:`dapo_exp.preflight.check`: vLLM, verl's environment, a reachable or cached hub model). Raises the error ``run.py`` prints as one line
     (:func:`dapo_exp.cli_errors.describe`). A sweep in which some jobs fail validation and others do
     not is let through: those jobs fail and are recorded, as documented. A command with a flag other
     than ``-m`` (``--help``, ``--cfg``, ...) and any error that is not a config error are left to
     Hydra and the run, as before. ``launch=False`` (the flags' arguments already taken out: a dry
-    run's config) leaves the cost out: nothing is launched."""
+    run's config) leaves the cost and the machine out: nothing is launched; ``machine=False`` leaves out
+    only what this machine has (a documented command checked as text, for any machine)."""
     from dapo_exp.cli_errors import describe
 
     multirun = bool({"-m", "--multirun"} & set(argv))
@@ -142,14 +144,14 @@ def precheck(argv: list[str], config_dir: str, *, launch: bool = True) -> None:
     if any(a.startswith("-") for a in rest):
         return
     try:
-        _precheck(rest, multirun, config_dir, launch)
+        _precheck(rest, multirun, config_dir, launch, machine)
     except Exception as exc:
         if describe(exc, config_dir) is not None:
             raise
         # not a config error (an interpolation, an environment variable): the run reports it as before
 
 
-def _precheck(rest: list[str], multirun: bool, config_dir: str, launch: bool) -> None:
+def _precheck(rest: list[str], multirun: bool, config_dir: str, launch: bool, machine: bool) -> None:
     from hydra import compose, initialize_config_dir
     from hydra._internal.core_plugins.basic_sweeper import BasicSweeper
     from hydra.core.override_parser.overrides_parser import OverridesParser
@@ -178,11 +180,13 @@ def _precheck(rest: list[str], multirun: bool, config_dir: str, launch: bool) ->
                 parser.parse_overrides([f"{k}={v}" for k, v in params.items()] + rest), None)[0]
         distinct = list(dict.fromkeys(seedless(job) for job in jobs))
         invalid: list[ConfigError] = []
+        valid = []
         for job in distinct:  # a seed changes no key and no checked value
             cfg = composed.get(job) or compose("config", overrides=list(job))
             check_known_keys(cfg)  # an unknown key or option fails every job it is in: refused here
             try:
                 validate(cfg)
+                valid.append(cfg)
             except ConfigError as exc:
                 invalid.append(exc)
         if invalid and len(invalid) == len(distinct):  # every job would fail on its values
@@ -195,6 +199,10 @@ def _precheck(rest: list[str], multirun: bool, config_dir: str, launch: bool) ->
             refusal = cost_refusal(first)
             if refusal:
                 raise ConfigError(refusal)
+        if launch and machine:  # what every job needs from this machine (vLLM, verl's environment, the model): once
+            from dapo_exp import preflight
+
+            preflight.check(valid)
 
 
 def compose_config(overrides: list[str]) -> DictConfig:

@@ -219,7 +219,7 @@ def check_run_py(cmd: Command) -> str | None:
             return f"the override {o!r} does not parse: {describe(exc, CONF)}"
     kept = [a for a in rest if not placeholder(a)]
     try:
-        precheck(kept, CONFIG_DIR, launch=not dry)
+        precheck(kept, CONFIG_DIR, launch=not dry, machine=False)  # the text, not this machine's installs
     except Exception as exc:  # noqa: BLE001 - the message names what failed
         return f"refused before launch: {describe(exc, CONF) or f'{type(exc).__name__}: {exc}'}"
     return None

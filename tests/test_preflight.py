@@ -1,0 +1,90 @@
+"""A failure that would hit every job is refused once, in one line naming the fix, before any job starts.
+
+Issue: a GPU preset sweep without hub access ran all its jobs, each printing a long traceback, then
+analysed no run; ``rollout=vllm`` without vLLM loaded data and model before failing. dapo_exp.preflight,
+called by run.py's precheck with the distinct jobs' configs: vLLM for ``rollout=vllm``, verl's
+environment for ``backend=verl`` (and its vLLM in CPU mode), a hub model that is reachable or cached.
+"""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from dapo_exp import preflight
+from dapo_exp.config import ConfigError
+from dapo_exp.hydra_setup import compose_config
+
+ROOT = Path(__file__).resolve().parents[1]
+
+
+def _needs(*overrides: str) -> list[tuple[str, str]]:
+    return [(n.what, n.key) for n in preflight.needs(compose_config(list(overrides)))]
+
+
+def test_each_job_says_what_it_needs():
+    assert _needs() == []  # the toy: nothing (its model is built or shipped here)
+    assert _needs("rollout=vllm") == [("vllm", "")]
+    assert _needs("model.path=Qwen/Qwen2.5-0.5B") == [("model", "Qwen/Qwen2.5-0.5B")]
+    assert _needs("backend=verl", "train.device=cpu") == [("verl", ".venv-verl/bin/python"),
+                                                         ("verl-vllm", ".venv-verl/bin/python")]
+    assert _needs("backend=verl", "backend.dry_run=true") == []  # a dry run launches nothing
+    slurm = _needs("backend=verl", "backend.launch=slurm", "model.path=Qwen/Qwen2.5-0.5B")
+    assert slurm == [("verl", ".venv-verl/bin/python")]  # the model is loaded on the cluster's nodes
+
+
+def test_a_need_shared_by_many_jobs_is_checked_once(monkeypatch):
+    calls = []
+    monkeypatch.setitem(preflight.CHECKS, "vllm", lambda need: calls.append(need.key))
+    cfgs = [compose_config(["rollout=vllm", f"fixes={p}"]) for p in ("grpo", "clip", "clip_ds", "full")]
+    preflight.check(cfgs)
+    assert calls == [""]
+
+
+def test_vllm_missing_is_one_line_naming_the_install(monkeypatch):
+    monkeypatch.setattr(preflight.importlib.util, "find_spec", lambda name, *a: None)
+    with pytest.raises(ConfigError, match=r'^rollout=vllm: vLLM is not installed .*pip install -e "\.\[vllm\]"'):
+        preflight.check([compose_config(["rollout=vllm"])])
+
+
+def test_verls_environment_missing_names_its_install(tmp_path):
+    with pytest.raises(ConfigError, match=r"backend\.python=.*bash \.ci/install-verl"):
+        preflight.check([compose_config(["backend=verl", f"backend.python={tmp_path / 'none' / 'python'}"])])
+
+
+def _sweep(tmp_path: Path, *overrides: str, env: dict | None = None, prelude: str = "") -> subprocess.CompletedProcess:
+    """``run.py -m <overrides>`` into ``tmp_path/sweep`` (``prelude``: Python run before run.py, in its process)."""
+    argv = ["run.py", "-m", "logger=none", "seed=0,1", f"hydra.sweep.dir={tmp_path / 'sweep'}", *overrides]
+    code = f"{prelude}\nimport runpy, sys\nsys.argv = {argv!r}\nrunpy.run_path('run.py', run_name='__main__')"
+    return subprocess.run([sys.executable, "-c", code], cwd=ROOT, capture_output=True, text=True, timeout=300,
+                          env={**os.environ, "OMP_NUM_THREADS": "1", **(env or {})})
+
+
+def _refused_once(out: subprocess.CompletedProcess, tmp_path: Path, *needles: str) -> None:
+    lines = [ln for ln in out.stderr.splitlines() if ln.strip()]
+    assert out.returncode == 2 and len(lines) == 1 and lines[0].startswith("error: "), out.stderr[-2000:]
+    assert all(n in lines[0] for n in needles), lines[0]
+    assert not (tmp_path / "sweep").exists() or not any((tmp_path / "sweep").rglob("summary.json"))
+
+
+def test_a_sweep_whose_model_the_hub_cannot_give_is_refused_once(tmp_path):
+    env = {"HF_HUB_OFFLINE": "1", "HF_HOME": str(tmp_path / "hf")}
+    out = _sweep(tmp_path, "fixes=grpo,full", "model.path=Qwen/Qwen2.5-0.5B", env=env)
+    _refused_once(out, tmp_path, "model.path='Qwen/Qwen2.5-0.5B'", "model.path=/path/to/model_dir")
+
+
+def test_a_sweep_without_vllm_is_refused_once(tmp_path):
+    hide = ("import importlib.util as u\n_find = u.find_spec\n"
+            "u.find_spec = lambda name, *a, **k: None if name == 'vllm' else _find(name, *a, **k)")
+    out = _sweep(tmp_path, "fixes=grpo,full", "rollout=vllm", prelude=hide)
+    _refused_once(out, tmp_path, "rollout=vllm: vLLM is not installed", 'pip install -e ".[vllm]"')
+
+
+def test_a_verl_sweep_without_verls_environment_is_refused_once(tmp_path):
+    out = _sweep(tmp_path, "fixes=grpo,full", "backend=verl", "train.device=cpu",
+                 f"backend.python={tmp_path / 'no-venv' / 'bin' / 'python'}")
+    _refused_once(out, tmp_path, "backend.python=", "bash .ci/install-verl")
