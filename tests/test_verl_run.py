@@ -1,14 +1,15 @@
 """verl's trainer, executed: a ``backend=verl train.device=cpu`` sweep through ``run.py`` on this CPU.
 
 One sweep of the default toy on verl 0.9.1 (the paper's first and last rows, ``paper_1_grpo`` and
-``paper_6_dapo``, two steps each, small sizes), as a user types it, killed with SIGKILL while the second
-job runs (after its step-1 checkpoint) and run again: the first job is skipped, the second resumes from
-verl's checkpoint, and the sweep prints its analysis table. Then each DAPO fix is shown in effect from
-verl's own output (its metrics, the config it ran with, its workers' log), the GRPO row showing none of it:
-a test per fix, each failing when that fix's translation is removed.
+``paper_6_dapo``, and the family's ``cispo``, two steps each, small sizes), as a user types it, killed
+with SIGKILL while the second job runs (after its step-1 checkpoint) and run again: the first job is
+skipped, the second resumes from verl's checkpoint, the third runs, and the sweep prints its analysis
+table. Then each DAPO fix is shown in effect from verl's own output (its metrics, the config it ran with,
+its workers' log), the GRPO row showing none of it, and CISPO running as verl's own loss: a test per fix,
+each failing when that fix's translation is removed.
 
 Needs ``.venv-verl`` with vLLM's CPU build (``bash .ci/install-verl``; ``.ci/test`` installs it): skipped,
-saying so, without it. About 8 minutes on a 2-core machine.
+saying so, without it. About 10 minutes on a 2-core machine.
 """
 
 from __future__ import annotations
@@ -28,7 +29,7 @@ from dapo_exp import rundir
 
 ROOT = Path(__file__).resolve().parents[1]
 VERL_PYTHON = ROOT / ".venv-verl" / "bin" / "python"
-PRESETS = ("paper_1_grpo", "paper_6_dapo")
+PRESETS = ("paper_1_grpo", "paper_6_dapo", "cispo")
 # the toy at a size for CI: 8 prompts x 4 per step, a 32-token cap (long answers are truncated and the last 8
 # tokens before the cap are punished), a checkpoint every step, a 16-problem held-out set, 2 samples each
 SWEEP = ["backend=verl", "train.device=cpu", f"fixes={','.join(PRESETS)}", "train.steps=2", "checkpoint.every=1",
@@ -192,3 +193,15 @@ def test_the_runs_are_listed_by_the_analysis(sweep):
     frame = load_runs(sweep["cwd"] / "multirun" / "verl_cpu").included
     assert sorted(frame["label"]) == sorted(json.loads((r / "summary.json").read_text())["label"]
                                             for r in sweep["runs"].values())
+
+
+def test_the_familys_surrogate_runs_as_verls_own_loss(sweep):
+    """CISPO (the family's representative here) is verl's loss_mode=cispo with its own clip range."""
+    from dapo_exp.hydra_setup import compose_config
+
+    actors = {p: _verl_config(sweep["runs"][p]).actor_rollout_ref.actor for p in PRESETS}
+    assert {p: a.policy_loss.loss_mode for p, a in actors.items()} == {
+        "paper_1_grpo": "vanilla", "paper_6_dapo": "vanilla", "cispo": "cispo"}
+    ours = compose_config(["fixes=cispo"]).algo
+    assert (actors["cispo"].clip_ratio_low, actors["cispo"].clip_ratio_high) == (ours.cispo_eps_low, ours.cispo_eps_high)
+    assert all("actor/pg_loss" in r for r in _train_rows(sweep["runs"]["cispo"]))
