@@ -49,6 +49,7 @@ from dapo_exp.hydra_setup import (
     set_threads,
     write_hydra_record,
 )
+from dapo_exp.preflight import precheck
 from dapo_exp.rundir import RunLockedError, record_failure, remove_if_nothing_computed
 
 CONFIG_DIR = os.path.join(os.path.dirname(os.path.abspath(__file__)), "conf")
@@ -125,6 +126,7 @@ if __name__ == "__main__":
             check_sweep_name(sys.argv[1:])  # sweep=../../x: refused before anything is written
             # a multirun that names no sweep is named after what it sweeps (its directory and W&B group)
             sys.argv += [f"sweep='{name}'"] if (name := default_sweep_name(sys.argv[1:])) else []  # quoted: , and =
+            precheck(sys.argv[1:], CONFIG_DIR)  # before torch: config errors, a sweep's cost, what jobs need
             if not dry_run_sweep(sys.argv[1:], CONFIG_DIR):
                 from dapo_exp.train import RunStopped
 

@@ -54,6 +54,7 @@ CLIS: tuple[tuple[str, ...], ...] = (
     ("dapo_exp.benchmarks.gen_throughput",), ("dapo_exp.benchmarks.trainer_throughput",),
     ("dapo_exp.benchmarks.random_models",), ("dapo_exp.benchmarks.compare_runs",),
     ("dapo_exp.benchmarks.verdict_cost",), ("dapo_exp.benchmarks.busy_machine",),
+    ("dapo_exp.benchmarks.config_refusal",),
 )
 PAPER_OVERRIDES = ["experiment=dapo_32b_paper", "fixes=paper_6_dapo"]
 # config groups that hold a user's own files, git-ignored (conf/local/<site>.yaml, docs/how-to/slurm-sweep.md):

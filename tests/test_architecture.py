@@ -39,10 +39,11 @@ LAYERS = [
     # which reach only the objective and the schema's error)
     {"dapo_exp.objective", "dapo_exp.config", "dapo_exp.fixes*", "dapo_exp.rundir", "dapo_exp.evaluation",
      "dapo_exp.batching", "dapo_exp.logprobs", "dapo_exp.tracking", "dapo_exp.checkpoint", "dapo_exp.models",
-     "dapo_exp.console", "dapo_exp.keyed"},
+     "dapo_exp.console", "dapo_exp.keyed", "dapo_exp.quiet"},
     # 1: registries and what they choose from: tasks, rollout; the composition of the fixes' hooks;
-    # Hydra glue; analysis
+    # Hydra glue and the checks before launch; analysis
     {"dapo_exp.registry", "dapo_exp.compose", "dapo_exp.hydra_setup", "dapo_exp.cli_errors", "dapo_exp.tasks*",
+     "dapo_exp.preflight",
      "dapo_exp.rollout*",
      "dapo_exp.analysis*"},
     # 2: the named steps of the loop; a run's pieces and its lifecycle; other engines a job can run on

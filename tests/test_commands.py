@@ -6,7 +6,7 @@ Each command is split as a POSIX shell splits it (:mod:`shlex`: quotes removed, 
 separate commands, ``# comments`` dropped, backslash continuations joined, ``$ `` prompts dropped,
 variables assigned earlier in the same block expanded). A ``python run.py`` command's overrides are
 parsed one by one with Hydra's own parser, then the command is checked as ``run.py`` checks it before
-launch (:func:`dapo_exp.hydra_setup.precheck`: every distinct job composed, its keys and values
+launch (:func:`dapo_exp.preflight.precheck`: every distinct job composed, its keys and values
 checked, a sweep's GPU-hour threshold); ``--help`` runs for real. A ``python -m dapo_exp...`` command
 names a module that exists and only options its ``--help`` lists (docs/reference/cli-help.md); the
 analysis' ``design`` and ``plan`` on committed files run for real, in-process. A failure names the
@@ -191,7 +191,8 @@ def check_run_py(cmd: Command) -> str | None:
     from hydra.errors import OverrideParseException
 
     from dapo_exp.cli_errors import describe
-    from dapo_exp.hydra_setup import CONFIG_DIR, precheck
+    from dapo_exp.hydra_setup import CONFIG_DIR
+    from dapo_exp.preflight import precheck
 
     args = list(cmd.words[1:])
     if any(a in ("--help", "-h", "--hydra-help") for a in args):

@@ -297,7 +297,7 @@ def test_closest_key_never_suggests_the_parent_section_and_may_suggest_nothing()
 
 
 def test_a_misspelt_key_is_refused_before_torch_is_imported():
-    """The config is composed and checked before run.py imports the trainer (hydra_setup.precheck): torch
+    """The config is composed and checked before run.py imports the trainer (preflight.precheck): torch
     and transformers are never imported (Python's import log), so the refusal does not wait for them."""
     out = subprocess.run([sys.executable, "-X", "importtime", "run.py", "algo.clip_hgih=0.3"], cwd=ROOT,
                          capture_output=True, text=True, timeout=120, env={**os.environ, "OMP_NUM_THREADS": "1"})

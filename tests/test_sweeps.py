@@ -347,7 +347,8 @@ def test_run_py_refuses_a_costly_sweep_in_one_line_before_anything_starts(tmp_pa
 
 
 def test_precheck_refuses_a_config_error_of_every_job_and_lets_one_jobs_failure_through():
-    from dapo_exp.hydra_setup import CONFIG_DIR, precheck
+    from dapo_exp.hydra_setup import CONFIG_DIR
+    from dapo_exp.preflight import precheck
 
     with pytest.raises(ConfigError, match="train.steps: must be >= 0"):
         precheck(["train.steps=-1"], CONFIG_DIR)

@@ -4,7 +4,7 @@ Enabled in conf/config.yaml (``hydra.callbacks.analysis``). Before the first job
 :meth:`AnalysisCallback.on_multirun_start` prints the sweep's launch line (:func:`launch_plan`: runs,
 configurations x seeds, the runs left, and what they cost: GPU-hours for a GPU preset, the expected
 wall time on this machine for the toy) and refuses, exit 2, a sweep :func:`cost_refusal` refuses
-(``run.py`` has refused it already, before Hydra started: :func:`dapo_exp.hydra_setup.precheck`).
+(``run.py`` has refused it already, before Hydra started: :func:`dapo_exp.preflight.precheck`).
 After the last job of
 a sweep, :meth:`AnalysisCallback.on_multirun_end` analyses the sweep directory
 (``hydra.sweep.dir``), writes ``<sweep dir>/analysis/`` (table.md/.csv/.tex,
@@ -75,7 +75,7 @@ class AnalysisCallback(Callback):
             refusal = cost_refusal(config)
         except Exception:  # noqa: BLE001 - never fail a sweep
             pass
-        if refusal:  # run.py refuses it before Hydra starts (hydra_setup.precheck); this is the backstop
+        if refusal:  # run.py refuses it before Hydra starts (preflight.precheck); this is the backstop
             print(f"error: {refusal}", file=sys.stderr, flush=True)
             raise SystemExit(2)  # not an Exception: Hydra's callback runner lets it through
 

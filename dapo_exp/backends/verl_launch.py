@@ -47,26 +47,11 @@ import dapo_exp.backends.verl as verl
 import dapo_exp.backends.verl_slurm as verl_slurm
 from dapo_exp import fixes, rundir
 from dapo_exp.config import ConfigError
+from dapo_exp.preflight import REPO, resolve_python
 
-REPO = Path(__file__).resolve().parents[2]
 VERL_METRICS = "verl_metrics.jsonl"
 VERL_LOG = "verl.log"
 STATUS_SUBMITTED = "submitted"  # backend.launch=slurm: the job is in SLURM's queue
-
-
-def resolve_python(path: str, *, must_exist: bool = True) -> str:
-    """``backend.python``: a relative path is taken from the repository root, a bare name from PATH.
-    ``must_exist=False`` (a dry run): the path it would be, even where verl is not installed."""
-    if os.sep not in path:
-        found = shutil.which(path)
-        if found:
-            return found
-    p = Path(os.path.expanduser(path))
-    p = p if p.is_absolute() else REPO / p
-    if not p.exists() and must_exist:
-        raise ConfigError(f"backend.python={path!r}: no such interpreter ({p}); install verl's environment with "
-                          "`bash .ci/install-verl` or point backend.python at one")
-    return str(p)
 
 
 def export_data(cfg: DictConfig, out: Path) -> dict[str, int]:
