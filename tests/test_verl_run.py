@@ -183,8 +183,10 @@ def test_the_overlong_reward_punishes_long_responses(sweep):
 
 
 def test_the_loss_aggregation_is_token_level_in_the_dapo_row(sweep):
+    """Token-level loss (Eq. 12) in the DAPO row; GRPO's and CISPO's sample-level mean elsewhere."""
     modes = {p: _verl_config(sweep["runs"][p]).actor_rollout_ref.actor.loss_agg_mode for p in PRESETS}
-    assert modes == {"paper_1_grpo": "seq-mean-token-mean", "paper_6_dapo": "token-mean"}
+    assert modes == {"paper_1_grpo": "seq-mean-token-mean", "paper_6_dapo": "token-mean",
+                     "cispo": "seq-mean-token-mean"}
 
 
 def test_the_runs_are_listed_by_the_analysis(sweep):
