@@ -468,6 +468,32 @@ class RunStopped(BaseException):
 
 
 _stop_source: Any = None  # the signal watcher of the run under way in this process (its .signame)
+_received: str | None = None  # the first stop signal this process received (a sweep's worker starts no job after it)
+# a parallel sweep's stop file (its path, set by hydra/launcher=parallel for its workers): written by the sweep's
+# own process on its first SIGINT / SIGTERM, so a job stops after its step even when the signal reached only that
+# process (``kill <pid>``, not the process group) and no job starts after it
+SWEEP_STOP_ENV = "DAPO_SWEEP_STOP"
+QUIET_STOP_ENV = "DAPO_QUIET_STOP"  # "1" in a sweep's workers: the sweep's own process says the one line
+
+
+def note_signal(signame: str) -> None:
+    """Record that this process received ``signame`` (the first one is kept)."""
+    global _received
+    _received = _received or signame
+
+
+def sweep_stop() -> str | None:
+    """The signal that stopped this process's sweep: one this process received (:func:`note_signal`), else
+    the sweep's stop file (:data:`SWEEP_STOP_ENV`), else None."""
+    if _received:
+        return _received
+    path = os.environ.get(SWEEP_STOP_ENV)
+    if not path:
+        return None
+    try:
+        return Path(path).read_text().strip() or "SIGINT"
+    except OSError:
+        return None
 
 
 def watch_stop(source: Any) -> None:

@@ -33,6 +33,7 @@ import hashlib
 import json
 import logging
 import math
+import os
 import signal
 import threading
 import time
@@ -73,20 +74,29 @@ class StopRequest:
     """
 
     def __init__(self) -> None:
-        self.signame: str | None = None
+        self._signame: str | None = None
         self.phase = "setup"
         self._old: dict[int, Any] = {}
 
+    @property
+    def signame(self) -> str | None:
+        """The signal that asked this run to stop: one this process received, or (in a parallel sweep's
+        worker) the sweep's stop (:func:`dapo_exp.rundir.sweep_stop`); None while none did."""
+        return self._signame or rundir.sweep_stop()
+
     def _handle(self, signum: int, frame: Any) -> None:
         name = signal.Signals(signum).name
-        if self.signame is not None:
+        if self._signame is not None:  # this process's own second signal (not the sweep's stop file)
             raise KeyboardInterrupt(f"second signal ({name}): stopping at once")
-        self.signame = name
+        self._signame = name
+        rundir.note_signal(name)
+        quiet = os.environ.get(rundir.QUIET_STOP_ENV) == "1"  # a sweep's worker: the sweep says the one line
         if self.phase == "setup":
-            print(f"[dapo-exp] {name}: stopping the set-up within seconds (nothing trained yet is lost); "
-                  f"re-run the same command to start again", flush=True)
+            if not quiet:
+                print(f"[dapo-exp] {name}: stopping the set-up within seconds (nothing trained yet is lost); "
+                      f"re-run the same command to start again", flush=True)
             raise RunStopped(name)
-        else:
+        elif not quiet:
             print(f"[dapo-exp] {name}: stopping after this step with a checkpoint; send it again to stop at once",
                   flush=True)
 

@@ -5,6 +5,8 @@
   with the planned torch thread count (recorded in its config.json), and a failing job
   is recorded as failed without taking the others down; the sweep then exits 1 naming it.
 - The warm-started tiny model, asked for by two processes at once, is built once (slow).
+- Ctrl-C on a parallel sweep (SIGINT to its process group) stops each running job after its step with a
+  checkpoint, starts no other job, and exits 130 after one closing line, leaving no process (slow).
 """
 
 from __future__ import annotations
@@ -103,3 +105,51 @@ def test_the_warm_start_is_built_once_when_two_jobs_ask_at_once(tmp_path):
     assert sum(o.count("building the warm-started tiny model") for o in outs) == 1, outs
     paths = {line for o in outs for line in o.splitlines() if line.startswith("PATH ")}
     assert len(paths) == 1 and (Path(paths.pop()[5:]) / "config.json").is_file()
+
+
+@pytest.mark.slow
+def test_ctrl_c_on_a_parallel_sweep_stops_each_job_after_its_step_with_a_checkpoint(tmp_path, warm_cache):
+    """SIGINT to the sweep's process group (what Ctrl-C sends): one line says what happens, both running
+    jobs finish their step, checkpoint it and say ``stopped``, the third job never starts, the sweep exits 130
+    after one closing line, and no process of it is left (no worker, no leaked semaphore)."""
+    import os
+    import signal
+    import time
+
+    from conftest import SMALL
+
+    small = [a for a in SMALL if not a.startswith("train.steps=")]
+    args = [sys.executable, "run.py", "-m", "hydra/launcher=parallel", "hydra.launcher.jobs=2", "fixes=grpo",
+            "seed=0,1,2", f"hydra.sweep.dir={tmp_path}", "~hydra.callbacks.analysis", *small, "train.steps=500",
+            "checkpoint.every=100", f"model.cache_dir={warm_cache}"]
+    with open(tmp_path.parent / "ctrl_c.out", "w+") as out, open(tmp_path.parent / "ctrl_c.err", "w+") as err:
+        proc = subprocess.Popen(args, cwd=REPO, stdout=out, stderr=err, text=True, start_new_session=True)
+        deadline = time.monotonic() + 600
+        while len(list(tmp_path.glob("*/metrics.jsonl"))) < 2:  # both running jobs have logged a step
+            assert proc.poll() is None and time.monotonic() < deadline, Path(err.name).read_text()[-3000:]
+            time.sleep(0.1)
+        os.killpg(proc.pid, signal.SIGINT)  # Ctrl-C: the sweep's process and its workers
+        assert proc.wait(timeout=300) == 128 + signal.SIGINT, Path(err.name).read_text()[-3000:]
+        stderr = Path(err.name).read_text()
+    lines = stderr.strip().splitlines()
+    assert "Traceback" not in stderr and "leaked" not in stderr, stderr[-3000:]
+    assert [line for line in lines if "SIGINT" in line] == [
+        "[dapo-exp] SIGINT: the sweep stops: each running job finishes its step and writes a checkpoint, "
+        "no other job starts; send it again to stop at once",
+        "[dapo-exp] sweep stopped by SIGINT: 2 job(s) stopped with a checkpoint, 1 not started; "
+        "re-run the same command to resume"], stderr[-3000:]
+    jobs = sorted(p for p in tmp_path.iterdir() if p.is_dir())
+    assert len(jobs) == 2, jobs  # the job not started left nothing behind
+    for job in jobs:
+        summary = json.loads((job / rundir.SUMMARY).read_text())
+        assert summary["status"] == "stopped" and summary["steps_done"] >= 1, summary
+        assert (job / "checkpoints" / f"step_{summary['steps_done']:07d}").is_dir(), list((job / "checkpoints").iterdir())
+    assert not (tmp_path / ".stop").exists()
+    for _ in range(100):  # the workers are gone with the sweep
+        try:
+            os.killpg(proc.pid, 0)
+        except ProcessLookupError:
+            break
+        time.sleep(0.1)
+    else:
+        pytest.fail("a process of the sweep outlived it")

@@ -13,14 +13,26 @@ A job that raises is recorded as failed by ``run.py`` and the others go on (``ru
 at the end, naming the failed jobs); a worker process
 that dies (killed, out of memory) stops the sweep, and running the same command again resumes
 it (finished jobs are skipped).
+
+SIGINT (Ctrl-C, which reaches the whole process group) or SIGTERM (to the group, or to the sweep's
+own process only) stops the sweep as it stops a single run (:class:`SweepStop`): the sweep's process
+says so in one line and writes the sweep's stop file; every running job finishes its step, writes a
+checkpoint and a summary ``stopped``; no job starts after it (a job not started leaves nothing
+behind); the workers exit and the sweep exits with 128 + the signal after one closing line. Running
+the same command again resumes it. A second signal stops everything at once (the running jobs are
+recorded ``failed``, their checkpoints kept).
 """
 
 from __future__ import annotations
 
 import logging
 import os
+import signal
+import sys
+import threading
 from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
+from pathlib import Path
 from typing import Any, NamedTuple
 
 from hydra.core.utils import JobReturn
@@ -79,8 +91,26 @@ def worker_threads(threads: int) -> Iterator[None]:
                 os.environ[k] = v
 
 
+STOP_FILE = ".stop"  # in the sweep directory while a stop is under way (its content: the signal's name)
+NOT_STARTED, STOPPED = "not started: the sweep was stopped", "stopped with a checkpoint"  # what such jobs return
+
+
+def _worker_signal(signum: int, frame: Any) -> None:
+    """A worker's handler between jobs: the signal is noted (no job starts after it), nothing is raised
+    (loky's worker would die of the ``KeyboardInterrupt``, and the sweep with it)."""
+    from dapo_exp import rundir
+
+    rundir.note_signal(signal.Signals(signum).name)
+
+
 class WithThreads:
-    """The task function, run with ``threads`` torch threads (picklable: it travels to the workers)."""
+    """The task function, run with ``threads`` torch threads (picklable: it travels to the workers).
+
+    In the worker it also keeps the sweep's stop: SIGINT / SIGTERM between jobs are noted, not raised;
+    a job asked to start after a stop (a signal this worker received, or the sweep's stop file) does not
+    start and leaves nothing behind (it returns :data:`NOT_STARTED`); a job stopped cleanly (:class:`dapo_exp.rundir.RunStopped`: its
+    checkpoint and summary ``stopped`` written) returns :data:`STOPPED`, so the pool waits for the other jobs to do
+    the same instead of killing them."""
 
     def __init__(self, task_function: TaskFunction, threads: int) -> None:
         self.task_function, self.threads = task_function, threads
@@ -88,8 +118,53 @@ class WithThreads:
     def __call__(self, cfg: DictConfig) -> Any:
         import torch
 
+        from dapo_exp import rundir
+        from dapo_exp.hydra_setup import job_output_dir
+
+        if threading.current_thread() is threading.main_thread():
+            for s in (signal.SIGINT, signal.SIGTERM):
+                if signal.getsignal(s) is not _worker_signal:
+                    signal.signal(s, _worker_signal)
+        if rundir.sweep_stop():
+            rundir.remove_if_nothing_computed(job_output_dir())  # Hydra made its directory: nothing in it
+            return NOT_STARTED
         torch.set_num_threads(self.threads)
-        return self.task_function(cfg)
+        try:
+            return self.task_function(cfg)
+        except rundir.RunStopped as stop:  # its checkpoint and summary "stopped" are written
+            rundir.note_signal(stop.signame)
+            return STOPPED
+
+
+class SweepStop:
+    """The sweep's own process during the pool's work: the first SIGINT / SIGTERM says in one line what
+    happens and writes the stop file (``<sweep dir>/.stop``, which every job reads at each step boundary);
+    the second raises ``KeyboardInterrupt`` (stop at once). Installed only in the main thread."""
+
+    def __init__(self, sweep_dir: str) -> None:
+        self.path = Path(sweep_dir) / STOP_FILE
+        self.signame: str | None = None
+        self._old: dict[int, Any] = {}
+
+    def _handle(self, signum: int, frame: Any) -> None:
+        name = signal.Signals(signum).name
+        if self.signame is not None:
+            raise KeyboardInterrupt(f"second signal ({name}): stopping at once")
+        self.signame = name
+        self.path.write_text(name)
+        print(f"[dapo-exp] {name}: the sweep stops: each running job finishes its step and writes a checkpoint, "
+              "no other job starts; send it again to stop at once", file=sys.stderr, flush=True)
+
+    def __enter__(self) -> SweepStop:
+        self.path.unlink(missing_ok=True)  # a stop file left by a sweep killed before it could remove it
+        if threading.current_thread() is threading.main_thread():
+            self._old = {s: signal.signal(s, self._handle) for s in (signal.SIGINT, signal.SIGTERM)}
+        return self
+
+    def __exit__(self, *exc: Any) -> None:
+        for s, h in self._old.items():
+            signal.signal(s, h)
+        self.path.unlink(missing_ok=True)
 
 
 class ParallelLauncher(Launcher):
@@ -120,5 +195,34 @@ class ParallelLauncher(Launcher):
                  len(job_overrides), p.jobs, p.threads, p.cores)
         pool = JoblibLauncher(n_jobs=p.jobs, verbose=self.verbose)
         pool.setup(**{**self.context, "task_function": WithThreads(self.context["task_function"], p.threads)})
-        with worker_threads(p.threads):
-            return pool.launch(job_overrides, initial_job_idx)
+        sweep_dir = Path(str(self.context["config"].hydra.sweep.dir))
+        sweep_dir.mkdir(parents=True, exist_ok=True)
+        with worker_threads(p.threads), worker_env(sweep_dir / STOP_FILE), SweepStop(str(sweep_dir)) as stop:
+            returns = pool.launch(job_overrides, initial_job_idx)
+        if stop.signame:
+            from dapo_exp import rundir
+
+            told = [r.return_value if r.status.name == "COMPLETED" else None for r in returns]
+            print(f"[dapo-exp] sweep stopped by {stop.signame}: {told.count(STOPPED)} job(s) stopped with a "
+                  f"checkpoint, {told.count(NOT_STARTED)} not started; re-run the same command to resume",
+                  file=sys.stderr, flush=True)
+            raise rundir.RunStopped(stop.signame)
+        return returns
+
+
+@contextmanager
+def worker_env(stop_file: Path) -> Iterator[None]:
+    """The workers' view of the sweep's stop (they inherit the environment when the pool starts them):
+    where its stop file is, and that the sweep's process says the one line."""
+    from dapo_exp import rundir
+
+    before = {k: os.environ.get(k) for k in (rundir.SWEEP_STOP_ENV, rundir.QUIET_STOP_ENV)}
+    os.environ.update({rundir.SWEEP_STOP_ENV: str(stop_file), rundir.QUIET_STOP_ENV: "1"})
+    try:
+        yield
+    finally:
+        for k, v in before.items():
+            if v is None:
+                os.environ.pop(k, None)
+            else:
+                os.environ[k] = v
