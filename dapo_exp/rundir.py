@@ -483,13 +483,14 @@ def note_signal(signame: str) -> None:
 
 
 def sweep_stop() -> str | None:
-    """The signal that stopped this process's sweep: one this process received (:func:`note_signal`), else
-    the sweep's stop file (:data:`SWEEP_STOP_ENV`), else None."""
-    if _received:
-        return _received
+    """In a parallel sweep's worker (:data:`SWEEP_STOP_ENV` set), the signal that stopped the sweep: one
+    this process received (:func:`note_signal`), else the sweep's stop file's; else None. Elsewhere (a
+    single run, a test process running several runs) always None: a signal stops the run under way only."""
     path = os.environ.get(SWEEP_STOP_ENV)
     if not path:
         return None
+    if _received:
+        return _received
     try:
         return Path(path).read_text().strip() or "SIGINT"
     except OSError:
