@@ -135,7 +135,6 @@ def execute(cfg: DictConfig, body: Callable[[Life], dict[str, Any]], t_start: fl
     with claimed(cfg) as out:  # one writer and one configuration per run directory
         previous = rundir.read_summary(out)
         if previous and previous.get("status") == rundir.STATUS_FINISHED:
-            log.info("%s already finished (summary.json); skipping", out)
             done = int(previous.get("steps_done") or 0)
             # a finished run is never extended in place: a failed or stopped extension would replace its
             # summary, and its last evaluation (the larger final one) would sit inside the longer run's curve

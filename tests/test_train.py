@@ -123,6 +123,7 @@ def test_user_sweep_writes_runs_wandb_and_table_and_rerun_skips(tmp_path, warm_c
     assert "grpo" in out.stdout and (tmp_path / "analysis" / "table.md").exists()
     again = subprocess.run(args, cwd=ROOT, capture_output=True, text=True, timeout=600)
     assert again.returncode == 0 and again.stdout.count("already finished; skipping") == 4
+    assert (again.stdout + again.stderr).count("already finished") == 4  # one line per skipped job, not two
 
 
 @pytest.mark.slow
