@@ -60,6 +60,8 @@ def needs(cfg: Any) -> list[Need]:
         out.append(Need("verl", cfg.backend.python, f"backend=verl (backend.python={cfg.backend.python})"))
         if cfg.train.device == "cpu":
             out.append(Need("verl-vllm", cfg.backend.python, "backend=verl train.device=cpu"))
+        elif cfg.backend.launch == "local":
+            out.append(Need("gpu", "", f"backend=verl train.device={cfg.train.device}"))
     elif cfg.rollout.engine == "vllm":
         out.append(Need("vllm", "", "rollout=vllm"))
     if cfg.model.path != "tiny" and (cfg.backend.name != "verl" or cfg.backend.launch == "local"):
@@ -85,6 +87,19 @@ def _check_verl_vllm(need: Need) -> None:
                           "install them with `bash .ci/install-verl`")
 
 
+def no_gpu(device: str) -> str:
+    """The refusal of verl's local GPU launch on a machine without a GPU (verl would wait for one forever)."""
+    return (f"train.device={device}: this machine has no GPU for verl's local launch; pass train.device=cpu "
+            "(verl on this CPU: small models, tests) or run it on a GPU machine")
+
+
+def _check_gpu(need: Need) -> None:
+    import torch
+
+    if not torch.cuda.is_available():
+        raise ConfigError(no_gpu(need.why.rsplit("=", 1)[-1]))
+
+
 def _check_vllm(need: Need) -> None:
     if importlib.util.find_spec("vllm") is None:
         raise ConfigError(f"{need.why}: vLLM is not installed in this environment; {VLLM_FIX}, or use rollout=hf")
@@ -101,7 +116,7 @@ def _check_model(need: Need) -> None:
     check_hub_model(need.key)  # a hub id: reachable, or cached (one short request)
 
 
-CHECKS: dict[str, Callable[[Need], None]] = {"verl": _check_verl, "verl-vllm": _check_verl_vllm,
+CHECKS: dict[str, Callable[[Need], None]] = {"verl": _check_verl, "verl-vllm": _check_verl_vllm, "gpu": _check_gpu,
                                              "vllm": _check_vllm, "model": _check_model}
 
 

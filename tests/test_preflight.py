@@ -33,6 +33,7 @@ def test_each_job_says_what_it_needs():
     assert _needs("backend=verl", "train.device=cpu") == [("verl", ".venv-verl/bin/python"),
                                                          ("verl-vllm", ".venv-verl/bin/python")]
     assert _needs("backend=verl", "backend.dry_run=true") == []  # a dry run launches nothing
+    assert _needs("backend=verl") == [("verl", ".venv-verl/bin/python"), ("gpu", "")]  # train.device=auto, local
     slurm = _needs("backend=verl", "backend.launch=slurm", "model.path=Qwen/Qwen2.5-0.5B")
     assert slurm == [("verl", ".venv-verl/bin/python")]  # the model is loaded on the cluster's nodes
 
@@ -88,3 +89,12 @@ def test_a_verl_sweep_without_verls_environment_is_refused_once(tmp_path):
     out = _sweep(tmp_path, "fixes=grpo,full", "backend=verl", "train.device=cpu",
                  f"backend.python={tmp_path / 'no-venv' / 'bin' / 'python'}")
     _refused_once(out, tmp_path, "backend.python=", "bash .ci/install-verl")
+
+
+def test_a_verl_gpu_sweep_on_a_machine_without_a_gpu_is_refused_once(tmp_path):
+    import torch
+
+    if torch.cuda.is_available():
+        pytest.skip("this machine has a GPU: verl's local GPU launch is not refused here")
+    out = _sweep(tmp_path, "fixes=grpo,full", "backend=verl", f"backend.python={sys.executable}")
+    _refused_once(out, tmp_path, "train.device=auto: this machine has no GPU", "train.device=cpu")

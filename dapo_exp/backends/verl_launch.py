@@ -130,8 +130,9 @@ def _check_device(cfg: DictConfig) -> None:
     ``train.device=cpu`` is verl's CPU mode."""
     if cfg.backend.launch != "local" or cfg.train.device == "cpu" or _has_cuda():
         return
-    raise ConfigError(f"train.device={cfg.train.device}: this machine has no GPU for verl's local launch; pass "
-                      "train.device=cpu (verl on this CPU: small models, tests) or run it on a GPU machine")
+    from dapo_exp.preflight import no_gpu
+
+    raise ConfigError(no_gpu(cfg.train.device))
 
 
 def _has_cuda() -> bool:
