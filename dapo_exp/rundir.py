@@ -180,7 +180,8 @@ ENV_PACKAGES = ("torch", "transformers", "tokenizers", "safetensors", "numpy", "
 
 def environment() -> dict[str, Any]:
     """What besides the commit decides a run's numbers: Python, package versions, torch's thread
-    count (float reductions depend on it) and the platform. Recorded in config.json and summary.json."""
+    count (float reductions depend on it) and the platform; and, for its wall time, the machine's load
+    when it started (:func:`load_average`). Recorded in config.json and summary.json."""
     import platform
     import sys
     from importlib import metadata
@@ -194,7 +195,16 @@ def environment() -> dict[str, Any]:
     torch = sys.modules.get("torch")
     return {"python": platform.python_version(), "platform": platform.platform(), "packages": versions,
             "torch_threads": torch.get_num_threads() if torch is not None else None,
-            "omp_num_threads": os.environ.get("OMP_NUM_THREADS")}
+            "omp_num_threads": os.environ.get("OMP_NUM_THREADS"), "load_avg_1m": load_average()}
+
+
+def load_average() -> float | None:
+    """The machine's 1-minute load average (None where the platform has none). A run's wall time says as
+    much about this as about its configuration: runs.csv keeps both, the comparison table neither."""
+    try:
+        return round(os.getloadavg()[0], 2)
+    except (AttributeError, OSError):
+        return None
 
 
 # --------------------------------------------------------------------------- #

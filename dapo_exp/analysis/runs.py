@@ -22,7 +22,11 @@ The runs frame (:attr:`RunSet.runs`), one row per run:
 ``exclude_reason``     why not
 ``clip_higher`` ...    one column per registered fix (:data:`dapo_exp.fixes.FIXES`)
 ``model, task``        ``model.path`` and ``task.name``
-``wall_time_s``        ``summary.wall_time_s``
+``wall_time_s``        ``summary.wall_time_s`` (not a table column: it measures the machine as
+                       much as the configuration)
+``load_avg_start``     the 1-minute load average when the run started
+                       (``summary.environment.load_avg_1m``) and when it ended
+``load_avg_end``       (``summary.load_avg_end``): read wall times with them
 ``final/<eval key>``   ``summary.final`` (eval at the end); ``best/``, ``base/``
                        (step 0) likewise; derived from the eval history where the
                        summary lacks them
@@ -75,6 +79,8 @@ SUMMARY_KEYS = (
     "switches",
     "seed",
     "wall_time_s",
+    "load_avg_end",
+    "environment",
     "steps_done",
     "final",
     "best",
@@ -421,6 +427,9 @@ def _run_row(rec: RunRecord, wide: pd.DataFrame, end_window: int) -> dict[str, A
             "sweep": cfg.get("sweep"),
             "group": rec.group,
             "wall_time_s": _num(summ.get("wall_time_s")),
+            # the machine's 1-minute load at the run's start and end: what its wall time also measures
+            "load_avg_start": _num((summ.get("environment") or {}).get("load_avg_1m")),
+            "load_avg_end": _num(summ.get("load_avg_end")),
             "steps_done": _num(summ.get("steps_done", wide["step"].max() if len(wide) else np.nan)),
             "git_commit": summ.get("git_commit"),
             "error": summ.get("error"),

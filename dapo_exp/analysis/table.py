@@ -71,8 +71,9 @@ TABLE_METRICS: tuple[TableMetric, ...] = (
         "rollouts_per_trained", "rollouts / trained (avg)", f"avg/{rundir.ROLLOUTS_PER_TRAINED}", 1.0, 2,
         (1.0, math.inf),
     ),
-    TableMetric("wall_time", "wall time (s)", "wall_time_s", 1.0, 0, (0.0, math.inf)),
 )
+# (wall time is not a column: it measures the machine's load as much as the configuration; runs.csv has
+# each run's wall_time_s beside the load average at its start and end)
 DIFF_KEY = "final_acc"
 CIS = ("t", "bootstrap")
 MIN_SEEDS = 3  # a row with fewer seeds gets the warning line
@@ -525,7 +526,7 @@ _TERMINAL_COLUMNS = {
     "config": "config", "n": "n", "final acc (%)": "final acc %", "Δ": "Δ final acc (pp)", "Δ verdict": "Δ verdict",
     "best acc (%)": "best acc %", "entropy (end)": "entropy", "response length (end)": "resp len",
     "truncated frac (end)": "truncated", "clipfrac higher (avg)": "clip high", "clipfrac lower (avg)": "clip low",
-    "zero-var groups (avg)": "zero-var", "rollouts / trained (avg)": "rollouts/trained", "wall time (s)": "wall s",
+    "zero-var groups (avg)": "zero-var", "rollouts / trained (avg)": "rollouts/trained",
 }
 
 
