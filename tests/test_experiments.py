@@ -194,3 +194,11 @@ def test_real_scale_presets_evaluate_the_whole_held_out_set(composer, preset):
     evaluate every held-out problem at eval.k samples, the final evaluation too (as verl does)."""
     c = composer("fixes=grpo", f"experiment={preset}")
     assert (c.eval.problems, c.eval.final_problems, c.eval.final_samples) == (None, None, None)
+
+
+@pytest.mark.parametrize("preset", ["qwen0.5b_gsm8k", "qwen1.5b_dapo_math", "dapo_32b_paper"])
+def test_a_real_scale_preset_shrunk_for_a_smoke_test_evaluates_at_the_shrunk_cap(composer, preset):
+    """eval.max_response_len is null (the training cap) in the presets, not the cap's number: a smoke test's
+    rollout.max_response_len=16 evaluates 16-token answers, not the preset's 1024-20480."""
+    c = composer("fixes=grpo", f"experiment={preset}", "rollout.max_response_len=16", "algo.overlong_cache_len=4")
+    assert (c.eval.max_response_len or c.rollout.max_response_len) == 16  # how train.run_eval reads the cap
