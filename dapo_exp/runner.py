@@ -363,21 +363,33 @@ def _steps_text(steps: list[int]) -> str:
 
 
 def start_tracking(run: Any, life: Life) -> None:
-    """A W&B run or a no-op (the loop never branches on it); resumed runs continue their W&B run."""
+    """A W&B run or a no-op (the loop never branches on it), and one line saying where it writes.
+
+    The W&B name is ``<label>-s<seed>-<8 hex of the run directory>``: readable, and unique per run
+    directory (so across sweeps and across a sweep's jobs that differ by another override). The id,
+    the same string the first time, is kept in the checkpointed state: a resumed run continues its
+    W&B run (online: the server continues it; offline: a fresh folder of that id replaces the earlier
+    ones, the metric rows kept by :func:`resume` replayed into it)."""
     from dapo_exp.tracking import start_tracker
 
     cfg, st = run.cfg, run.state
     # stable across processes (Python's hash() is salted), so a restarted run continues its W&B run
-    st["wandb_id"] = st.get("wandb_id") or f"{run.label}-s{cfg.seed}-{hashlib.sha1(str(run.out).encode()).hexdigest()[:8]}"
+    name = f"{run.label}-s{cfg.seed}-{hashlib.sha1(str(run.out).encode()).hexdigest()[:8]}"
+    st["wandb_id"] = st.get("wandb_id") or name
     run.tracker = start_tracker(
         cfg.logger.backend, out_dir=str(run.out), config={**life.resolved, "git_commit": life.commit, "label": run.label},
         # the W&B group is the sweep (never one shared group for unrelated single runs)
         project=cfg.logger.project, group=cfg.logger.group or (None if cfg.sweep == "default" else cfg.sweep),
-        name=f"{run.label}-s{cfg.seed}",
+        name=name,
         tags=[k for k, v in life.switches.items() if v] + [f"preset:{cfg.preset}", f"label:{run.label}"]
         + list(cfg.logger.tags),
         mode=cfg.logger.mode, entity=cfg.logger.entity, run_id=st["wandb_id"],
+        # what a run logging offline logs again into its fresh folder (resume() already cut metrics.jsonl
+        # back to the checkpoint); unused online, where the server continues the run
+        history=rundir.read_rows(run.out / rundir.METRICS)[0] if cfg.logger.backend != "none" else None,
     )
+    if line := run.tracker.describe():
+        print(f"[dapo-exp] {line}", flush=True)
     life.cleanup.append(lambda: run.tracker.finish(exit_code=1))
 
 
@@ -424,6 +436,7 @@ def stopped(run: Any, life: Life, step: int) -> None:
     """A clean stop after ``step`` (its checkpoint written, unless nothing was trained yet): summary
     ``stopped``, close, raise :class:`RunStopped`."""
     life.summary.update(status=rundir.STATUS_STOPPED, steps_done=step, wall_time_s=run.state["wall_time_s"],
+                        load_avg_end=rundir.load_average(),
                         history_gap=list(run.state.get("history_gap", [])),
                         error=f"stopped by {life.stop.signame} after step {step}; re-run the same command to resume")
     rundir.write_json(run.out / rundir.SUMMARY, life.summary)
@@ -446,7 +459,7 @@ def finish(run: Any, life: Life, step: int) -> dict[str, Any]:
     trained = [s_ for s_ in evals if s_ > 0] or list(evals)
     best_step = max(trained, key=lambda s_: (evals[s_].get(rundir.EVAL_ACC, -1), -s_))
     summary.update(
-        status=rundir.STATUS_FINISHED, steps_done=step, wall_time_s=st["wall_time_s"],
+        status=rundir.STATUS_FINISHED, steps_done=step, wall_time_s=st["wall_time_s"], load_avg_end=rundir.load_average(),
         final={"step": final_step, **evals[final_step]}, best={"step": best_step, **evals[best_step]},
         base={"step": 0, **evals[0]} if 0 in evals else {},
         compute={"rollouts_total": st["cum_rollouts"], "gen_tokens_total": st["cum_gen_tokens"]},

@@ -7,13 +7,22 @@ offline by default (no network, no account); ``wandb sync <run>/wandb/offline-ru
 uploads them later. An online run whose ``wandb.init`` fails (no network, server down,
 no credentials) waits at most :data:`INIT_TIMEOUT_S` seconds (``WANDB_INIT_TIMEOUT``
 overrides it; W&B's own default is 90 s) and then logs offline, with a warning.
+
+:meth:`WandbTracker.describe` is the one line a run prints about where W&B writes (offline: the
+folder and the ``wandb sync`` command; online: the run's URL). Offline W&B cannot continue a run:
+a run that logs offline under an id that already has offline folders in its directory (a resumed
+run) removes them and replays its history (the rows of ``metrics.jsonl`` it kept) into a fresh
+one, so each run directory holds one complete offline run (:func:`remove_offline_runs`).
 """
 
 from __future__ import annotations
 
 import logging
 import os
+import shutil
 import time
+from collections.abc import Iterable
+from pathlib import Path
 from typing import Any
 
 log = logging.getLogger(__name__)
@@ -42,6 +51,12 @@ class NullTracker:
 
     backend = "none"
     run_dir: str | None = None
+    mode: str | None = None
+    where: str | None = None
+
+    def describe(self) -> str | None:
+        """No line: nothing is logged outside the run directory's own files."""
+        return None
 
     def log(self, metrics: dict[str, Any], step: int) -> None:  # noqa: D102
         pass
@@ -62,6 +77,30 @@ class WandbTracker:
         self.run = run
         self.run_dir = getattr(run, "dir", None)
         self._failed = False
+        settings = getattr(run, "settings", None)
+        self.mode: str | None = getattr(settings, "mode", None)
+        # where the run goes: its URL online, the wandb folder offline
+        self.where: str | None = None
+        try:
+            if self.mode == "online":
+                self.where = run.url
+            elif settings is not None:
+                self.where = str(settings.wandb_dir).rstrip("/\\")
+        except Exception:  # noqa: BLE001 - a description never stops training
+            pass
+
+    @property
+    def offline(self) -> bool:
+        """Whether the run logs offline (into its folder, uploaded later by ``wandb sync``)."""
+        return self.mode in ("offline", "dryrun")
+
+    def describe(self) -> str | None:
+        """One line: where W&B writes and in which mode (what a run prints when its tracker starts)."""
+        if self.offline and self.where:
+            return f"W&B offline: {self.where} (upload later: wandb sync {self.where}/offline-run-*)"
+        if self.mode == "online" and self.where:
+            return f"W&B online: {self.where}"
+        return f"W&B {self.mode}" if self.mode else None
 
     def _guard(self, what: str, fn, *args, **kwargs) -> None:
         if self._failed:
@@ -74,6 +113,12 @@ class WandbTracker:
 
     def log(self, metrics: dict[str, Any], step: int) -> None:
         self._guard("log", self.run.log, {STEP_METRIC: step, **metrics}, step=step)
+
+    def replay(self, history: Iterable[dict[str, Any]]) -> None:
+        """Log rows ``{"step": s, **metrics}`` again, in order (a resumed run's history, into its fresh
+        offline folder), as the runner logged them: ``log(metrics, s)``."""
+        for row in history:
+            self.log({k: v for k, v in row.items() if k != "step"}, row["step"])
 
     def summary(self, values: dict[str, Any]) -> None:
         def _set() -> None:
@@ -94,6 +139,37 @@ def _define_axes(run: Any) -> None:
     run.define_metric("eval/acc_avg", summary="max,last")
 
 
+def wandb_folder(root: str | os.PathLike) -> Path:
+    """The folder W&B writes its runs into under ``root`` (``wandb.init(dir=root)``): ``root/wandb``,
+    or ``root/.wandb`` where that exists (W&B's own rule)."""
+    dot = Path(root) / ".wandb"
+    return dot if dot.is_dir() else Path(root) / "wandb"
+
+
+def offline_runs(wandb_dir: str | os.PathLike, run_id: str) -> list[Path]:
+    """The offline W&B folders of run ``run_id`` in ``wandb_dir`` (``offline-run-<time>-<id>``)."""
+    d = Path(wandb_dir)
+    return sorted(p for p in d.glob(f"offline-run-*-{run_id}") if p.is_dir()) if d.is_dir() else []
+
+
+def remove_offline_runs(wandb_dir: str | os.PathLike, run_id: str) -> list[Path]:
+    """Remove the offline folders of run ``run_id`` in ``wandb_dir`` (before a fresh offline run of
+    that id replaces them: offline W&B cannot continue a run, each start would add a folder);
+    returns what was removed. W&B's service of this process is stopped first when there is
+    something to remove (a run of this process may still be writing into it)."""
+    old = offline_runs(wandb_dir, run_id)
+    if old:
+        import wandb
+
+        wandb.teardown()
+        for p in old:
+            shutil.rmtree(p, ignore_errors=True)
+        latest = Path(wandb_dir) / "latest-run"
+        if latest.is_symlink() and not latest.exists():
+            latest.unlink(missing_ok=True)
+    return old
+
+
 def start_tracker(
     backend: str,
     *,
@@ -106,12 +182,13 @@ def start_tracker(
     mode: str = "offline",
     entity: str | None = None,
     run_id: str | None = None,
+    history: Iterable[dict[str, Any]] | None = None,
 ) -> NullTracker | WandbTracker:
     """Start a tracker. ``backend="none"`` (or any failure) gives a :class:`NullTracker`.
 
-    ``run_id`` makes a resumed run continue the same W&B run (``resume="allow"``). A run that
-    cannot start in ``mode`` (online: no network, no credentials) within the init timeout
-    falls back to offline logging with a warning.
+    ``run_id`` makes a resumed run continue its W&B run: online ``resume="allow"``; offline, the earlier
+    folders of ``run_id`` are removed and ``history`` (rows ``{"step": s, **metrics}``) is logged again
+    into a fresh one. A run that cannot start online within the init timeout logs offline, with a warning.
     """
     if backend == "none" or mode == "disabled":
         return NullTracker()
@@ -122,9 +199,11 @@ def start_tracker(
         timeout = float(os.environ.get("WANDB_INIT_TIMEOUT", INIT_TIMEOUT_S))
 
         def init(run_mode: str):
+            if (offline := run_mode in ("offline", "dryrun")) and run_id:
+                remove_offline_runs(wandb_folder(out_dir), run_id)
             return wandb.init(
                 project=project, entity=entity, group=group, name=name, tags=tags, config=config, dir=out_dir,
-                mode=run_mode, id=run_id, resume="allow" if run_id else None, reinit="finish_previous",
+                mode=run_mode, id=run_id, resume=None if offline or not run_id else "allow", reinit="finish_previous",
                 settings=wandb.Settings(silent=True, console="off", x_disable_stats=True, init_timeout=timeout),
             )
 
@@ -144,7 +223,10 @@ def start_tracker(
             wandb.teardown()
             run = init("offline")
         _define_axes(run)
-        return WandbTracker(run)
+        tracker = WandbTracker(run)
+        if run_id and tracker.offline:
+            tracker.replay(history or ())
+        return tracker
     except Exception as exc:  # noqa: BLE001
         log.warning("could not start W&B (%s); continuing without it", exc)
         return NullTracker()

@@ -6,6 +6,7 @@ import sys
 from pathlib import Path
 
 import pytest
+from conftest import kill_during_step
 
 from dapo_exp import rundir
 from dapo_exp.train import train
@@ -14,21 +15,6 @@ ROOT = Path(__file__).resolve().parents[1]
 PRESETS = sorted(p.stem for p in (ROOT / "conf" / "fixes").glob("*.yaml"))
 # wall-clock figures differ between identical runs; everything else must not
 VOLATILE = ("timing_s/", "perf/")
-
-
-def kill_during_step(monkeypatch, step):
-    """Make train() die like a killed process (KeyboardInterrupt) as it starts rollout step ``step``."""
-    import dapo_exp.train as T
-
-    real, calls = T.collect_groups, {"n": 0}
-
-    def dies(*a, **k):
-        calls["n"] += 1
-        if calls["n"] == step:
-            raise KeyboardInterrupt(f"simulated kill during step {step}")
-        return real(*a, **k)
-
-    monkeypatch.setattr(T, "collect_groups", dies)
 
 
 def metrics(run_dir):

@@ -12,6 +12,11 @@ and finishes it. Offline by default (``mode="offline"``: no network, no account;
 later), like the trainer's runs. The group is the sweep's (:func:`summary_group`), never a
 shared "default": runs launched without ``sweep=`` all carry the sweep name "default", so their
 summary run is put in a group named after the sweep directory instead.
+
+Re-analysing a sweep replaces its summary run instead of adding one: the run's id is
+deterministic (:func:`summary_run_id`: the group and the W&B directory); offline, the earlier
+``offline-run-*-<id>`` folder is removed first (offline W&B cannot continue a run); online, the
+same run is continued (``resume="allow"``) and the newest tables are its summary.
 """
 
 from __future__ import annotations
@@ -47,6 +52,26 @@ def summary_group(runs: pd.DataFrame, out_dir: str | os.PathLike | None = None) 
     return f"{stem}-{digest}"
 
 
+def summary_run_id(group: str, wandb_dir: str | os.PathLike) -> str:
+    """The W&B id of a sweep's summary run: ``analysis-`` and 12 hex of the group and the (resolved)
+    directory W&B writes under, the same for every re-analysis of that sweep into that directory."""
+    key = f"{group}\n{Path(wandb_dir).expanduser().resolve()}"
+    return f"analysis-{hashlib.sha1(key.encode()).hexdigest()[:12]}"
+
+
+def _replacing(group: str, wandb_dir: Path, mode: str | None) -> dict[str, Any]:
+    """``wandb.init``'s ``id`` and ``resume`` for a summary run that replaces the earlier one of its
+    sweep; offline, the earlier run's folder is removed first (offline W&B cannot continue a run)."""
+    from dapo_exp.tracking import remove_offline_runs, wandb_folder
+
+    run_id = summary_run_id(group, wandb_dir)
+    # the mode W&B will use: this argument, else WANDB_MODE (wandb.init's own precedence)
+    offline = (mode or os.environ.get("WANDB_MODE") or "online") in ("offline", "dryrun")
+    if offline:
+        remove_offline_runs(wandb_folder(wandb_dir), run_id)
+    return {"id": run_id, "resume": None if offline else "allow"}
+
+
 def _table(df: pd.DataFrame):
     import wandb
 
@@ -68,7 +93,10 @@ def log_summary_run(
     entity: str | None = None,
     wandb_dir: str | os.PathLike | None = None,
 ) -> dict[str, str]:
-    """Log an :class:`~dapo_exp.analysis.report.AnalysisResult` as a W&B run; returns its id, group and dir."""
+    """Log an :class:`~dapo_exp.analysis.report.AnalysisResult` as a W&B run; returns its id, group and dir.
+
+    The run replaces the summary run of an earlier analysis of the same group into the same
+    ``wandb_dir`` (same id: :func:`summary_run_id`; offline, its folder is removed first)."""
     import wandb
 
     from dapo_exp.analysis.table import format_table, warning_line
@@ -82,6 +110,7 @@ def log_summary_run(
         group=group,
         job_type=JOB_TYPE,
         name=f"analysis-{group}",
+        **_replacing(group, wandb_dir, mode),
         dir=str(wandb_dir),
         mode=mode,
         config={"sources": [str(s) for s in result.data.sources], "n_runs": int(len(result.data.runs)),
