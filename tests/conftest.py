@@ -49,3 +49,29 @@ def small_cfg(warm_cache):
             )
 
     return make
+
+
+
+def kill_during_step(monkeypatch, step):
+    """Make train() die like a killed process (KeyboardInterrupt) as it starts rollout step ``step``."""
+    import dapo_exp.train as T
+
+    real, calls = T.collect_groups, {"n": 0}
+
+    def dies(*a, **k):
+        calls["n"] += 1
+        if calls["n"] == step:
+            raise KeyboardInterrupt(f"simulated kill during step {step}")
+        return real(*a, **k)
+
+    monkeypatch.setattr(T, "collect_groups", dies)
+
+
+# The longest module (verl's trainer executed on this CPU, ~10 min in one module-scoped sweep) runs first: the
+# test command spreads modules over two workers (pytest-xdist, --dist loadscope), so it then runs beside the
+# rest instead of after it.
+FIRST = ("test_verl_run.py",)
+
+
+def pytest_collection_modifyitems(config, items):
+    items.sort(key=lambda item: item.path.name not in FIRST)  # stable: the order within each part is kept
