@@ -67,9 +67,9 @@ def kill_during_step(monkeypatch, step):
     monkeypatch.setattr(T, "collect_groups", dies)
 
 
-# The longest module (verl's trainer executed on this CPU, ~10 min in one module-scoped sweep) runs first: the
-# test command spreads modules over two workers (pytest-xdist, --dist loadscope), so it then runs beside the
-# rest instead of after it.
+# The longest module (verl's trainer executed on this CPU, ~8 min in one module-scoped sweep) runs first: the
+# test command spreads modules over two workers in this order (pytest-xdist, --dist loadscope
+# --no-loadscope-reorder), so it runs beside the rest instead of after it.
 FIRST = ("test_verl_run.py",)
 
 

