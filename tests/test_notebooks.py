@@ -76,6 +76,7 @@ def test_notebook_executes(path, kernel, tmp_path, monkeypatch):
         assert "paired t" in md and "Welch t" in md and "Student-t" in md
         assert "**Effects.**" in md and "aliased with" in md
         assert (tmp_path / "out" / "table.md").is_file()
+        assert f"wrote {tmp_path / 'out' / 'table.md'}" in text  # said, not silent (the sweep's own by default)
     else:
         assert "=== grpo ===" in text and "[truncated]" in text and "[longest]" in text
     # the notebook on disk is untouched (outputs only in memory)
