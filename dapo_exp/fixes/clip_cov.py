@@ -5,8 +5,10 @@ per-token covariance ``(A_t - mean A)(logp_t - mean logp)`` over the batch's tok
 (no gradient) a random share ``clip_cov_ratio`` (paper: 2e-4) of the tokens whose covariance lies
 in ``[clip_cov_lb, clip_cov_ub]`` (1, 5); the rest is PPO's clipped surrogate with the run's
 ``eps_low`` / ``eps_high`` (so Clip-Higher combines with it). It fills the ``surrogate`` slot with
-:func:`dapo_exp.objective.clip_cov_surrogate`. The random choice draws from a generator seeded by
-the run's seed (its position is not checkpointed: a resumed run draws other tokens).
+:func:`dapo_exp.objective.clip_cov_surrogate`. The random choice draws from torch's global generator:
+seeded by the run's seed at its start and saved in every checkpoint (:func:`dapo_exp.checkpoint.rng_state`),
+so a killed and resumed run draws the same tokens as an uninterrupted one (an exact resume; a private
+generator re-seeded at each start would not be).
 """
 
 from __future__ import annotations
@@ -18,12 +20,10 @@ from dapo_exp.fixes.base import Fix, register_fix
 
 
 def _bind(algo, run):
-    import torch
-
     from dapo_exp import objective
 
-    return {"surrogate": functools.partial(
-        objective.clip_cov_surrogate, generator=torch.Generator().manual_seed(run.seed), eps_low=algo.eps_low,
+    return {"surrogate": functools.partial(  # generator=None: the global one, checkpointed with the run
+        objective.clip_cov_surrogate, generator=None, eps_low=algo.eps_low,
         eps_high=algo.eps_high, clip_ratio=algo.clip_cov_ratio, cov_lb=algo.clip_cov_lb, cov_ub=algo.clip_cov_ub)}
 
 
