@@ -20,7 +20,8 @@ Typical use::
 Modules: ``runs`` (local runs, the frames), ``wandb_reader`` (W&B online and
 offline), ``stats`` (t intervals), ``table``, ``curves``, ``samples`` (rollout
 inspection), ``design`` (two-level designs, aliasing), ``effects`` (which fix
-mattered), ``bootstrap`` (seeds, problems, samples), ``planning`` (seeds needed),
+mattered), ``contrasts`` (a ladder's rungs, each against the one below; an irregular set's pairs, Holm),
+``bootstrap`` (seeds, problems, samples), ``planning`` (seeds needed),
 ``verdicts`` (what "no difference shown" ruled out: MDE, equivalence, r; the one-seed line),
 ``wandb_writer`` (the analysis as a W&B run), ``report`` (everything at once),
 ``cli``, ``callback``.
@@ -75,6 +76,8 @@ _EXPORTS = {
     "design": ("SWITCH_OPTIONS", "fractional_design", "full_factorial", "job_overrides", "describe_design"),
     "effects": ("Effects", "fit_effects", "format_effects", "effects_markdown", "write_effects", "plot_effects",
                 "write_forest"),
+    "contrasts": ("configuration_switches", "ladder", "contrast_kind", "rung_contrasts", "pairwise_contrasts",
+                  "holm", "configuration_contrasts", "contrasts_text", "contrasts_markdown", "write_contrasts"),
     "bootstrap": ("SampleCube", "eval_cube", "replicate_means", "config_intervals", "problem_share",
                   "crossed_components"),
     "planning": ("plan", "format_plan", "pilot_variances", "seeds_paired", "seeds_unpaired", "half_widths"),

@@ -27,6 +27,9 @@ class AnalysisResult:
     figures: bool = True
     # main effects and two-way interactions (dapo_exp.analysis.effects.Effects), None when no switch varies
     effects: Any = None
+    # the rungs of a ladder or the Holm-adjusted pairs of an irregular set (dapo_exp.analysis.contrasts);
+    # empty for a two-level design or one configuration
+    contrasts: pd.DataFrame | None = None
     wandb: dict[str, str] | None = None
 
     @property
@@ -35,8 +38,11 @@ class AnalysisResult:
 
     def text(self, width: int = 120) -> str:
         """What the command line and the callback print, in lines of at most ``width`` characters
-        (paths excepted): the table's and the effects' terminal forms, runs, excluded count, paths.
-        The files hold the full tables (:func:`dapo_exp.analysis.table.table_text`)."""
+        (paths excepted): a ladder's rungs first (each against the one below,
+        :func:`dapo_exp.analysis.contrasts.contrasts_text`), the table's and the effects' terminal forms,
+        runs, excluded count, paths. The files hold the full tables
+        (:func:`dapo_exp.analysis.table.table_text`)."""
+        from dapo_exp.analysis.contrasts import LADDER_KIND, contrasts_text
         from dapo_exp.analysis.effects import effects_text
         from dapo_exp.analysis.table import table_text, wrap_text
 
@@ -44,9 +50,16 @@ class AnalysisResult:
         runs = "\n".join(wrap_text(f"runs: {self.data.describe()} (excluded from the statistics: {self.n_excluded})",
                                    width))
         files = f"effects: {self.out_dir / 'effects.md'} (.csv, .tex)\n" if self.effects is not None else ""
+        con = self.contrasts if self.contrasts is not None else pd.DataFrame()
+        rungs = contrasts_text(con, width)
+        rungs = f"{rungs}\n" if rungs else ""
+        if len(con):
+            what = ("rungs" if con.attrs.get("kind") == LADDER_KIND
+                    else f"{len(con)} pairs, Holm-adjusted (neither a ladder nor a two-level design)")
+            files += f"contrasts: {self.out_dir / 'contrasts.md'} (.csv; {what})\n"
         wb = f"W&B summary run: {self.wandb['id']} (group {self.wandb['group']}, {self.wandb['dir']})\n" if self.wandb else ""
         return (
-            f"{table_text(self.table, width)}{eff}"
+            f"{rungs}{table_text(self.table, width)}{eff}"
             f"{runs}\n"
             f"table: {self.out_dir / 'table.md'} (.csv, .tex)\n{files}"
             f"figures: {self.figure_dir if self.figures else '(not drawn)'}\n{wb}"
@@ -72,7 +85,8 @@ def run_analysis(
     margin: float | None = None,
 ) -> AnalysisResult:
     """Load runs (local ``paths`` or a ``wandb`` spec), write ``table.{md,csv,tex}``, ``runs.csv``,
-    ``effects.{md,csv,tex}`` (when a switch varies) and figures.
+    ``effects.{md,csv,tex}`` (when a switch varies), ``contrasts.{md,csv}`` (a ladder's rungs, or an
+    irregular set's Holm-adjusted pairs: :func:`dapo_exp.analysis.contrasts.configuration_contrasts`) and figures.
 
     ``out/figures/curves_vs_{step,rollouts,tokens}.{png,svg}`` and ``effects_forest.{png,svg}``.
     ``ci``: ``t`` or ``bootstrap`` (table and effects; ``bootstrap``: its keyword arguments).
@@ -84,13 +98,7 @@ def run_analysis(
     """
     data = _load(paths, wandb, group, tags, cache_dir, refresh, end_window)
     out_dir = Path(out)
-    from dapo_exp.analysis.verdicts import DEFAULT_MARGIN
-
-    table = comparison_table(data, ci=ci, bootstrap=bootstrap, margin=DEFAULT_MARGIN if margin is None else margin)
-    files = list(write_table(table, out_dir).values())
-    runs_csv = out_dir / "runs.csv"
-    data.runs.to_csv(runs_csv, index=False)
-    files.append(runs_csv)
+    table, con, files = _tables(data, out_dir, ci, bootstrap, margin)
     fig_dir = out_dir / "figures"
     eff = _effects(data, effects_model, ci, bootstrap)
     if eff is not None:
@@ -107,12 +115,28 @@ def run_analysis(
             files += write_forest(eff, fig_dir)
     if ci == "bootstrap":
         files.append(_write_problem_share(data, table, eff, effects_model, bootstrap or {}, out_dir))
-    result = AnalysisResult(data, table, table_markdown(table), out_dir, fig_dir, files, figures, eff)
+    result = AnalysisResult(data, table, table_markdown(table), out_dir, fig_dir, files, figures, eff, con)
     if wandb_log is not None:
         from dapo_exp.analysis.wandb_writer import log_summary_run
 
         result.wandb = log_summary_run(result, **wandb_log)
     return result
+
+
+def _tables(data: RunSet, out_dir: Path, ci: str, bootstrap: dict | None,
+            margin: float | None) -> tuple[pd.DataFrame, pd.DataFrame, list[Path]]:
+    """The comparison table and the contrasts (a ladder's rungs, an irregular set's pairs), written with
+    ``runs.csv``: (table, contrasts, the files)."""
+    from dapo_exp.analysis.contrasts import configuration_contrasts, write_contrasts
+    from dapo_exp.analysis.verdicts import DEFAULT_MARGIN
+
+    margin = DEFAULT_MARGIN if margin is None else margin
+    table = comparison_table(data, ci=ci, bootstrap=bootstrap, margin=margin)
+    files = list(write_table(table, out_dir).values())
+    runs_csv = out_dir / "runs.csv"
+    data.runs.to_csv(runs_csv, index=False)
+    con = configuration_contrasts(data, margin=margin)
+    return table, con, [*files, runs_csv, *write_contrasts(con, out_dir).values()]
 
 
 def _load(paths, wandb, group, tags, cache_dir, refresh, end_window) -> RunSet:

@@ -1,0 +1,291 @@
+"""Which fix mattered when the configurations are not a two-level design: rungs of a ladder, or all pairs.
+
+The comparison table gives each configuration against the baseline. When the configurations form a
+**ladder** (they can be ordered so that each one's set of enabled switches strictly contains the
+previous one's: ``grpo < clip < clip_ds < full``, or the paper's ``paper_1_grpo`` ... ``paper_6_dapo``),
+the question is rather what each added fix did given the ones below it: :func:`rung_contrasts`
+gives every rung against the one below, the difference of the endpoint accuracy (the table's
+``final_acc``, in pp) of rung k minus rung k-1 with its interval, test, MDE and verdict, computed
+exactly as the table's difference to the baseline (:func:`dapo_exp.analysis.stats.difference`:
+paired t by seed when the seeds match, else Welch; :func:`dapo_exp.analysis.verdicts.compare`).
+Rows whose switches are the same (split by another config key, ``clip [train.steps=4]``) are never
+rungs of one another: such a set is not a ladder.
+
+A set that is neither a ladder nor a two-level design (a full factorial or a regular fraction,
+:func:`dapo_exp.analysis.design.describe_design`, whose main effects and interactions
+:mod:`dapo_exp.analysis.effects` estimates) gets :func:`pairwise_contrasts`: every pair, with the
+p-values Holm-adjusted over the pairs (``statsmodels.stats.multitest.multipletests``) and the
+verdict read from the adjusted p. A two-level design gets no contrasts here.
+
+:func:`configuration_contrasts` picks the one that applies; :func:`write_contrasts` writes ``contrasts.md`` and
+``contrasts.csv``; :func:`contrasts_text` is the block the report prints before the table.
+"""
+
+from __future__ import annotations
+
+import os
+import textwrap
+from pathlib import Path
+
+import numpy as np
+import pandas as pd
+
+from dapo_exp.analysis import verdicts
+from dapo_exp.analysis.runs import RunSet, order_labels
+from dapo_exp.analysis.stats import difference
+
+LADDER_KIND = "ladder"
+TWO_LEVEL = "two-level"
+IRREGULAR = "irregular"
+SINGLE = "one configuration"
+NOT_MEASURED = "not measured (1 seed)"  # the table's verdict where an arm has one seed
+TWO_LEVEL_KINDS = ("full factorial", "regular fraction")
+
+
+def _inc(data: RunSet | pd.DataFrame) -> pd.DataFrame:
+    """The included runs with an endpoint accuracy."""
+    from dapo_exp.analysis.table import DIFF_KEY, TABLE_METRICS, _runs_frame
+
+    runs = _runs_frame(data)
+    if not len(runs):
+        return runs
+    src = next(m.source for m in TABLE_METRICS if m.key == DIFF_KEY)
+    inc = runs[runs["included"].astype(bool)]
+    return inc[inc[src].notna()] if src in inc else inc.iloc[:0]
+
+
+def configuration_switches(data: RunSet | pd.DataFrame) -> dict[str, frozenset[str]]:
+    """The enabled switches of each configuration (table row) with included runs, in the table's order."""
+    from dapo_exp.fixes import FIXES
+
+    inc = _inc(data)
+    if not len(inc):
+        return {}
+    names = [n for n in FIXES if n in inc]
+    out = {}
+    for label in order_labels(inc["label"]):
+        g = inc[inc["label"] == label]
+        out[label] = frozenset(n for n in names if bool(g[n].fillna(False).astype(bool).any()))
+    return out
+
+
+def ladder(data: RunSet | pd.DataFrame) -> list[str] | None:
+    """The configurations ordered as a ladder (each one's switch set strictly contains the previous
+    one's), or None when they are not one (fewer than two, or two with the same switches)."""
+    sets = configuration_switches(data)
+    if len(sets) < 2:
+        return None
+    order = sorted(sets, key=lambda lbl: len(sets[lbl]))  # stable: the table's order among equal sizes
+    if all(sets[a] < sets[b] for a, b in zip(order, order[1:])):
+        return order
+    return None
+
+
+def contrast_kind(data: RunSet | pd.DataFrame) -> str:
+    """``ladder``, ``two-level`` (a full factorial or regular fraction over the switches: the effects
+    apply), ``irregular`` (anything else: all pairs) or ``one configuration``."""
+    sets = configuration_switches(data)
+    if len(sets) < 2:
+        return SINGLE
+    if ladder(data) is not None:
+        return LADDER_KIND
+    if len(set(sets.values())) == len(sets):  # distinct switch states: maybe a two-level design
+        from dapo_exp.analysis.design import describe_design, switches_in
+
+        switches = switches_in(_inc(data))
+        points = pd.DataFrame([{s: s in on for s in switches} for on in sets.values()])
+        if describe_design(points, switches).kind in TWO_LEVEL_KINDS:
+            return TWO_LEVEL
+    return IRREGULAR
+
+
+def _names(switches, field: str = "title") -> str:
+    from dapo_exp.fixes import FIXES
+
+    ordered = [n for n in FIXES if n in switches]
+    return (" + " if field == "title" else "+").join(getattr(FIXES[n], field) for n in ordered)
+
+
+def _compare(inc: pd.DataFrame, label: str, vs: str, confidence: float, margin: float | None) -> dict[str, object]:
+    """``label`` minus ``vs`` on the endpoint accuracy, as the table's difference to the baseline."""
+    from dapo_exp.analysis.table import DIFF_KEY, TABLE_METRICS, _per_seed
+
+    m = next(m for m in TABLE_METRICS if m.key == DIFF_KEY)
+    a, b = _per_seed(inc, label, m), _per_seed(inc, vs, m)
+    iv = difference(a, b, confidence)
+    v = verdicts.compare(a, b, margin if m.scale == 100.0 else None)
+    verdict = (NOT_MEASURED if min(len(a), len(b)) < 2 else verdicts.verdict_word(iv.lo, iv.hi, iv.n))
+    return {"diff": iv.mean, "lo": iv.lo, "hi": iv.hi, "n": iv.n, "test": iv.test, "p": iv.p, "note": iv.note,
+            "mde": v["mde"], "r": v["r"], "tost_p": v["tost_p"], "equivalence": v["equivalence"], "verdict": verdict}
+
+
+_RUNG_COLUMNS = ["step", "rung", "vs", "added", "added_short", "diff", "lo", "hi", "n", "test", "p", "note", "mde",
+                 "r", "tost_p", "equivalence", "verdict"]
+_PAIR_COLUMNS = ["config", "vs", "added", "removed", "diff", "lo", "hi", "n", "test", "p", "p_holm", "note", "mde",
+                 "r", "tost_p", "equivalence", "verdict"]
+
+
+def _attrs(df: pd.DataFrame, data, kind: str, confidence: float, margin: float | None) -> pd.DataFrame:
+    from dapo_exp.analysis.table import acc_name
+
+    df.attrs.update({"kind": kind, "confidence": confidence, "margin": margin,
+                     "acc_name": acc_name(_inc(data))})
+    return df
+
+
+def rung_contrasts(data: RunSet | pd.DataFrame, *, confidence: float = 0.95,
+                   margin: float | None = verdicts.DEFAULT_MARGIN) -> pd.DataFrame:
+    """Each rung of the ladder against the one below (empty when the configurations are not a ladder).
+
+    One row per rung k > 0: ``step`` (k), ``rung``, ``vs`` (rung k-1), ``added`` (the titles of the fixes
+    rung k adds, joined by " + ") and ``added_short`` (their short names, "tl+sop"); ``diff``, ``lo``,
+    ``hi`` (the ``confidence`` interval), ``n``, ``test`` and ``p``: endpoint accuracy of rung k minus
+    rung k-1 in pp, paired t by seed when the seeds match, else Welch (``note``: "identical per seed"
+    when the interval is undefined for that reason); ``mde``, ``r``, ``tost_p``, ``equivalence`` and
+    ``verdict`` as the comparison table's (:mod:`dapo_exp.analysis.verdicts`). ``attrs["kind"]``.
+    """
+    order = ladder(data)
+    if order is None:
+        return _attrs(pd.DataFrame(columns=_RUNG_COLUMNS), data, contrast_kind(data), confidence, margin)
+    inc = _inc(data)
+    sets = configuration_switches(data)
+    rows = []
+    for k in range(1, len(order)):
+        lo, hi = order[k - 1], order[k]
+        added = sets[hi] - sets[lo]
+        rows.append({"step": k, "rung": hi, "vs": lo, "added": _names(added), "added_short": _names(added, "short"),
+                     **_compare(inc, hi, lo, confidence, margin)})
+    return _attrs(pd.DataFrame(rows, columns=_RUNG_COLUMNS), data, LADDER_KIND, confidence, margin)
+
+
+def holm(p) -> np.ndarray:
+    """Holm's step-down adjustment of the p-values ``p``; NaN stays NaN and is not counted."""
+    p = np.asarray(p, dtype=float)
+    out = np.full(p.shape, np.nan)
+    ok = np.isfinite(p)
+    if ok.any():
+        from statsmodels.stats.multitest import multipletests
+
+        out[ok] = multipletests(p[ok], method="holm")[1]
+    return out
+
+
+def pairwise_contrasts(data: RunSet | pd.DataFrame, *, confidence: float = 0.95,
+                       margin: float | None = verdicts.DEFAULT_MARGIN, alpha: float = verdicts.ALPHA) -> pd.DataFrame:
+    """Every pair of configurations: ``config`` minus ``vs`` (``vs`` the earlier in the table's order).
+
+    Columns as :func:`rung_contrasts` (``added`` and ``removed``: the fixes ``config`` has and ``vs``
+    lacks, and the reverse) plus ``p_holm``: ``p`` Holm-adjusted over the pairs with a p-value. The
+    verdict reads the adjusted p: "difference shown" when ``p_holm < alpha``; the interval is the
+    unadjusted one.
+    """
+    sets = configuration_switches(data)
+    labels = list(sets)
+    inc = _inc(data)
+    rows = []
+    for i, vs in enumerate(labels):
+        for label in labels[i + 1:]:
+            rows.append({"config": label, "vs": vs, "added": _names(sets[label] - sets[vs]),
+                         "removed": _names(sets[vs] - sets[label]), **_compare(inc, label, vs, confidence, margin)})
+    df = pd.DataFrame(rows, columns=_PAIR_COLUMNS)
+    if len(df):
+        df["p_holm"] = holm(df["p"].to_numpy(dtype=float))
+        for i, r in df.iterrows():
+            if np.isfinite(r["p_holm"]) and r["verdict"] in (verdicts.DIFFERENCE, verdicts.NO_DIFFERENCE):
+                df.at[i, "verdict"] = verdicts.DIFFERENCE if r["p_holm"] < alpha else verdicts.NO_DIFFERENCE
+    return _attrs(df, data, contrast_kind(data) if len(sets) > 1 else SINGLE, confidence, margin)
+
+
+def configuration_contrasts(data: RunSet | pd.DataFrame, **kw) -> pd.DataFrame:
+    """The contrasts that apply: the rungs of a ladder, all pairs of an irregular set, else an empty frame
+    (a two-level design: :func:`dapo_exp.analysis.effects.fit_effects`; one configuration: nothing)."""
+    kind = contrast_kind(data)
+    if kind == LADDER_KIND:
+        return rung_contrasts(data, **kw)
+    if kind == IRREGULAR:
+        return pairwise_contrasts(data, **kw)
+    return _attrs(pd.DataFrame(), data, kind, kw.get("confidence", 0.95), kw.get("margin", verdicts.DEFAULT_MARGIN))
+
+
+# --------------------------------------------------------------------------- #
+# Formatting and writing                                                        #
+# --------------------------------------------------------------------------- #
+def _delta(r) -> str:
+    if not np.isfinite(r["diff"]):
+        return "Δ n/a"
+    if np.isfinite(r["lo"]) and np.isfinite(r["hi"]):
+        return f"Δ {r['diff']:+.1f} ± {(r['hi'] - r['lo']) / 2:.1f} pp"
+    note = r["note"] if isinstance(r["note"], str) and r["note"] else ""
+    return f"Δ {r['diff']:+.1f} ± n/a pp" + (f" ({note})" if note else "")
+
+
+def _mde(r) -> str:
+    return f"MDE {r['mde']:.1f}" if np.isfinite(r["mde"]) else "MDE n/a"
+
+
+def _caption(df: pd.DataFrame) -> str:
+    conf = int(round(100 * df.attrs.get("confidence", 0.95)))
+    acc = df.attrs.get("acc_name", "final acc")
+    how = (f"difference of {acc} in pp with its {conf}% t interval: paired t by seed when the seeds match, else "
+           "Welch's t (as the table's Δ); MDE: the difference the same test would detect with power 0.8 at "
+           "alpha 0.05 (pp)")
+    if df.attrs.get("kind") == LADDER_KIND:
+        return (f"Rungs (each against the one below: the effect of the fixes added, given those below; {how}; "
+                "p unadjusted).")
+    return (f"Pairwise contrasts (the configurations are neither a ladder nor a two-level design: every pair; {how}; "
+            "p_holm: Holm-adjusted over the pairs; the verdict reads p_holm).")
+
+
+def contrasts_text(df: pd.DataFrame, width: int = 120) -> str:
+    """The block the report prints before the table: one line per rung,
+    ``clip vs grpo (+Clip-Higher): Δ +5.0 ± 2.4 pp, paired t, n=3, MDE 3.3: no difference shown``.
+    "" for anything but a ladder (pairs are in ``contrasts.md``), and for a ladder none of whose rungs is
+    measured (one seed: the table's first line says so and what to run)."""
+    if df.attrs.get("kind") != LADDER_KIND or not len(df) or (df["verdict"] == NOT_MEASURED).all():
+        return ""
+    conf = int(round(100 * df.attrs.get("confidence", 0.95)))
+    lines = textwrap.wrap(f"Rungs (each against the one below; Δ {df.attrs.get('acc_name', 'final acc')}, "
+                          f"{conf}% CI; MDE at power 0.8):", width)
+    for _, r in df.iterrows():
+        line = (f"{r['rung']} vs {r['vs']} (+{r['added']}): {_delta(r)}, {r['test']}, n={int(r['n'])}, {_mde(r)}: "
+                f"{r['verdict']}")
+        lines += textwrap.wrap(line, width, initial_indent="  ", subsequent_indent="    ", break_long_words=False,
+                               break_on_hyphens=False)
+    return "\n".join(lines) + "\n"
+
+
+def format_contrasts(df: pd.DataFrame) -> pd.DataFrame:
+    """The contrasts as strings (rungs or pairs), for Markdown."""
+    ladder_ = df.attrs.get("kind") == LADDER_KIND
+    out = []
+    for _, r in df.iterrows():
+        row = ({"rung": r["rung"], "vs": r["vs"], "added": r["added"]} if ladder_
+               else {"config": r["config"], "vs": r["vs"], "added": r["added"], "removed": r["removed"]})
+        row.update({"Δ (pp)": _delta(r).removeprefix("Δ ").removesuffix(" pp").replace(" pp (", " ("),
+                    "test": r["test"], "n": int(r["n"]),
+                    "p": "" if not np.isfinite(r["p"]) else f"{r['p']:.3g}"})
+        if not ladder_:
+            row["p_holm"] = "" if not np.isfinite(r["p_holm"]) else f"{r['p_holm']:.3g}"
+        row["MDE (pp)"] = "" if not np.isfinite(r["mde"]) else f"{r['mde']:.1f}"
+        row["verdict"] = r["verdict"]
+        row["equivalence"] = r["equivalence"]
+        out.append(row)
+    return pd.DataFrame(out)
+
+
+def contrasts_markdown(df: pd.DataFrame) -> str:
+    """Caption and table of :func:`configuration_contrasts` (rungs or pairs)."""
+    body = format_contrasts(df).to_markdown(index=False) if len(df) else "(no contrasts)"
+    return f"**{_caption(df)}**\n\n{body}\n"
+
+
+def write_contrasts(df: pd.DataFrame, out_dir: str | os.PathLike) -> dict[str, Path]:
+    """``contrasts.md`` and ``contrasts.csv`` (numeric) when there are contrasts, else nothing."""
+    if not len(df):
+        return {}
+    out = Path(out_dir)
+    out.mkdir(parents=True, exist_ok=True)
+    paths = {"md": out / "contrasts.md", "csv": out / "contrasts.csv"}
+    paths["md"].write_text(contrasts_markdown(df), encoding="utf-8")
+    df.assign(kind=df.attrs.get("kind", "")).to_csv(paths["csv"], index=False)
+    return paths
