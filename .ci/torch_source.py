@@ -57,10 +57,14 @@ def candidates(env: dict | None = None) -> list[tuple[str, list[str]]]:
 def _requires_nvidia(requires: list[str]) -> list[str]:
     """The ``nvidia-*`` requirements that apply on this machine (markers evaluated when pip's packaging is
     importable; otherwise every one counts)."""
-    try:
-        from pip._vendor.packaging.requirements import Requirement
-    except ImportError:  # pragma: no cover - pip always vendors it
-        Requirement = None
+    try:  # the packaging library first: importing pip turns off setuptools' distutils shim for the whole
+        # process (a later `import setuptools` then fails on the stdlib distutils: trl, vLLM in the tests)
+        from packaging.requirements import Requirement
+    except ImportError:
+        try:
+            from pip._vendor.packaging.requirements import Requirement  # the system Python of .ci/install
+        except ImportError:  # pragma: no cover - pip always vendors it
+            Requirement = None
     out = []
     for text in requires:
         name = text.split(";")[0].strip().lower()

@@ -49,6 +49,19 @@ def test_classify_tells_cpu_from_gpu_wheels(entry, kind):
     assert got == kind and "torch 2.13.0" in what and ".whl" in what
 
 
+def test_classify_does_not_import_pip_where_packaging_is_installed():
+    """Importing pip turns off setuptools' distutils shim for the whole process: a later `import setuptools`
+    (trl, vLLM) then fails on the stdlib distutils. The test process must never import pip in-process."""
+    code = ("import importlib.util, sys\n"
+            f"spec = importlib.util.spec_from_file_location('ts', {str(ROOT / '.ci' / 'torch_source.py')!r})\n"
+            "m = importlib.util.module_from_spec(spec); spec.loader.exec_module(m)\n"
+            "e = {'metadata': {'version': '2.13.0', 'requires_dist': ['nvidia-cublas-cu12; platform_system == \"Linux\"']},"
+            " 'download_info': {'url': 'https://x/torch-2.13.0-cp311-cp311-manylinux_2_28_x86_64.whl'}}\n"
+            "m.classify(e)\nprint('pip' in sys.modules)")
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60)
+    assert out.returncode == 0 and out.stdout.strip() == "False", out.stderr[-2000:]
+
+
 def test_candidates_user_source_only_else_configured_then_cpu_index(tmp_path):
     assert torch_source.candidates({"DAPO_TORCH_SOURCE": CPU_INDEX})[0][1] == ["--extra-index-url", CPU_INDEX]
     assert torch_source.candidates({"DAPO_TORCH_SOURCE": str(tmp_path)}) == [
