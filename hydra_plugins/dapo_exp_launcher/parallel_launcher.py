@@ -77,10 +77,10 @@ def plan(n_jobs: int, *, jobs: int | None = None, threads: int | None = None, co
 
 
 @contextmanager
-def worker_threads(threads: int) -> Iterator[None]:
-    """The thread-pool variables set to ``threads`` while the pool starts (its workers inherit them)."""
-    before = {k: os.environ.get(k) for k in THREAD_VARS}
-    os.environ.update({k: str(threads) for k in THREAD_VARS})
+def worker_environ(values: dict[str, str]) -> Iterator[None]:
+    """``values`` set in the environment while the pool starts (its workers inherit them), then restored."""
+    before = {k: os.environ.get(k) for k in values}
+    os.environ.update(values)
     try:
         yield
     finally:
@@ -89,6 +89,11 @@ def worker_threads(threads: int) -> Iterator[None]:
                 os.environ.pop(k, None)
             else:
                 os.environ[k] = v
+
+
+def worker_threads(threads: int) -> dict[str, str]:
+    """The thread-pool variables, each set to ``threads`` (:func:`worker_environ`)."""
+    return {k: str(threads) for k in THREAD_VARS}
 
 
 STOP_FILE = ".stop"  # in the sweep directory while a stop is under way (its content: the signal's name)
@@ -197,7 +202,8 @@ class ParallelLauncher(Launcher):
         pool.setup(**{**self.context, "task_function": WithThreads(self.context["task_function"], p.threads)})
         sweep_dir = Path(str(self.context["config"].hydra.sweep.dir))
         sweep_dir.mkdir(parents=True, exist_ok=True)
-        with worker_threads(p.threads), worker_env(sweep_dir / STOP_FILE), SweepStop(str(sweep_dir)) as stop:
+        with worker_environ(worker_threads(p.threads) | worker_env(sweep_dir / STOP_FILE)), \
+                SweepStop(str(sweep_dir)) as stop:
             returns = pool.launch(job_overrides, initial_job_idx)
         if stop.signame:
             from dapo_exp import rundir
@@ -210,19 +216,9 @@ class ParallelLauncher(Launcher):
         return returns
 
 
-@contextmanager
-def worker_env(stop_file: Path) -> Iterator[None]:
-    """The workers' view of the sweep's stop (they inherit the environment when the pool starts them):
-    where its stop file is, and that the sweep's process says the one line."""
+def worker_env(stop_file: Path) -> dict[str, str]:
+    """The workers' view of the sweep's stop (:func:`worker_environ`): where its stop file is, and that
+    the sweep's process says the one line."""
     from dapo_exp import rundir
 
-    before = {k: os.environ.get(k) for k in (rundir.SWEEP_STOP_ENV, rundir.QUIET_STOP_ENV)}
-    os.environ.update({rundir.SWEEP_STOP_ENV: str(stop_file), rundir.QUIET_STOP_ENV: "1"})
-    try:
-        yield
-    finally:
-        for k, v in before.items():
-            if v is None:
-                os.environ.pop(k, None)
-            else:
-                os.environ[k] = v
+    return {rundir.SWEEP_STOP_ENV: str(stop_file), rundir.QUIET_STOP_ENV: "1"}
