@@ -128,7 +128,16 @@ class WandbTracker:
         self._guard("summary", _set)
 
     def finish(self, exit_code: int = 0) -> None:
+        """Finish the run and stop this process's W&B service: the service writes the run's
+        ``.wandb`` file asynchronously, and without the stop the file can still lack its last
+        records (even all history) when ``finish()`` returns (wandb 0.31; seen as a flaky CI test)."""
         self._guard("finish", self.run.finish, exit_code=exit_code)
+        try:
+            import wandb
+
+            wandb.teardown()
+        except Exception as exc:  # noqa: BLE001 - logging must never kill training
+            log.warning("W&B service stop failed (%s)", exc)
 
 
 def _define_axes(run: Any) -> None:

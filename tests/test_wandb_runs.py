@@ -101,6 +101,21 @@ def test_online_fallback_line_says_offline(tmp_path, monkeypatch):
         t.finish()
 
 
+def test_the_offline_file_is_complete_when_finish_returns(tmp_path):
+    """W&B's service writes the ``.wandb`` file after ``run.finish()`` returns (wandb 0.31: about one
+    run in four had no history yet when read at once); the tracker's finish waits for it."""
+    from dapo_exp.tracking import start_tracker
+
+    for i in range(16):
+        t = start_tracker("wandb", out_dir=str(tmp_path / str(i)), config={}, project="p", group="g", name="n",
+                          tags=[], mode="offline", run_id=f"complete-{i}")
+        for s in range(5):
+            t.log({"x": float(s)}, s)
+        t.finish()
+        wb = only_wandb_run(tmp_path / str(i))
+        assert [h["train/step"] for h in wb.history] == [0, 1, 2, 3, 4] and wb.state == "finished", i
+
+
 # --------------------------------------------------------------------------- #
 # 2. Run names unique per run directory                                         #
 # --------------------------------------------------------------------------- #
