@@ -13,6 +13,9 @@
   ``config.json`` records the resolved config, the commit and the environment;
 - SIGTERM (SLURM's preemption and time limit) and SIGINT stop the run cleanly after the
   current step (:class:`StopRequest`): a checkpoint, a summary ``stopped``, :class:`RunStopped`;
+  under submitit (``hydra/launcher=slurm``), its time-limit warning (SIGUSR2) does the same, and
+  then submitit's own handler requeues the job (:meth:`StopRequest.hand_over`), so no step is
+  trained twice after the requeue;
   during the set-up, the warm start of the tiny model checks for them every step
   (:func:`dapo_exp.rundir.stop_requested`), so they stop it within seconds;
 - any other failure is recorded in ``summary.json`` (``failed``, with the traceback), what was
@@ -71,12 +74,21 @@ class StopRequest:
     where the set-up is (an import, a warm-start step), and the run is recorded ``stopped`` with nothing
     trained this time. What the set-up writes is safe to interrupt anywhere: the warm-start cache is
     trusted only through its manifest, written last, and every record is written atomically.
+
+    Under submitit (``hydra/launcher=slurm``), which handles its pre-timeout signal (SIGUSR2, or
+    ``SUBMITIT_PREEMPT_SIGNAL``) by checkpointing the job's callable, requeueing the job and exiting
+    at once, that signal is a stop too: the step ends, its checkpoint and summary are written, and
+    only then is submitit's handler called (:meth:`hand_over`), which requeues and exits. The signal
+    is taken over only where a Python handler for it is installed (submitit's); elsewhere it keeps
+    its default.
     """
 
     def __init__(self) -> None:
         self._signame: str | None = None
         self.phase = "setup"
         self._old: dict[int, Any] = {}
+        self._requeue_sig = requeue_signal()
+        self._requeue: Callable[[int, Any], Any] | None = None  # the scheduler's handler, called by hand_over
 
     @property
     def signame(self) -> str | None:
@@ -103,6 +115,10 @@ class StopRequest:
     def __enter__(self) -> StopRequest:
         if threading.current_thread() is threading.main_thread():
             self._old = {s: signal.signal(s, self._handle) for s in (signal.SIGTERM, signal.SIGINT)}
+            sig = self._requeue_sig
+            if sig is not None and sig not in self._old and callable(old := signal.getsignal(sig)):
+                self._requeue = old
+                self._old[sig] = signal.signal(sig, self._handle)
         rundir.watch_stop(self)  # rundir.stop_requested() reads it (the warm start polls it)
         return self
 
@@ -110,6 +126,31 @@ class StopRequest:
         rundir.watch_stop(None)
         for s, h in self._old.items():
             signal.signal(s, h)
+
+    @property
+    def requeue(self) -> bool:
+        """Whether the stop came from the scheduler's time-limit warning, whose handler
+        (submitit's) requeues the job once the run has stopped (:meth:`hand_over`)."""
+        return (self._requeue is not None and self._signame is not None
+                and self._requeue_sig is not None and self._signame == self._requeue_sig.name)
+
+    def hand_over(self) -> None:
+        """After a clean stop on the time-limit warning: call the scheduler's own handler for it
+        (submitit's checkpoint, requeue and exit), which the stop had deferred. A no-op otherwise."""
+        if self.requeue:
+            self._requeue(int(self._requeue_sig), None)
+
+
+def _stop_name(stop: StopRequest) -> str:
+    """The stop's signal for a summary: the time-limit warning says what it is."""
+    return f"{stop.signame} (the scheduler's time-limit warning)" if stop.requeue else str(stop.signame)
+
+
+def requeue_signal() -> signal.Signals | None:
+    """The signal submitit treats as "checkpoint and requeue" (SIGUSR2 unless ``SUBMITIT_PREEMPT_SIGNAL``
+    names another); None where that name is not a signal."""
+    name = os.environ.get("SUBMITIT_PREEMPT_SIGNAL", "USR2").upper()
+    return getattr(signal, name if name.startswith("SIG") else f"SIG{name}", None)
 
 
 stop_requested = rundir.stop_requested
@@ -277,14 +318,25 @@ def _locked(cfg: DictConfig, body: Callable[[Life], dict[str, Any]], out: Path, 
             return body(life)
     except RunStopped as stop:
         if summary["status"] == rundir.STATUS_RUNNING:  # stopped during the set-up: nothing trained this time
+            then = ("the scheduler requeues the job" if life.stop.requeue
+                    else "re-run the same command to resume")
             summary.update(status=rundir.STATUS_STOPPED, steps_done=previous.get("steps_done"),
-                           error=f"stopped by {stop.signame} during the set-up; re-run the same command to resume")
+                           error=f"stopped by {_stop_name(life.stop)} during the set-up; {then}",
+                           **({"requeued": True} if life.stop.requeue else {}))
             rundir.write_json(out / rundir.SUMMARY, summary)
             for close in reversed(life.cleanup):
                 try:
                     close()
                 except Exception:  # noqa: BLE001 - best effort
                     log.warning("cleanup after a stop failed", exc_info=True)
+        if life.stop.requeue:  # the time-limit warning: now that the stop is recorded, submitit requeues and exits
+            try:
+                life.stop.hand_over()
+            except Exception as exc:  # submitit refused (timed out too many times, ...): say so in the summary
+                done = rundir.read_summary(out) or summary
+                done.update(requeued=False, error=f"{done.get('error')}; but the job was not requeued: {exc}")
+                rundir.write_json(out / rundir.SUMMARY, done)
+                raise
         raise  # a clean stop: its summary says "stopped" and everything is closed
     except BaseException as exc:  # KeyboardInterrupt too: record it, keep the checkpoints, re-raise
         summary["traceback"] = traceback.format_exc()
@@ -435,14 +487,17 @@ def save_checkpoint(run: Any, life: Life, step: int) -> None:
 def stopped(run: Any, life: Life, step: int) -> None:
     """A clean stop after ``step`` (its checkpoint written, unless nothing was trained yet): summary
     ``stopped``, close, raise :class:`RunStopped`."""
+    then = ("the scheduler requeues the job and it resumes from this checkpoint" if life.stop.requeue
+            else "re-run the same command to resume")
     life.summary.update(status=rundir.STATUS_STOPPED, steps_done=step, wall_time_s=run.state["wall_time_s"],
                         load_avg_end=rundir.load_average(),
                         history_gap=list(run.state.get("history_gap", [])),
-                        error=f"stopped by {life.stop.signame} after step {step}; re-run the same command to resume")
+                        error=f"stopped by {_stop_name(life.stop)} after step {step}; {then}",
+                        **({"requeued": True} if life.stop.requeue else {}))
     rundir.write_json(run.out / rundir.SUMMARY, life.summary)
     run.tracker.finish(exit_code=1)
     run.engine.close()
-    print(f"[dapo-exp] {run.out.name}: stopped after step {step}; re-run the same command to resume", flush=True)
+    print(f"[dapo-exp] {run.out.name}: stopped after step {step}; {then}", flush=True)
     raise RunStopped(life.stop.signame)
 
 

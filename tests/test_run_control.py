@@ -272,6 +272,71 @@ def test_a_signal_stops_cleanly_and_the_rerun_resumes_to_the_same_metrics(sig, t
     assert _metrics(tmp_path / "cut") == _metrics(tmp_path / "whole")
 
 
+class _SchedulerHandler:
+    """Stands in for submitit's SIGUSR2 handler (checkpoint the callable, requeue, exit): records what the
+    run directory held when it was called; ``refuse`` makes it raise as submitit does when it will not requeue."""
+
+    def __init__(self, run_dir, refuse=False):
+        self.run_dir, self.refuse, self.calls = run_dir, refuse, []
+
+    def __call__(self, signum, frame):
+        ckpts = sorted(p.name for p in (self.run_dir / rundir.CHECKPOINTS).glob("step_*"))
+        self.calls.append((signum, rundir.read_summary(self.run_dir), ckpts))
+        if self.refuse:
+            raise RuntimeError("Job not requeued because: timed-out too many times.")
+
+
+@pytest.mark.slow
+def test_the_time_limit_warning_checkpoints_the_step_then_lets_submitit_requeue(tmp_path, small_cfg, monkeypatch):
+    """SLURM's pre-timeout signal under submitit (SIGUSR2): the run ends its step, writes its checkpoint
+    and a summary that says it is requeued, and only then calls submitit's handler (which requeues and
+    exits); the requeued run resumes from that step, so no step is trained twice, to identical metrics."""
+    overrides = ("train.steps=4", "checkpoint.every=10")  # no periodic checkpoint: only the stop writes one
+    train(small_cfg(tmp_path / "whole", *overrides))
+    handler = _SchedulerHandler(tmp_path / "cut")
+    old = signal.signal(signal.SIGUSR2, handler)
+    try:
+        _at_step(monkeypatch, 2, lambda: os.kill(os.getpid(), signal.SIGUSR2))  # arrives during step 2
+        with pytest.raises(RunStopped, match="SIGUSR2"):
+            train(small_cfg(tmp_path / "cut", *overrides))
+        assert signal.getsignal(signal.SIGUSR2) is handler  # submitit's handler is back in place
+    finally:
+        signal.signal(signal.SIGUSR2, old)
+    ((signum, summary, ckpts),) = handler.calls  # called once, after the stop was recorded
+    assert signum == signal.SIGUSR2 and ckpts == ["step_0000002"]
+    assert summary["status"] == rundir.STATUS_STOPPED and summary["steps_done"] == 2 and summary["requeued"] is True
+    assert "time-limit warning" in summary["error"] and "requeues the job" in summary["error"]
+    monkeypatch.undo()
+    s = train(small_cfg(tmp_path / "cut", *overrides))  # the requeued job: the same command
+    assert s["status"] == "finished" and s["steps_done"] == 4
+    assert _metrics(tmp_path / "cut") == _metrics(tmp_path / "whole")
+
+
+def test_a_refused_requeue_is_written_in_the_summary(tmp_path, small_cfg, monkeypatch):
+    handler = _SchedulerHandler(tmp_path / "cut", refuse=True)
+    old = signal.signal(signal.SIGUSR2, handler)
+    try:
+        _at_step(monkeypatch, 1, lambda: os.kill(os.getpid(), signal.SIGUSR2))
+        with pytest.raises(RuntimeError, match="not requeued"):
+            train(small_cfg(tmp_path / "cut", "train.steps=3"))
+    finally:
+        signal.signal(signal.SIGUSR2, old)
+    summary = rundir.read_summary(tmp_path / "cut")
+    assert summary["status"] == rundir.STATUS_STOPPED and summary["steps_done"] == 1
+    assert summary["requeued"] is False and "was not requeued: Job not requeued because" in summary["error"]
+
+
+def test_sigusr2_keeps_its_default_outside_a_scheduler():
+    """Without a handler for SIGUSR2 (no submitit), a run leaves the signal alone."""
+    from dapo_exp.runner import StopRequest
+
+    assert signal.getsignal(signal.SIGUSR2) is signal.SIG_DFL
+    with StopRequest() as stop:
+        assert signal.getsignal(signal.SIGUSR2) is signal.SIG_DFL
+        assert signal.getsignal(signal.SIGTERM) == stop._handle
+    assert not stop.requeue
+
+
 @pytest.mark.slow
 def test_sigterm_to_the_process_exits_143_with_a_stopped_summary(tmp_path, warm_cache):
     proc, run_dir, _ = _long_run(tmp_path, warm_cache, rows=3)
