@@ -33,9 +33,12 @@ def _short(name: str) -> str:
 
 def _dirname(override_dirname: str) -> str:
     """A job's directory name from its overrides: empty -> ``default``; ``/`` (which would nest
-    directories, ``hydra/launcher=...``) -> ``~``; over :data:`MAX_DIRNAME` characters -> a prefix and
-    a hash (the job's overrides are recorded in full in its ``.hydra/overrides.yaml`` and ``config.json``)."""
-    return _short(override_dirname.replace("/", "~")) if override_dirname else "default"
+    directories, ``hydra/launcher=...``) -> ``~``; the backslashes of Hydra's escapes (a sweep's job
+    writes ``backend.slurm.time=00\\:30\\:00``) dropped, since ``sbatch`` strips them from the
+    ``#SBATCH --chdir`` / ``--output`` lines that name the directory; over :data:`MAX_DIRNAME` characters
+    -> a prefix and a hash (the job's overrides are recorded in full in its ``.hydra/overrides.yaml``
+    and ``config.json``)."""
+    return _short(override_dirname.replace("\\", "").replace("/", "~")) if override_dirname else "default"
 
 
 def default_sweep_name(argv: list[str]) -> str | None:

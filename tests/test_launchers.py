@@ -65,7 +65,7 @@ def sbatch_text(launcher_node, folder, monkeypatch) -> str:
 def test_slurm_launcher_composes_with_our_settings():
     cfg = launcher_cfg(["hydra/launcher=slurm", "fixes=grpo"])
     la = cfg.hydra.launcher
-    assert la._target_.endswith("submitit_launcher.SlurmLauncher")
+    assert la._target_ == "hydra_plugins.dapo_exp_launcher.slurm_launcher.SlurmLauncher"
     assert la.gpus_per_node == 1 and la.cpus_per_task == 8 and la.mem_gb == 64
     assert la.timeout_min == 1440 and la.signal_delay_s == 300
     assert la.max_num_timeout > 0, "requeue after a timeout needs max_num_timeout > 0"
@@ -238,3 +238,13 @@ def test_cfg_job_dry_run_of_a_slurm_sweep_shows_the_slurm_settings():
     assert "[dry run] 2 jobs" in out.stdout
     for line in ("partition: gpu", "account: myproj", "gpus_per_node: 1", "timeout_min: 1440", "SlurmLauncher"):
         assert line in out.stdout, line
+
+
+def test_job_directory_names_carry_no_hydra_escapes():
+    """A sweep's job directory is named from Hydra's escaped overrides (``00\\:30\\:00``); sbatch strips the
+    backslashes from the #SBATCH --chdir / --output lines that name it, and the job then fails to start."""
+    from dapo_exp.hydra_setup import _dirname
+
+    assert _dirname(r"backend.slurm.time=00\:30\:00,fixes=grpo,hydra/launcher=slurm") == \
+        "backend.slurm.time=00:30:00,fixes=grpo,hydra~launcher=slurm"
+    assert _dirname("") == "default"
