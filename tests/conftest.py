@@ -67,11 +67,43 @@ def kill_during_step(monkeypatch, step):
     monkeypatch.setattr(T, "collect_groups", dies)
 
 
-# The longest module (verl's trainer executed on this CPU, ~8 min in one module-scoped sweep) runs first: the
-# test command spreads modules over two workers in this order (pytest-xdist, --dist loadscope
-# --no-loadscope-reorder), so it runs beside the rest instead of after it.
-FIRST = ("test_verl_run.py",)
+# The longest modules run first: verl's trainer executed on this CPU (~8 min in one module-scoped sweep), then
+# the sweeps on the local SLURM cluster (~4 min, mostly waiting for the scheduler). The test command spreads
+# modules over three workers in this order (pytest-xdist, --dist loadscope --no-loadscope-reorder), so they
+# run beside the rest instead of after it.
+FIRST = ("test_verl_run.py", "test_slurm_sweeps.py")
 
 
 def pytest_collection_modifyitems(config, items):
-    items.sort(key=lambda item: item.path.name not in FIRST)  # stable: the order within each part is kept
+    rank = {name: i for i, name in enumerate(FIRST)}
+    items.sort(key=lambda item: rank.get(item.path.name, len(FIRST)))  # stable: the order within each part is kept
+
+
+# what `bash .ci/slurm up` starts and the SLURM tests run
+SLURM_BINARIES = ("slurmctld", "slurmd", "slurmdbd", "munged", "mariadbd", "mariadb-install-db",
+                  "sbatch", "sacct", "scontrol", "scancel", "squeue", "sacctmgr")
+
+
+@pytest.fixture(scope="session")
+def slurm_cluster():
+    """The local one-node SLURM cluster (``bash .ci/slurm up``: started if it is not up, left up after the
+    tests): the environment variables a client needs (``SLURM_CONF``). Skips, saying why, where it cannot
+    start (SLURM's packages not installed: ``bash .ci/slurm install`` as root; not root)."""
+    import shutil
+    import subprocess
+
+    if os.environ.get("DAPO_SKIP_SLURM") == "1":
+        pytest.skip("DAPO_SKIP_SLURM=1: the local SLURM cluster is not started")
+    path = os.pathsep.join([os.environ.get("PATH", ""), "/usr/sbin", "/sbin"])
+    missing = [b for b in SLURM_BINARIES if shutil.which(b, path=path) is None]
+    if missing:
+        pytest.skip(f"SLURM is not installed here ({', '.join(missing)} missing): bash .ci/slurm install (as root)")
+    if os.geteuid() != 0:
+        pytest.skip("the local SLURM cluster runs its daemons as root: run the SLURM tests as root")
+    up = subprocess.run(["bash", str(ROOT / ".ci" / "slurm"), "up"], capture_output=True, text=True, timeout=300)
+    if up.returncode != 0:
+        pytest.fail(f"bash .ci/slurm up failed (exit {up.returncode}): {(up.stdout + up.stderr)[-2000:]}")
+    found = [ln.split("=", 1)[1].strip().strip("'\"") for ln in up.stdout.splitlines()
+             if ln.startswith("export SLURM_CONF=")]
+    assert found, f"bash .ci/slurm up printed no SLURM_CONF line: {up.stdout[-1000:]}"
+    return {"SLURM_CONF": found[-1]}
