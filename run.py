@@ -38,6 +38,7 @@ quiet()  # third-party noise off before anything imports it (dapo_exp.quiet)
 import hydra
 from omegaconf import DictConfig
 
+from dapo_exp import rundir
 from dapo_exp.cli_errors import check_known_keys, exit_if_config_error, one_line_errors
 from dapo_exp.hydra_setup import (
     check_sweep_name,
@@ -141,6 +142,11 @@ if __name__ == "__main__":
                     print(f"error: {len(failed)} job(s) of the sweep failed (the others finished): "
                           f"{', '.join(d for d, _ in failed)}; each one's summary.json has its error and "
                           "traceback; re-running the command re-runs only them", file=sys.stderr)
+                    sys.exit(1)
+                if lost := rundir.lost_jobs():
+                    print(f"error: {len(lost)} job(s) of the sweep ended without a result (the others finished): "
+                          f"{'; '.join(f'{d} ({why})' for d, why in lost)}; re-running the command resumes them "
+                          "from their checkpoints", file=sys.stderr)
                     sys.exit(1)
                 if SKIPPED:
                     print(f"error: {len(SKIPPED)} job(s) of the sweep were refused and did not run: "

@@ -486,6 +486,20 @@ SWEEP_STOP_ENV = "DAPO_SWEEP_STOP"
 QUIET_STOP_ENV = "DAPO_QUIET_STOP"  # "1" in a sweep's workers: the sweep's own process says the one line
 
 
+_lost: list[tuple[str, str]] = []  # jobs of a scheduler's sweep (run in this process) that ended without a result
+
+
+def note_lost_job(where: str, why: str) -> None:
+    """Record that a job of the sweep under way ended without a result (``hydra/launcher=slurm``: cancelled,
+    killed, lost with its node); ``run.py`` names them at the end and exits 1."""
+    _lost.append((where, why))
+
+
+def lost_jobs() -> list[tuple[str, str]]:
+    """``(run directory, why)`` of the jobs noted by :func:`note_lost_job` in this process."""
+    return list(_lost)
+
+
 def note_signal(signame: str) -> None:
     """Record that this process received ``signame`` (the first one is kept)."""
     global _received
