@@ -215,9 +215,14 @@ def test_paper_column_only_where_the_paper_has_the_row(table, ladder):
     assert lt.loc["paper_2_of", "d_test"] == "paired t"
     # seeds 0,1 with 33, 34 vs 30, 31: +3 pp each
     assert lt.loc["paper_2_of", "d_final_acc"] == pytest.approx(3.0)
-    f = A.format_table(t).set_index("config")
-    assert f.loc["clip", A.PAPER_HEADER] == "" and f.loc["clip", "paper row"] == ""
-    assert f.loc["full", A.PAPER_HEADER] == "52"
+    f = A.format_table(t)
+    assert not [c for c in f.columns if "paper" in c]  # never beside our numbers
+    block = A.paper_block(t)
+    assert "naive GRPO 30, + overlong filtering 36, + clip-higher 38, + soft overlong punishment 41, " \
+        "+ token-level loss 42, + dynamic sampling (DAPO) 50" in block
+    assert "DAPO (released recipe) 52" in block
+    assert "grpo ↔ Table 1: naive GRPO (30)" in block and "full ↔ verl re-run: DAPO (released recipe) (52)" in block
+    assert "clip ↔" not in block
 
 
 def test_paper_mapping_labels_are_real_labels():
@@ -252,7 +257,10 @@ def test_write_table_files(table, tmp_path):
     md = paths["md"].read_text()
     assert "Student-t" in md and "n/a where n = 1" in md and "Welch" in md
     assert "paper AIME24 avg@32 (Qwen2.5-32B)" in md and "Excluded runs (2)" in md
+    assert md.index("**The paper, for orientation") > md.index("| config")  # its own block, after the table
+    assert "best acc: the highest held-out accuracy" in md
     csv = pd.read_csv(paths["csv"], index_col="config")
+    assert "paper_aime24" not in csv.columns
     assert csv.loc["clip", "final_acc"] == pytest.approx(38.0)
     tex = paths["tex"].read_text()
     assert r"\begin{tabular}" in tex and r"$\pm$" in tex and r"\caption{" in tex and "Student-t" in tex

@@ -54,6 +54,7 @@ _EXPORTS = {
         "LADDER",
         "PAPER_AIME24",
         "PAPER_HEADER",
+        "paper_block",
         "comparison_table",
         "format_table",
         "table_markdown",

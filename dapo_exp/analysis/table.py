@@ -7,10 +7,10 @@ Only runs with status ``finished`` count; failed and killed runs are reported
 difference of final accuracy to the baseline row (``paper_1_grpo`` when the
 ladder is present, else ``grpo``) with its own 95% CI: a paired t interval over
 per-seed differences when both rows have the same seeds, Welch's t otherwise
-(column ``Δ test``). Where a configuration matches a row of the paper's Table 1
-(or one of its verl re-runs of the released recipe), the paper's AIME 2024
-avg@32 of Qwen2.5-32B sits in its own column, for orientation only: another
-model and another task, never comparable number for number.
+(column ``Δ test``). The paper's AIME 2024 avg@32 of Qwen2.5-32B (Table 1's ladder and
+the verl re-runs of the released recipe) stands in its own captioned block under the table
+(:func:`paper_block`), never in a row beside our numbers: another model and another task. The
+frame keeps ``paper_aime24`` / ``paper_row`` for the rows that have a counterpart there.
 
 Small samples are shown as what they are: an interval is clipped to the metric's range where it
 has one (accuracy in [0, 100], fractions in [0, 1]) and then printed as ``mean [lo, hi]``; a
@@ -358,6 +358,10 @@ def caption(table: pd.DataFrame) -> str:
         "(n=k) marks a cell with fewer values than the row's n; mean [lo, hi]: the interval clipped to the "
         "metric's range (accuracy 0-100, fractions 0-1, lengths, entropy and times >= 0).",
         "end: last logged value of the training metric; avg: mean over the logged training steps.",
+        "best acc: the highest held-out accuracy among the evaluations of the trained policy (the periodic "
+        "ones, eval.problems problems x eval.k samples, and the final one, eval.final_problems x "
+        "eval.final_samples); a maximum over noisy evaluations of different sizes, biased upward: for "
+        "orientation, the comparison is final acc.",
     ]
     if base:
         parts.append(
@@ -378,10 +382,7 @@ def caption(table: pd.DataFrame) -> str:
             f"resampling {' > '.join(bs.get('levels', ()))} over {bs.get('problems')} problems; "
             "estimate ± t_{0.975, S-1} · se* · √(S/(S-1)), S seeds; dapo_exp.analysis.bootstrap)."
         )
-    parts.append(
-        f"{PAPER_HEADER}: from Table 1 of arXiv 2503.14476 and its verl re-runs of the released recipe; "
-        "another model and task, for orientation only, not comparable with our numbers."
-    )
+    parts.append("The paper's values are not in this table: another model and task (the block below it).")
     parts.append(f"Excluded runs (failed, killed or without summary): {n_ex}.")
     return " ".join(parts)
 
@@ -456,10 +457,31 @@ def format_table(table: pd.DataFrame, metrics: tuple[TableMetric, ...] = TABLE_M
             row["Δ test"] = r["d_test"]
             row["Δ verdict"] = "—" if r["d_test"] == "baseline" else _verdict_cell(r)
             row["r (arms)"] = "" if not np.isfinite(r.get(f"{d}_r", np.nan)) else f"{r[f'{d}_r']:+.2f}"
-        row[PAPER_HEADER] = _fmt(r["paper_aime24"], 0)
-        row["paper row"] = r["paper_row"]
         out.append(row)
     return pd.DataFrame(out)
+
+
+# the verl re-runs of the released recipe (PAPER_AIME24's keys beside Table 1's ladder, dapo_exp.fixes.LADDER)
+PAPER_RERUNS = ("full", "full_no_ds", "clip+sop")
+
+
+def paper_block(table: pd.DataFrame) -> str:
+    """The paper's values, captioned, apart from the table (another model and task: never in a row beside
+    our numbers): Table 1's ladder, the verl re-runs of the released recipe, and which rows of this table
+    have a counterpart there."""
+    ladder = ", ".join(f"{PAPER_AIME24[k][1].removeprefix('Table 1: ')} {PAPER_AIME24[k][0]:.0f}"
+                       for k in LADDER)
+    reruns = "; ".join(f"{PAPER_AIME24[k][1].removeprefix('verl re-run: ')} {PAPER_AIME24[k][0]:.0f}"
+                       for k in PAPER_RERUNS)
+    here = [f"{label} ↔ {PAPER_AIME24[label][1]} ({PAPER_AIME24[label][0]:.0f})"
+            for label in table.index if label in PAPER_AIME24]
+    lines = [f"**The paper, for orientation ({PAPER_HEADER}; another model and task, not comparable with the "
+             "table above).**", "",
+             f"- Table 1 of arXiv 2503.14476: {ladder}.",
+             f"- verl's re-runs of the released recipe: {reruns}."]
+    if here:
+        lines.append(f"- Rows of this table with a counterpart there: {'; '.join(here)}.")
+    return "\n".join(lines) + "\n"
 
 
 def table_markdown(table: pd.DataFrame) -> str:
@@ -479,6 +501,7 @@ def table_markdown(table: pd.DataFrame) -> str:
     if ex:
         lines += ["", f"Excluded runs ({len(ex)}):", ""]
         lines += [f"- {r['run']} ({r['label']}, seed {r['seed']}): {r['status']} — {r['exclude_reason']}" for r in ex]
+    lines += ["", paper_block(table).rstrip("\n")]
     return "\n".join(lines) + "\n"
 
 
@@ -655,7 +678,9 @@ def write_table(table: pd.DataFrame, out_dir: str | os.PathLike) -> dict[str, Pa
     out.mkdir(parents=True, exist_ok=True)
     paths = {"md": out / "table.md", "csv": out / "table.csv", "tex": out / "table.tex"}
     paths["md"].write_text(table_markdown(table), encoding="utf-8")
-    # the endpoint's name in every row (plan reads a table.csv's accuracy under it)
-    table.assign(endpoint=table.attrs.get("acc_name", "final acc")).to_csv(paths["csv"])
+    # the endpoint's name in every row (plan reads a table.csv's accuracy under it); the paper's values are
+    # not in our rows (paper_block, in table.md)
+    table.drop(columns=["paper_aime24", "paper_row"], errors="ignore").assign(
+        endpoint=table.attrs.get("acc_name", "final acc")).to_csv(paths["csv"])
     paths["tex"].write_text(table_latex(table), encoding="utf-8")
     return paths
