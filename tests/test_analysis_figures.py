@@ -172,3 +172,21 @@ def test_the_whole_analysis_draws_without_a_warning(sweeps, sweep, tmp_path):
     assert [str(w.message) for w in caught] == []
     pngs = sorted(p.name for p in result.files if p.suffix == ".png")
     assert "curves_vs_step.png" in pngs and "effects_forest.png" in pngs
+
+
+def test_the_curves_say_what_ran_in_words_and_apart(sweeps):
+    """The title names the sweep, task and model; panels have readable names; each configuration its own
+    line style besides its colour (curves that overlap stay apart)."""
+    data = A.load_runs(sweeps["multi-seed"])
+    fig = A.plot_curves(data)
+    runs = data.included
+    first = fig.get_suptitle().splitlines()[0]
+    for col in ("sweep", "task", "model"):
+        for v in runs[col].dropna().unique():
+            assert str(v) in first, (col, v, first)
+    titles = [ax.get_title() for ax in fig.axes if ax.get_visible()]
+    assert "held-out accuracy" in titles and "policy entropy" in titles and not [t for t in titles if "/" in t]
+    lines = fig.axes[0].get_lines()
+    looks = {(line.get_color(), line.get_linestyle()) for line in lines}
+    assert len(lines) >= 4 and len(looks) == len(lines)  # no two configurations look alike
+    assert len({line.get_linestyle() for line in lines[:4]}) == 4  # four styles before any repeats

@@ -63,6 +63,21 @@ BANDS = {
     "sd": "band: mean ± 1 sd across seeds",
 }
 DEFAULT_BAND = "ci"
+# a panel's title: what the metric is, in words (the logged key stays on the y axis's unit line)
+PANEL_TITLES: dict[str, str] = {
+    rundir.EVAL_ACC: "held-out accuracy",
+    rundir.EVAL_PASS: "held-out pass@k",
+    rundir.EVAL_MAJ: "held-out majority vote",
+    rundir.ENTROPY: "policy entropy",
+    rundir.RESP_LEN: "response length",
+    rundir.TRUNC: "truncated responses (at the cap)",
+    rundir.CLIP_HIGH: "tokens clipped above (Clip-Higher's side)",
+    rundir.CLIP_LOW: "tokens clipped below",
+    rundir.ZERO_VAR: "groups with equal rewards (Dynamic Sampling's target)",
+    rundir.GEN_ROUNDS: "generation rounds per step (Dynamic Sampling)",
+}
+# line styles cycled over the configurations: curves that overlap stay apart by style as well as colour
+LINE_STYLES = ("-", "--", "-.", ":")
 # y axis of each metric: (scale from the logged value, label with unit, range in logged units or None)
 CURVE_UNITS: dict[str, tuple[float, str, tuple[float, float] | None]] = {
     rundir.EVAL_ACC: (100.0, "avg@k accuracy (%)", (0.0, 1.0)),
@@ -227,10 +242,11 @@ def plot_curves(
     fig = Figure(figsize=(4.2 * ncols, 3.2 * nrows + 0.9), layout="constrained")
     axes = fig.subplots(nrows, ncols, squeeze=False).ravel()
     n_seeds = hist.groupby("label")["run"].nunique().to_dict() if len(hist) else {}
+    styles = {label: LINE_STYLES[i % len(LINE_STYLES)] for i, label in enumerate(labels)}
     for ax, metric in zip(axes, metrics):
         cf = curve_frame(hist, metric, x, band) if len(hist) else pd.DataFrame()
         scale, ylabel, _ = y_unit(metric)
-        ax.set_title(metric, fontsize=10)
+        ax.set_title(PANEL_TITLES.get(metric, metric), fontsize=10)
         ax.set_xlabel(X_LABELS[x], fontsize=8)
         ax.set_ylabel(ylabel, fontsize=8)
         ax.grid(alpha=0.3)
@@ -243,18 +259,36 @@ def plot_curves(
                 continue
             color = label_color(label)
             marker = "o" if metric.startswith("eval/") else None
-            ax.plot(c["x"], c["mean"] * scale, color=color, lw=1.6, marker=marker, ms=3, label=label)
+            ax.plot(c["x"], c["mean"] * scale, color=color, ls=styles[label], lw=1.6, marker=marker, ms=3,
+                    label=label)
             if (c["n"] > 1).any():
                 ax.fill_between(c["x"], c["lo"] * scale, c["hi"] * scale, color=color, alpha=0.18, lw=0)
     for ax in axes[len(metrics) :]:
         ax.set_visible(False)
     handles = [
-        _line(label_color(l), f"{l} (n={n_seeds.get(l, 0)})") for l in labels
+        _line(label_color(l), f"{l} (n={n_seeds.get(l, 0)})", styles[l]) for l in labels
     ]
     if handles:
         fig.legend(handles=handles, loc="outside lower center", ncols=min(len(handles), 6), fontsize=8, frameon=False)
-    fig.suptitle(curves_title(x, band, [n_seeds.get(l, 0) for l in labels]), fontsize=11)
+    ran = what_ran(data)
+    fig.suptitle((f"{ran}\n" if ran else "") + curves_title(x, band, [n_seeds.get(l, 0) for l in labels]),
+                 fontsize=11)
     return fig
+
+
+def what_ran(data: RunSet | pd.DataFrame) -> str:
+    """What the figure shows runs of: sweep, task, model and engine of the included runs ("" for a bare
+    history frame, which does not say)."""
+    if not isinstance(data, RunSet) or not len(data.runs):
+        return ""
+    runs = data.included if len(data.included) else data.runs
+    parts = []
+    for col, name in (("sweep", "sweep"), ("task", "task"), ("model", "model"), ("engine", "rollout")):
+        if col in runs:
+            vals = sorted({str(v) for v in runs[col].dropna()})
+            if vals:
+                parts.append(f"{name} {'/'.join(vals)}")
+    return " · ".join(parts)
 
 
 def curves_title(x: str, band: str, seeds: Sequence[int]) -> str:
@@ -267,10 +301,10 @@ def curves_title(x: str, band: str, seeds: Sequence[int]) -> str:
     return f"vs {X_LABELS[x]} — line: mean over seeds; {BANDS[band]}"
 
 
-def _line(color: str, text: str):
+def _line(color: str, text: str, ls: str = "-"):
     from matplotlib.lines import Line2D
 
-    return Line2D([], [], color=color, lw=2, label=text)
+    return Line2D([], [], color=color, ls=ls, lw=2, label=text)
 
 
 def write_figures(
