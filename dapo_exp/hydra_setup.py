@@ -233,7 +233,7 @@ def check_sweep_name(argv: list[str]) -> None:
         except Exception:  # noqa: BLE001 - an unparsable override is Hydra's to report
             values = [raw.strip("'\"")]
         for name in values:
-            name = str(name)
+            name = _resolved_sweep_name(str(name))
             parts = name.replace("\\", "/").split("/")
             inside = posixpath.normpath(posixpath.join(SWEEP_ROOT, name))
             if not name.strip() or name.startswith(("/", "~")) or ".." in parts \
@@ -241,6 +241,24 @@ def check_sweep_name(argv: list[str]) -> None:
                 raise ConfigError(
                     f"sweep={name}: a sweep name must stay inside {SWEEP_ROOT}/ (a relative name without '..', "
                     f"e.g. sweep=clip_vs_grpo); to write a sweep elsewhere set hydra.sweep.dir=<dir>")
+
+
+def _resolved_sweep_name(name: str) -> str:
+    """A ``sweep=`` value as Hydra will use it: interpolations (``${oc.env:SW}``, ``${now:...}``) resolved,
+    so that the check sees the folder that would be written, not the override's literal text."""
+    if "${" not in name:
+        return name
+    from hydra.core.utils import setup_globals
+    from omegaconf import OmegaConf
+
+    from dapo_exp.config import ConfigError
+
+    try:
+        setup_globals()  # Hydra's own resolvers (now, ...), as the sweep will have them
+        return str(OmegaConf.create({"sweep": name}).sweep)
+    except Exception as exc:  # noqa: BLE001 - any resolver failure: refuse, naming it
+        raise ConfigError(f"sweep={name}: cannot resolve it before the sweep starts ({exc}); give the sweep a "
+                          "literal name, e.g. sweep=clip_vs_grpo") from None
 
 
 # --------------------------------------------------------------------------- #

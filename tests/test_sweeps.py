@@ -57,6 +57,19 @@ def test_sweep_names_leaving_the_root_are_refused(arg):
         check_sweep_name(["-m", "seed=0,1", arg])
 
 
+def test_a_sweep_name_is_checked_as_resolved(monkeypatch):
+    """``sweep=${oc.env:SW}`` is checked as the folder Hydra would write, not as its literal text."""
+    monkeypatch.setenv("SW", "../../x")
+    with pytest.raises(ConfigError, match=r"sweep=../../x: a sweep name must stay inside multirun/"):
+        check_sweep_name(["-m", "seed=0", "sweep=${oc.env:SW}"])
+    monkeypatch.setenv("SW", "study/a")
+    check_sweep_name(["-m", "seed=0", "sweep=${oc.env:SW}"])
+    check_sweep_name(["-m", "seed=0", "sweep=study_${now:%Y}"])  # Hydra's resolvers too
+    monkeypatch.delenv("SW")
+    with pytest.raises(ConfigError, match=r"cannot resolve it before the sweep starts"):
+        check_sweep_name(["-m", "seed=0", "sweep=${oc.env:SW}"])
+
+
 def test_run_py_refuses_an_escaping_sweep_in_one_line_writing_nothing():
     name = f"escape_{uuid.uuid4().hex[:8]}"
     out = subprocess.run([sys.executable, "run.py", "-m", f"sweep=../../{name}", "seed=0,1", "logger=none"],
