@@ -464,3 +464,25 @@ def test_killed_run_labelled_from_the_trainers_config_json(tmp_path):
     (run["dir"] / "config.json").write_text(json.dumps({"config": resolved_config("clip_ds", 4), "git_commit": "x"}))
     r = A.load_runs(run["dir"]).runs.iloc[0]
     assert (r["label"], r["seed"], r["status"], r["included"]) == ("clip_ds", 4, "killed", False)
+
+
+@pytest.mark.parametrize("damage, what", [
+    ('{"step": 5, "actor/entropy": 4.635}', "step 5 logged again with actor/entropy = 4.635"),
+    ('{"step": 6, "actor/entropy": Infinity}', "(step 6): actor/entropy = inf"),
+    ('{"step": 6, "response_length/mean": 1e308}', "response_length/mean = 1e+308"),
+])
+def test_a_damaged_history_is_reported_and_left_out_of_the_statistics(tmp_path, damage, what):
+    """One appended row (a repeated step with another value, inf, 1e308) is named with its run and row,
+    and the run leaves the statistics instead of moving the table's values."""
+    make_sweep(tmp_path, STANDARD_SWEEP)
+    victim = tmp_path / "fixes=grpo,seed=1"
+    clean = A.load_runs(tmp_path)
+    with open(victim / rundir.METRICS, "a") as f:
+        f.write(damage + "\n")
+    with pytest.warns(UserWarning, match="damaged metrics") as caught:
+        data = A.load_runs(tmp_path)
+    assert any(str(victim) in str(w.message) for w in caught)
+    row = data.runs.set_index("run").loc["fixes=grpo,seed=1"]
+    assert not row["included"] and "damaged metrics" in row["exclude_reason"] and what in row["exclude_reason"]
+    assert len(data.included) == len(clean.included) - 1
+    assert np.isfinite(data.history["value"]).all() and data.history["value"].abs().max() < 1e100

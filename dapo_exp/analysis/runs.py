@@ -60,6 +60,7 @@ from __future__ import annotations
 import json
 import math
 import os
+import warnings
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -264,11 +265,45 @@ def _is_number(v: Any) -> bool:
     return isinstance(v, (bool, int, float, np.bool_, np.integer, np.floating))
 
 
+# a logged value beyond this magnitude is damage, not a measurement (no metric of a run comes near it)
+ABSURD = 1e100
+
+
+def _usable(v: float) -> bool:
+    return math.isfinite(v) and abs(v) < ABSURD
+
+
+def history_problems(rows: Sequence[dict[str, Any]], limit: int = 3) -> list[str]:
+    """What is wrong with a run's history rows, at most ``limit`` items (row numbers from 1): a metric
+    logged twice for one step with different values (a trainer cuts its log back to the checkpoint
+    on resume, so this is a damaged file), and values that are not finite or absurdly large. Empty
+    for a sound history."""
+    seen: dict[tuple[int, str], float] = {}
+    out: list[str] = []
+    for i, r in enumerate(rows, 1):
+        step = r.get("step")
+        if step is None or not _is_number(step):
+            continue
+        for k, v in r.items():
+            if k == "step" or not _is_number(v) or math.isnan(float(v)):
+                continue
+            v = float(v)
+            if not _usable(v):
+                out.append(f"row {i} (step {int(step)}): {k} = {v:g}")
+            elif (key := (int(step), k)) in seen and seen[key] != v:
+                out.append(f"row {i}: step {int(step)} logged again with {k} = {v:g} (was {seen[key]:g})")
+            seen.setdefault((int(step), k), v)
+            if len(out) >= limit:
+                return out
+    return out
+
+
 def history_wide(rows: Iterable[dict[str, Any]]) -> pd.DataFrame:
     """History rows -> one row per step (numeric metrics only), sorted by step.
 
-    Rows of the same step merge (a train line and an eval line of one step; a step
-    logged again after a resume: the later value wins).
+    Rows of the same step merge (a train line and an eval line of one step; a step logged again:
+    the later value wins, and :func:`history_problems` reports it). Values that are not finite or
+    absurdly large (:data:`ABSURD`) are left out.
     """
     clean = []
     for r in rows:
@@ -276,7 +311,7 @@ def history_wide(rows: Iterable[dict[str, Any]]) -> pd.DataFrame:
         if step is None or not _is_number(step):
             continue
         d = {k: float(v) for k, v in r.items() if k != "step" and _is_number(v)}
-        d = {k: v for k, v in d.items() if not math.isnan(v)}
+        d = {k: v for k, v in d.items() if _usable(v)}
         d["step"] = int(step)
         clean.append(d)
     if not clean:
@@ -464,6 +499,12 @@ def records_to_runset(
     for rec in records:
         wide = history_wide(rec.history)
         row = _run_row(rec, wide, end_window)
+        if row["included"] and (problems := history_problems(list(rec.history))):
+            # a damaged history never reaches the statistics: the run is listed as excluded, saying what
+            row["included"] = False
+            row["exclude_reason"] = "damaged metrics: " + "; ".join(problems)
+            warnings.warn(f"{rec.path or rec.run}: left out of the statistics, damaged metrics: "
+                          f"{'; '.join(problems)}", stacklevel=2)
         rows.append(row)
         if len(wide) and wide.shape[1] > 1:
             long = wide.melt(id_vars="step", var_name="metric", value_name="value").dropna(subset=["value"])
