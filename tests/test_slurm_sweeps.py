@@ -73,10 +73,12 @@ def _metrics(run: Path) -> list[dict]:
     return [{k: v for k, v in r.items() if not k.startswith(VOLATILE)} for r in rundir.read_jsonl(run / rundir.METRICS)]
 
 
-def _table_rows(sweep: Path) -> list[str]:
+def _table_rows(sweep: Path) -> dict[str, int]:
+    """The analysis table's rows: configuration -> n (the runs it counts)."""
     import pandas as pd
 
-    return list(pd.read_csv(sweep / "analysis" / "table.csv")["config"])
+    table = pd.read_csv(sweep / "analysis" / "table.csv")
+    return {str(c): int(n) for c, n in zip(table["config"], table["n"])}
 
 
 def _job_logs(sweep: Path) -> str:
@@ -112,7 +114,8 @@ def test_a_cancelled_job_is_named_the_others_finish_and_the_rerun_resumes_it(slu
     grpo = _run_dir(sweep, "fixes=grpo")
     assert rundir.read_summary(grpo)["status"] == "finished"
     assert rundir.read_summary(clip)["status"] in ("stopped", "running", "failed")  # not finished
-    assert "[analysis]" in out and _table_rows(sweep) == ["grpo"]  # the table of what finished
+    counted = _table_rows(sweep)  # the table counts what finished: the cancelled run is not in its n
+    assert "[analysis]" in out and counted["grpo"] == 1 and counted.get("clip", 0) == 0, counted
     stopped_at = _steps_logged(clip)
     assert 6 <= stopped_at < 40
 
@@ -122,7 +125,7 @@ def test_a_cancelled_job_is_named_the_others_finish_and_the_rerun_resumes_it(slu
     assert rundir.read_summary(clip)["status"] == "finished" and rundir.read_summary(clip)["steps_done"] == 40
     assert f"resuming {clip.name} from its checkpoint at step {stopped_at}" in _job_logs(sweep)
     assert "already finished; skipping" in _job_logs(sweep)  # grpo's job
-    assert _table_rows(sweep) == ["grpo", "clip"]
+    assert _table_rows(sweep) == {"grpo": 1, "clip": 1}
 
 
 # --------------------------------------------------------------------------- #
