@@ -201,7 +201,7 @@ def test_an_installed_torch_is_kept(fake_env):
 
 def test_test_env_installs_the_test_environments_on_first_use_only(fake_env):
     run, py = fake_env
-    skip_verl = {"DAPO_SKIP_VERL": "1"}
+    skip_verl = {"DAPO_SKIP_VERL": "1", "DAPO_SKIP_SLURM": "1"}  # verl and SLURM are not this test's subject
     out, calls = run(".ci/test-env", str(py), sources={}, extra_env=skip_verl)  # no torch: .ci/install first
     assert out.returncode == 1 and "bash .ci/install" in out.stderr and pip_installs(calls) == []
     out, calls = run(".ci/test-env", str(py), sources={"configured": "cuda", CPU_INDEX: "cpu"}, have="torch",
