@@ -141,9 +141,16 @@ class StopRequest:
             self._requeue(int(self._requeue_sig), None)
 
 
-def _stop_name(stop: StopRequest) -> str:
-    """The stop's signal for a summary: the time-limit warning says what it is."""
-    return f"{stop.signame} (the scheduler's time-limit warning)" if stop.requeue else str(stop.signame)
+def _next(stop: StopRequest, requeued: str) -> str:
+    """What happens after a clean stop: ``requeued`` where the scheduler's time-limit warning stopped it."""
+    return requeued if stop.requeue else "re-run the same command to resume"
+
+
+def _stop_record(stop: StopRequest, when: str, requeued: str) -> dict[str, Any]:
+    """The summary's words for a clean stop ``when`` (``"after step 4"``): its signal and what happens
+    next (:func:`_next`); ``requeued: true`` where the time-limit warning stopped it."""
+    name = f"{stop.signame} (the scheduler's time-limit warning)" if stop.requeue else stop.signame
+    return {"error": f"stopped by {name} {when}; {_next(stop, requeued)}", **({"requeued": True} if stop.requeue else {})}
 
 
 def requeue_signal() -> signal.Signals | None:
@@ -318,11 +325,8 @@ def _locked(cfg: DictConfig, body: Callable[[Life], dict[str, Any]], out: Path, 
             return body(life)
     except RunStopped as stop:
         if summary["status"] == rundir.STATUS_RUNNING:  # stopped during the set-up: nothing trained this time
-            then = ("the scheduler requeues the job" if life.stop.requeue
-                    else "re-run the same command to resume")
             summary.update(status=rundir.STATUS_STOPPED, steps_done=previous.get("steps_done"),
-                           error=f"stopped by {_stop_name(life.stop)} during the set-up; {then}",
-                           **({"requeued": True} if life.stop.requeue else {}))
+                           **_stop_record(life.stop, "during the set-up", "the scheduler requeues the job"))
             rundir.write_json(out / rundir.SUMMARY, summary)
             for close in reversed(life.cleanup):
                 try:
@@ -487,17 +491,15 @@ def save_checkpoint(run: Any, life: Life, step: int) -> None:
 def stopped(run: Any, life: Life, step: int) -> None:
     """A clean stop after ``step`` (its checkpoint written, unless nothing was trained yet): summary
     ``stopped``, close, raise :class:`RunStopped`."""
-    then = ("the scheduler requeues the job and it resumes from this checkpoint" if life.stop.requeue
-            else "re-run the same command to resume")
+    requeued = "the scheduler requeues the job and it resumes from this checkpoint"
     life.summary.update(status=rundir.STATUS_STOPPED, steps_done=step, wall_time_s=run.state["wall_time_s"],
                         load_avg_end=rundir.load_average(),
                         history_gap=list(run.state.get("history_gap", [])),
-                        error=f"stopped by {_stop_name(life.stop)} after step {step}; {then}",
-                        **({"requeued": True} if life.stop.requeue else {}))
+                        **_stop_record(life.stop, f"after step {step}", requeued))
     rundir.write_json(run.out / rundir.SUMMARY, life.summary)
     run.tracker.finish(exit_code=1)
     run.engine.close()
-    print(f"[dapo-exp] {run.out.name}: stopped after step {step}; {then}", flush=True)
+    print(f"[dapo-exp] {run.out.name}: stopped after step {step}; {_next(life.stop, requeued)}", flush=True)
     raise RunStopped(life.stop.signame)
 
 

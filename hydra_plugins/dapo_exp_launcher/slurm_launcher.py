@@ -15,7 +15,6 @@ the plugin's own.
 
 from __future__ import annotations
 
-import logging
 from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
@@ -26,9 +25,6 @@ try:  # the extra `slurm`; without it this module must still import (Hydra's plu
     from hydra_plugins.hydra_submitit_launcher.submitit_launcher import SlurmLauncher as _PluginLauncher
 except ImportError:  # pragma: no cover - exercised where the extra is not installed
     _PluginLauncher = None
-
-log = logging.getLogger(__name__)
-
 
 class _Missing:
     def __init__(self, *args: Any, **kwargs: Any) -> None:
@@ -46,7 +42,7 @@ class SlurmLauncher(_PluginLauncher or _Missing):  # type: ignore[misc]
 
         def keep(executor: Any, fn: Any, *iterables: Any) -> list[Any]:
             jobs.extend(real(executor, fn, *iterables))
-            return [_Deferred(j) for j in jobs]
+            return [_NO_WAIT] * len(jobs)
 
         # the plugin builds the executor and submits as it always does (its settings, its array job); only
         # the wait for the results is ours: its map_array is wrapped for this call, its wait made a no-op
@@ -86,12 +82,12 @@ class SlurmLauncher(_PluginLauncher or _Missing):  # type: ignore[misc]
             return " ".join(overrides)
 
 
-class _Deferred:
+class _NoWait:
     """Stands in for a submitted job in the plugin's own wait: its ``results()`` returns at once (the
     real wait, job by job, is :meth:`SlurmLauncher._result`)."""
 
-    def __init__(self, job: Any) -> None:
-        self.job = job
-
     def results(self) -> list[None]:
         return [None]
+
+
+_NO_WAIT = _NoWait()
