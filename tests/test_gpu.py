@@ -20,6 +20,8 @@ def test_toy_run_on_cuda_with_bf16_autocast_and_token_budget(tmp_path, small_cfg
     assert s["status"] == "finished"
     rows = [json.loads(x) for x in (tmp_path / rundir.METRICS).read_text().splitlines()]
     assert all(0.0 <= r["perf/padding_waste"] < 1.0 for r in rows if "perf/padding_waste" in r)
+    # the step's peak GPU memory is logged on CUDA (allocated <= reserved)
+    assert all(0.0 < r["perf/gpu_mem_peak_gib"] <= r["perf/gpu_mem_reserved_gib"] for r in rows if "timing_s/step" in r)
 
 
 def test_chunked_logprobs_peak_memory_on_cuda():

@@ -3,7 +3,7 @@
 ``python -m dapo_exp.benchmarks.compare_runs A B`` pairs the run directories under ``A`` and
 ``B`` by their relative path (every directory holding a ``metrics.jsonl``) and compares their
 rows in order: the same steps, the same keys, equal values, for every key but wall-clock ones
-(``timing_s/*`` and the ``*_per_s`` throughputs). With ``--also X::Y`` it compares run ``X``
+(``timing_s/*``, the ``*_per_s`` throughputs and the GPU memory peaks ``perf/gpu_mem*``). With ``--also X::Y`` it compares run ``X``
 with run ``Y`` of the same side as well (a killed-and-resumed run against its uninterrupted
 twin). Prints the number of values compared and each difference; exits 1 on any difference
 or on a run present on one side only. ``sweeps/checks/refactor_check.sh`` makes the runs.
@@ -19,7 +19,7 @@ from pathlib import Path
 
 
 def is_timing(key: str) -> bool:
-    return key.startswith("timing_s/") or key.endswith("_per_s")
+    return key.startswith(("timing_s/", "perf/gpu_mem")) or key.endswith("_per_s")
 
 
 def rows(run: Path) -> list[dict]:
