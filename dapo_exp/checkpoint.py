@@ -26,8 +26,13 @@ safetensors header, finite weights, the trainer state loadable in weights-only m
 returns the newest good one, logging each one it skips with the file and the reason. A
 checkpoint without its manifest is damaged (the writer always writes one): it is skipped
 too. If checkpoints exist but none is usable it raises :class:`CheckpointError` instead of
-starting over. :func:`save` refuses weights that are not finite (a diverged run): the
-last good checkpoint stays the newest.
+starting over. :func:`save` refuses weights or an optimizer state that are not finite (a diverged
+run): the last good checkpoint stays the newest. Verification covers the checkpoint whole: the
+trainer state's step must equal its directory's and its manifest's, and the optimizer's moments must
+be finite; with ``fits=`` (:func:`check_fits`, as the runner resumes) a checkpoint whose weights or
+optimizer moments are shaped for another model is skipped too, naming the file, before anything is
+loaded. What no check catches: a checkpoint changed on purpose and re-hashed into its manifest with
+finite, well-shaped values.
 """
 
 from __future__ import annotations
@@ -190,7 +195,7 @@ def fsync_path(path: Path) -> None:
         os.close(fd)
 
 
-def _sha256(path: Path) -> str:
+def sha256_file(path: Path) -> str:
     h = hashlib.sha256()
     with open(path, "rb") as f:
         for block in iter(lambda: f.read(1 << 20), b""):
@@ -200,7 +205,7 @@ def _sha256(path: Path) -> str:
 
 def manifest_files(directory: Path, names: Any) -> dict[str, dict[str, Any]]:
     """``{name: {"bytes", "sha256"}}`` of the files ``names`` in ``directory``: what a manifest lists."""
-    return {n: {"bytes": (directory / n).stat().st_size, "sha256": _sha256(directory / n)} for n in names}
+    return {n: {"bytes": (directory / n).stat().st_size, "sha256": sha256_file(directory / n)} for n in names}
 
 
 def manifest_problem(directory: Path, manifest: Path, required: Any = ()) -> str | None:
@@ -223,7 +228,7 @@ def manifest_problem(directory: Path, manifest: Path, required: Any = ()) -> str
         actual = file.stat().st_size
         if actual != size:
             return f"{file}: {actual} bytes, the manifest says {size} (truncated?)"
-        if _sha256(file) != sha:
+        if sha256_file(file) != sha:
             return f"{file}: SHA-256 differs from the manifest (corrupted)"
     return None
 
@@ -290,10 +295,11 @@ def save(
     for stale in root.glob(".tmp-*"):  # left by a run killed while saving
         shutil.rmtree(stale, ignore_errors=True)
     final = root / f"step_{step:07d}"
-    bad = first_nonfinite(model.state_dict().items())
-    if bad:
-        raise CheckpointError(f"refusing to write checkpoint {final}: the weights are not finite ({bad}); "
-                              f"the earlier checkpoints are kept")
+    for what, tensors in (("weights", model.state_dict().items()),
+                          ("optimizer state", optimizer_tensors(optimizer.state_dict()))):
+        if bad := first_nonfinite(tensors):
+            raise CheckpointError(f"refusing to write checkpoint {final}: the {what} {'are' if what == 'weights' else 'is'} "
+                                  f"not finite ({bad}); the earlier checkpoints are kept")
     # encoded before touching the disk: a value that cannot be stored safely fails here
     blob = _encode(
         {
@@ -384,6 +390,10 @@ def verify(path: str | os.PathLike) -> None:
         for name in (WEIGHTS, STATE):
             if not (path / name).is_file():
                 raise CheckpointError(f"{path / name}: missing")
+        # verified already by this process, unchanged since (the run's look before it resumes, then resume())
+        seen = _identity(path)
+        if seen in _VERIFIED:
+            return
         manifest = path / MANIFEST
         if not manifest.is_file():
             _verify_readable(path)
@@ -394,8 +404,19 @@ def verify(path: str | os.PathLike) -> None:
         if problem:
             raise CheckpointError(problem)
         _verify_readable(path)
+        _VERIFIED.add(seen)
     except OSError as exc:
         raise CheckpointError(f"{path}: {_first_line(exc)}") from exc
+
+
+_VERIFIED: set[tuple] = set()
+
+
+def _identity(path: Path) -> tuple:
+    """A checkpoint's files as the file system describes them (inode, size, modification time)."""
+    return (str(path.resolve()),) + tuple(
+        (n, st.st_ino, st.st_size, st.st_mtime_ns) for n in (WEIGHTS, STATE, MANIFEST)
+        if (st := (path / n).stat() if (path / n).exists() else None) is not None)
 
 
 def _verify_readable(path: Path) -> None:
@@ -411,11 +432,80 @@ def _verify_readable(path: Path) -> None:
         raise CheckpointError(f"{path / WEIGHTS}: not a readable safetensors file ({_first_line(exc)})") from exc
     if bad:
         raise CheckpointError(f"{path / WEIGHTS}: the weights are not finite ({bad}; written by a diverged run)")
-    read_state(path, mmap=True)
+    blob = read_state(path, mmap=True)
+    file = path / STATE
+    # the step: the directory's name, the trainer state's and the manifest's must agree (a state moved or
+    # copied into another step's directory would re-train or skip steps)
+    named = _step_of(path)
+    try:
+        listed = json.loads((path / MANIFEST).read_text()).get("step") if (path / MANIFEST).is_file() else None
+    except (ValueError, AttributeError, OSError):
+        listed = None
+    if not isinstance(blob["step"], int) or (named is not None and blob["step"] != named) \
+            or (listed is not None and listed != blob["step"]):
+        raise CheckpointError(f"{file}: says step {blob['step']!r}, but its directory is {path.name}"
+                              + (f" and its manifest says step {listed}" if listed is not None else "")
+                              + " (moved or copied from another checkpoint)")
+    try:
+        bad = first_nonfinite(optimizer_tensors(blob["optimizer"]))
+    except (TypeError, AttributeError, KeyError) as exc:
+        raise CheckpointError(f"{file}: malformed optimizer state ({_first_line(exc)})") from exc
+    if bad:
+        raise CheckpointError(f"{file}: the optimizer state is not finite ({bad}); resuming from it would diverge")
 
 
-def latest(ckpt_root: str | os.PathLike) -> Path | None:
-    """The newest checkpoint that passes :func:`verify`, or None if there is no checkpoint.
+def optimizer_tensors(opt_state: dict[str, Any]) -> list[tuple[str, torch.Tensor]]:
+    """``("optimizer state <param index>.<name>", tensor)`` for every tensor of an optimizer's state dict
+    (AdamW's ``exp_avg``, ``exp_avg_sq``, ``step``)."""
+    return [(f"optimizer state {i}.{name}", t) for i, per in opt_state["state"].items()
+            for name, t in per.items() if torch.is_tensor(t)]
+
+
+def check_fits(path: str | os.PathLike, model: torch.nn.Module, optimizer: torch.optim.Optimizer) -> None:
+    """Raise :class:`CheckpointError` naming the file unless checkpoint ``path`` can be loaded into ``model``
+    and ``optimizer`` as they are built: the same weight names and shapes, the same number of optimized
+    tensors, and every per-parameter optimizer tensor (AdamW's moments) shaped as its parameter. Reads
+    headers and the memory-mapped state only; changes nothing."""
+    path = Path(path)
+    sd = model.state_dict()
+    want = {k: tuple(v.shape) for k, v in sd.items()}
+    try:
+        with safe_open(str(path / WEIGHTS), framework="pt") as f:
+            have = {k: tuple(f.get_slice(k).get_shape()) for k in f.keys()}
+    except (SafetensorError, ValueError, RuntimeError, OSError) as exc:
+        raise CheckpointError(f"{path / WEIGHTS}: not a readable safetensors file ({_first_line(exc)})") from exc
+    # tensors that share storage (tied embeddings) are saved once, under one of their names
+    storage: dict[int, set[str]] = {}
+    for k, v in sd.items():
+        storage.setdefault(v.untyped_storage().data_ptr(), set()).add(k)
+    missing = sorted(k for k in set(want) - set(have)
+                     if not any(o in have for o in storage[sd[k].untyped_storage().data_ptr()]))
+    wrong = sorted(k for k in set(want) & set(have) if want[k] != have[k])
+    if missing or wrong or set(have) - set(want):
+        what = (f"{wrong[0]} is {list(have[wrong[0]])}, the model's is {list(want[wrong[0]])}" if wrong
+                else f"missing {missing[0]}" if missing else f"an unknown tensor {sorted(set(have) - set(want))[0]}")
+        raise CheckpointError(f"{path / WEIGHTS}: does not fit the model ({what}): another model.path or shape")
+    file = path / STATE
+    params = [p for g in optimizer.param_groups for p in g["params"]]
+    opt_state = read_state(path, mmap=True)["optimizer"]
+    try:
+        n_saved = sum(len(g["params"]) for g in opt_state["param_groups"])
+        shapes = [(i, name, tuple(t.shape)) for i, per in opt_state["state"].items()
+                  for name, t in per.items() if torch.is_tensor(t) and t.dim() > 0]
+    except (TypeError, AttributeError, KeyError) as exc:
+        raise CheckpointError(f"{file}: malformed optimizer state ({_first_line(exc)})") from exc
+    if n_saved != len(params):
+        raise CheckpointError(f"{file}: its optimizer state holds {n_saved} tensors, the model has {len(params)}")
+    for i, name, shape in shapes:
+        if not isinstance(i, int) or not 0 <= i < len(params) or shape != tuple(params[i].shape):
+            where = list(params[i].shape) if isinstance(i, int) and 0 <= i < len(params) else "no such parameter"
+            raise CheckpointError(f"{file}: optimizer state {i}.{name} is shaped {list(shape)}, its parameter {where}")
+
+
+def latest(ckpt_root: str | os.PathLike, fits: Any = None, warn: bool = True) -> Path | None:
+    """The newest checkpoint that passes :func:`verify` (and ``fits(path)``, e.g. :func:`check_fits` for
+    the model being resumed, when given), or None if there is no checkpoint. ``warn=False``: skips are
+    not logged (a look before the run that resumes, which logs them).
 
     Each newer one that fails is skipped with a warning naming the file and the reason.
     If checkpoints exist but none passes, raises :class:`CheckpointError` listing them:
@@ -426,13 +516,16 @@ def latest(ckpt_root: str | os.PathLike) -> Path | None:
     for p in reversed(_step_dirs(root)):
         try:
             verify(p)
+            if fits is not None:
+                fits(p)
         except CheckpointError as exc:
             if not p.exists():  # pruned by a writer while we looked
                 continue
             skipped.append(f"{p.name}: {exc}")
-            log.warning("checkpoint %s skipped: %s", p, exc)
+            if warn:
+                log.warning("checkpoint %s skipped: %s", p, exc)
             continue
-        if skipped:
+        if skipped and warn:
             log.warning("resuming from %s, the newest checkpoint that verifies", p)
         return p
     if skipped:

@@ -246,8 +246,10 @@ def check_config_change(cfg: DictConfig, out: Path) -> Path:
         from dapo_exp.config import ConfigError
 
         raise ConfigError(f"run.on_config_change={policy!r} is not valid; choose one of: {', '.join(ON_CONFIG_CHANGE)}")
-    recorded = (rundir.read_json(out / rundir.CONFIG) or {}).get("config")
-    if not isinstance(recorded, dict) or not _has_results(out):
+    if not _has_results(out):
+        return out
+    recorded = _recorded_config(cfg, out)
+    if recorded is None:
         return out
     resolved = OmegaConf.to_container(cfg, resolve=True)
     diffs = rundir.config_differences(recorded, resolved, ignore=rundir.EXTENDABLE_KEYS)
@@ -274,6 +276,35 @@ def check_config_change(cfg: DictConfig, out: Path) -> Path:
             continue
         shutil.rmtree(p) if p.is_dir() and not p.is_symlink() else p.unlink()
     return out
+
+
+def _recorded_config(cfg: DictConfig, out: Path) -> dict[str, Any] | None:
+    """The result-changing config ``out``'s results were trained under: the newest usable checkpoint's own
+    record (what its weights were trained under), else ``config.json``'s; None when neither is readable.
+    Also refuses, before anything is written, a ``train.steps`` below the checkpoint's step."""
+    try:
+        newest = checkpoint.latest(out / rundir.CHECKPOINTS, warn=False)
+    except checkpoint.CheckpointError:
+        newest = None  # resume() names each damaged checkpoint
+    from_file = (rundir.read_json(out / rundir.CONFIG) or {}).get("config")
+    if newest is None:
+        return from_file if isinstance(from_file, dict) else None
+    blob = checkpoint.read_state(newest, mmap=True)
+    if blob["step"] > cfg.train.steps:  # train.steps may grow, not shrink below what was trained
+        raise ConfigChangedError(
+            f"{out} has a checkpoint at step {blob['step']}, past train.steps={cfg.train.steps}: resuming it cannot "
+            f"give a {cfg.train.steps}-step run. Ask for train.steps>={blob['step']}, or run the shorter run in "
+            "another directory")
+    try:
+        own = json.loads(blob["state"].get("config_json") or "null")
+    except (ValueError, AttributeError):
+        own = None
+    if not isinstance(own, dict):  # a checkpoint written before checkpoints carried their config
+        return from_file if isinstance(from_file, dict) else None
+    if not isinstance(from_file, dict):
+        print(f"[dapo-exp] {out / rundir.CONFIG} is missing or damaged: comparing with the config recorded in "
+              f"{newest.name} (and writing config.json again)", flush=True)
+    return own
 
 
 @contextlib.contextmanager
@@ -360,7 +391,8 @@ def resume(run: Any) -> None:
         "carry": [], "evals": {}, "wall_time_s": 0.0, "wandb_id": None,
     }
     logs = (rundir.METRICS, rundir.EVAL_SAMPLES, rundir.TRAIN_SAMPLES)
-    last = checkpoint.latest(run.out / rundir.CHECKPOINTS)
+    last = checkpoint.latest(run.out / rundir.CHECKPOINTS,
+                             fits=lambda p: checkpoint.check_fits(p, run.model, run.optimizer))
     rows = logged_rows(run.out / rundir.METRICS)
     logged = [row["step"] for row in rows]
     if last is not None:
@@ -484,6 +516,8 @@ def save_checkpoint(run: Any, life: Life, step: int) -> None:
         writer.sync()
     run.state["wall_time_s"] += time.perf_counter() - life.t_start
     life.t_start = time.perf_counter()
+    # the config the checkpoint's weights were trained under: a re-run compares with it when config.json is lost
+    run.state["config_json"] = json.dumps(life.resolved, default=str)
     checkpoint.save(run.out / rundir.CHECKPOINTS, step, run.model, run.optimizer, run.scheduler, run.state,
                     run.cfg.checkpoint.keep)
 
@@ -536,12 +570,14 @@ def finish(run: Any, life: Life, step: int) -> dict[str, Any]:
 
 
 def _base_model(model_path: str) -> dict[str, Any]:
-    """The base weights the run started from: their path and, where a manifest records it (the
-    tiny model's warm starts, shipped or built), the SHA-256 of ``model.safetensors``: two machines'
-    builds of the same warm start differ, and the analysis never pools runs whose hashes differ."""
-    from dapo_exp.tasks.arith_warmstart import weights_sha256
+    """The base weights the run started from: their path and their identity computed from the files
+    (:func:`dapo_exp.tasks.arith_warmstart.base_identity`: the weights' SHA-256 and one over every file the
+    model loads): two machines' builds of the same warm start differ, a tokenizer may change under the same
+    weights, and the analysis never pools runs whose identities differ. A hub id: the path only."""
+    from dapo_exp.tasks.arith_warmstart import base_identity
 
-    return {"path": model_path, "sha256": weights_sha256(model_path) if Path(model_path).is_dir() else None}
+    ident = base_identity(model_path) if Path(model_path).is_dir() else {}
+    return {"path": model_path, "sha256": ident.get("sha256"), **{k: v for k, v in ident.items() if k != "sha256"}}
 
 
 def _endpoint(run: Any, evals: dict[int, dict], final_step: int) -> dict[str, Any]:

@@ -364,6 +364,23 @@ def step_metrics(
     return m
 
 
+def start_clocks(device: Any) -> float:
+    """A step's start: on CUDA, a new window for :func:`gpu_peak`; returns ``time.perf_counter()``."""
+    if torch.device(device).type == "cuda":
+        torch.cuda.reset_peak_memory_stats(device)
+    return time.perf_counter()
+
+
+def gpu_peak(device: Any) -> dict[str, float]:
+    """On CUDA, the peak memory of PyTorch's allocator since :func:`start_clocks` (``perf/gpu_mem_peak_gib``,
+    allocated, and ``perf/gpu_mem_reserved_gib``, GiB): the step's rollout, old log-probs and update. Elsewhere
+    nothing."""
+    if torch.device(device).type != "cuda":
+        return {}
+    return {"perf/gpu_mem_peak_gib": torch.cuda.max_memory_allocated(device) / 2**30,
+            "perf/gpu_mem_reserved_gib": torch.cuda.max_memory_reserved(device) / 2**30}
+
+
 def sampling_metrics(ds: CollectStats, *, group_size: int, gen_seconds: float) -> dict[str, float]:
     """The cost of Dynamic Sampling (also logged with it off: zero-variance groups are still counted)."""
     return {

@@ -32,7 +32,6 @@ import sys
 import time
 from typing import Any
 
-import torch
 from omegaconf import DictConfig
 
 from dapo_exp import compose, rundir, runner, steps
@@ -93,10 +92,7 @@ def loop(run: Run, life: runner.Life) -> dict[str, Any]:
         if run.stop.signame:  # a signal during the last step (or the set-up): its checkpoint is written
             bar.close()
             runner.stopped(run, life, step)
-        step, t_step = next_step, time.perf_counter()
-        cuda = torch.device(run.device).type == "cuda"
-        if cuda:  # the step's peak GPU memory (rollout, old log-probs, update), logged below
-            torch.cuda.reset_peak_memory_stats(run.device)
+        step, t_step = next_step, steps.start_clocks(run.device)  # wall time, and the step's peak GPU memory
         groups, ds, counters = rollout_groups(run, step)  # rollouts, rewards, group filter
         t_gen = time.perf_counter() - t_step
         st["sampler_position"] = run.sampler.position
@@ -117,10 +113,8 @@ def loop(run: Run, life: runner.Life) -> dict[str, Any]:
             "optim/lr": run.optimizer.param_groups[0]["lr"],
             "timing_s/gen": t_gen,
             "timing_s/step": time.perf_counter() - t_step,
+            **steps.gpu_peak(run.device),
         })
-        if cuda:
-            m["perf/gpu_mem_peak_gib"] = torch.cuda.max_memory_allocated(run.device) / 2**30
-            m["perf/gpu_mem_reserved_gib"] = torch.cuda.max_memory_reserved(run.device) / 2**30
         if groups:
             compose.check_logged(run.hooks, m)  # every fix that is on logs what it declares
         runner.log_row(run, step, m)

@@ -67,6 +67,20 @@ def kill_during_step(monkeypatch, step):
     monkeypatch.setattr(T, "collect_groups", dies)
 
 
+def whole_and_killed(small_cfg, monkeypatch, tmp_path, overrides, step):
+    """An uninterrupted run in ``tmp_path/whole`` and the same run killed as it starts ``step`` in
+    ``tmp_path/cut`` (its checkpoints left as a kill leaves them)."""
+    import pytest
+
+    from dapo_exp.train import train
+
+    train(small_cfg(tmp_path / "whole", *overrides))
+    kill_during_step(monkeypatch, step)
+    with pytest.raises(KeyboardInterrupt):
+        train(small_cfg(tmp_path / "cut", *overrides))
+    monkeypatch.undo()
+
+
 # The longest modules run first: verl's trainer executed on this CPU (~8 min in one module-scoped sweep), then
 # the sweeps on the local SLURM cluster (~4 min, mostly waiting for the scheduler). The test command spreads
 # modules over three workers in this order (pytest-xdist, --dist loadscope --no-loadscope-reorder), so they

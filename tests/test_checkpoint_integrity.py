@@ -4,6 +4,7 @@ sampling's cap error says when the policy has collapsed."""
 
 import hashlib
 import json
+import re
 import shutil
 from pathlib import Path
 
@@ -212,6 +213,7 @@ def test_a_shipped_warm_start_is_used_verified_and_built_instead_when_damaged(tm
     shipped = tmp_path / "shipped" / built.name
     shutil.copytree(built, shipped)
     monkeypatch.setattr(W, "SHIPPED_DIR", shipped.parent)
+    monkeypatch.setitem(W.SHIPPED_SHA256, shipped.name, W.weights_sha256(built))  # as the code holds the real one's
     capsys.readouterr()
     assert _ensure(cfg) == shipped and capsys.readouterr().out == ""  # shipped and verified: used
     cfg.model.warmstart_source = "build"
@@ -221,6 +223,94 @@ def test_a_shipped_warm_start_is_used_verified_and_built_instead_when_damaged(tm
     assert _ensure(cfg) == built
     out = capsys.readouterr().out.strip().splitlines()
     assert len(out) == 1 and "the shipped warm start" in out[0] and "is damaged" in out[0], out
+
+
+def test_every_shipped_warm_start_is_vouched_for_by_the_code():
+    import dapo_exp.tasks.arith_warmstart as W
+
+    shipped = sorted(p for p in W.SHIPPED_DIR.iterdir() if p.is_dir())
+    assert shipped and {p.name for p in shipped} == set(W.SHIPPED_SHA256), (
+        "a warm start was shipped (python -m dapo_exp.tasks.arith_warmstart --ship) without its weights' SHA-256 in "
+        "arith_warmstart.SHIPPED_SHA256")
+    for p in shipped:
+        assert W.weights_sha256(p) == W.SHIPPED_SHA256[p.name] and W.cache_problem(p) is None
+
+
+def _shipped_copy(tmp_path, monkeypatch):
+    import dapo_exp.tasks.arith_warmstart as W
+
+    (real,) = [p for p in W.SHIPPED_DIR.iterdir() if p.is_dir()]
+    copy = tmp_path / "shipped" / real.name
+    shutil.copytree(real, copy)
+    monkeypatch.setattr(W, "SHIPPED_DIR", copy.parent)
+    return W, copy, real.name.removeprefix("tiny-")
+
+
+def _rehash(directory: Path, names=None) -> None:
+    manifest = json.loads((directory / "manifest.json").read_text())
+    manifest["files"] = checkpoint.manifest_files(directory, names or sorted(manifest["files"]))
+    (directory / "manifest.json").write_text(json.dumps(manifest))
+
+
+def test_a_shipped_warm_start_whose_manifest_skips_the_tokenizer_or_was_rehashed_is_not_used(tmp_path, monkeypatch,
+                                                                                             capsys):
+    """Issue 34: a manifest that did not list tokenizer.json let two swapped digit tokens train silently under the
+    genuine base hash; a manifest re-hashed after the weights changed vouched for them."""
+    W, copy, key = _shipped_copy(tmp_path, monkeypatch)
+    assert W.shipped_checkpoint(key) == copy
+    names = sorted(json.loads((copy / "manifest.json").read_text())["files"])
+    _rehash(copy, [n for n in names if n != "tokenizer.json"])
+    assert W.shipped_checkpoint(key) is None
+    assert "does not list tokenizer.json" in capsys.readouterr().out
+
+    _flip_one_bit(copy / "model.safetensors")
+    _rehash(copy, names)  # the manifest agrees with the changed weights: only the code's hash can tell
+    assert W.cache_problem(copy) is None and W.shipped_checkpoint(key) is None
+    out = capsys.readouterr().out
+    assert "model.safetensors: SHA-256" in out and "arith_warmstart.SHIPPED_SHA256" in out
+
+
+def test_a_base_models_identity_is_computed_from_the_files_it_loads(tmp_path, monkeypatch):
+    """Never read from a manifest: changed weights under an old manifest, a directory without a manifest, and a
+    tokenizer changed under the same weights each get their own identity."""
+    W, copy, _ = _shipped_copy(tmp_path, monkeypatch)
+    genuine = W.base_identity(copy)
+    assert genuine["sha256"] == W.SHIPPED_SHA256[copy.name]
+    assert set(genuine["files"]) >= {"model.safetensors", "config.json", "tokenizer.json", "tokenizer_config.json"}
+
+    bare = tmp_path / "bare"
+    shutil.copytree(copy, bare)
+    (bare / "manifest.json").unlink()
+    assert W.base_identity(bare) == genuine  # no manifest: still identified, by its bytes
+
+    _flip_one_bit(copy / "model.safetensors")  # the old manifest stays
+    changed = W.base_identity(copy)
+    assert changed["sha256"] != genuine["sha256"] and changed["files_sha256"] != genuine["files_sha256"]
+
+    tok = json.loads((bare / "tokenizer.json").read_text())
+    vocab = tok["model"]["vocab"]
+    vocab["3"], vocab["4"] = vocab["4"], vocab["3"]  # two digit tokens swapped, the weights untouched
+    (bare / "tokenizer.json").write_text(json.dumps(tok))
+    swapped = W.base_identity(bare)
+    assert swapped["sha256"] == genuine["sha256"] and swapped["files_sha256"] != genuine["files_sha256"]
+    assert W.base_identity(tmp_path) == {}  # no weights: nothing to identify
+
+
+def test_runs_whose_tokenizer_differs_under_the_same_weights_are_not_pooled(tmp_path):
+    from dapo_exp import rundir
+    from dapo_exp.analysis.runs import BASE_WEIGHTS, load_runs
+
+    for name, seed, files_sha in (("a0", 0, "c" * 64), ("a1", 1, "c" * 64), ("b0", 0, "d" * 64)):
+        d = tmp_path / name
+        d.mkdir()
+        config = {"seed": seed, "preset": "grpo", "model": {"path": "/m"}, "train": {"steps": 30}}
+        rundir.write_json(d / rundir.SUMMARY, {
+            "status": "finished", "label": "grpo", "seed": seed, "config": config, "switches": {},
+            "final": {"eval/acc_avg": 0.5}, "base_model": {"path": "/m", "sha256": "a" * 64, "files_sha256": files_sha}})
+    data = load_runs(tmp_path)
+    keys = dict(zip(data.runs["run"], data.runs[BASE_WEIGHTS]))
+    assert keys == {"a0": "c" * 12, "a1": "c" * 12, "b0": "d" * 12}
+    assert data.runs["label"].nunique() == 2
 
 
 # --------------------------------------------------------------------------- #
@@ -250,3 +340,103 @@ def test_the_cap_error_says_when_the_policy_has_collapsed(pattern, collapsed):
     msg = str(err.value)
     assert ("the policy has collapsed" in msg) == collapsed
     assert ("Raise algo.ds_max_rounds" in msg) == (not collapsed)
+
+
+# --------------------------------------------------------------------------- #
+# a checkpoint verified whole: optimizer state, step, shapes (issue 34)          #
+# --------------------------------------------------------------------------- #
+def _edit_state(ckpt: Path, edit) -> None:
+    """Change the trainer state of ``ckpt`` and re-hash it into its manifest (what no checksum can catch)."""
+    blob = torch.load(ckpt / checkpoint.STATE, weights_only=True)
+    edit(blob)
+    torch.save(blob, ckpt / checkpoint.STATE)
+    manifest = json.loads((ckpt / checkpoint.MANIFEST).read_text())
+    manifest["files"] = checkpoint.manifest_files(ckpt, (checkpoint.WEIGHTS, checkpoint.STATE))
+    (ckpt / checkpoint.MANIFEST).write_text(json.dumps(manifest))
+
+
+def _nan_moment(blob):
+    blob["optimizer"]["state"][0]["exp_avg_sq"][0, 0] = float("nan")
+
+
+def _misshaped_moment(blob):
+    blob["optimizer"]["state"][1]["exp_avg"] = torch.zeros(3)
+
+
+def _state_of(other: Path):
+    def edit(blob):
+        blob.clear()
+        blob.update(torch.load(other / checkpoint.STATE, weights_only=True))
+    return edit
+
+
+def test_save_refuses_an_optimizer_state_that_is_not_finite(tmp_path):
+    save_steps(tmp_path, 1)
+    model, opt, sched = tiny_training_objects()
+    next(iter(opt.state.values()))["exp_avg"][0, 0] = float("inf")
+    with pytest.raises(CheckpointError, match=r"step_0000002: the optimizer state is not finite .*0\.exp_avg has 0 nan "
+                                              r"and 1 inf"):
+        checkpoint.save(tmp_path, 2, model, opt, sched, trainer_state(2))
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["step_0000001"]
+
+
+@pytest.mark.parametrize("damage, says", [
+    ("nan moment", r"trainer_state.*the optimizer state is not finite \(optimizer state 0\.exp_avg_sq has 1 nan"),
+    ("state of another step", r"trainer_state.*says step 1, but its directory is step_0000002 and its manifest says "
+                              r"step 2"),
+])
+def test_a_rehashed_checkpoint_whose_state_is_damaged_is_skipped_naming_the_file(tmp_path, caplog, damage, says):
+    root = tmp_path / "checkpoints"
+    save_steps(root, 1, 2)
+    newest = root / "step_0000002"
+    _edit_state(newest, _nan_moment if damage == "nan moment" else _state_of(root / "step_0000001"))
+    assert checkpoint.manifest_problem(newest, newest / checkpoint.MANIFEST) is None  # the checksums agree
+
+    assert checkpoint.latest(root) == root / "step_0000001"  # "the last good checkpoint" is one that verifies
+    (msg,) = _skips(caplog)
+    assert re.search(says, msg), msg
+
+
+def test_a_checkpoint_shaped_for_another_model_is_skipped_before_anything_is_loaded(tmp_path, caplog):
+    root = tmp_path / "checkpoints"
+    save_steps(root, 1, 2)
+    newest = root / "step_0000002"
+    _edit_state(newest, _misshaped_moment)
+    checkpoint.verify(newest)  # finite, readable, its step right: only the model can tell
+    model, opt, sched = tiny_training_objects(seed=3)
+    before = [p.detach().clone() for p in model.parameters()]
+    with pytest.raises(CheckpointError, match=r"step_0000002/trainer_state.*optimizer state 1\.exp_avg is shaped "
+                                              r"\[3\], its parameter \[8\]"):
+        checkpoint.check_fits(newest, model, opt)
+    fits = lambda p: checkpoint.check_fits(p, model, opt)  # noqa: E731
+    assert checkpoint.latest(root, fits=fits) == root / "step_0000001"
+    assert all(torch.equal(a, b) for a, b in zip(before, model.parameters()))  # nothing was loaded
+    assert "optimizer state 1.exp_avg" in _skips(caplog)[0]
+
+    other = torch.nn.Sequential(torch.nn.Linear(4, 6), torch.nn.Linear(6, 2))  # another shape of model
+    with pytest.raises(CheckpointError, match=r"step_0000001/model.safetensors: does not fit the model \(0\.bias is "
+                                              r"\[8\], the model's is \[6\]\)"):
+        checkpoint.check_fits(root / "step_0000001", other, torch.optim.AdamW(other.parameters()))
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("damage", ["nan moment", "misshaped moment"])  # the step check: the unit test above
+def test_resume_past_a_rehashed_damaged_checkpoint_gives_the_uninterrupted_metrics(tmp_path, small_cfg, caplog,
+                                                                                   monkeypatch, damage):
+    """The run-level cases of issue 34: each used to diverge, crash in 80 lines or re-train steps."""
+    from conftest import whole_and_killed
+    from test_train import metrics
+
+    from dapo_exp import rundir
+    from dapo_exp.train import train
+
+    overrides = ("train.steps=3", "checkpoint.every=1", "checkpoint.keep=3")
+    whole_and_killed(small_cfg, monkeypatch, tmp_path, overrides, 3)
+    ckpts = tmp_path / "cut" / rundir.CHECKPOINTS
+    newest = ckpts / "step_0000002"
+    _edit_state(newest, _nan_moment if damage == "nan moment" else _misshaped_moment)
+
+    s = train(small_cfg(tmp_path / "cut", *overrides))  # resumes from step 1, the newest that verifies and fits
+    assert s["status"] == "finished"
+    assert any(str(newest / checkpoint.STATE) in r.getMessage() for r in caplog.records)
+    assert metrics(tmp_path / "cut") == metrics(tmp_path / "whole")

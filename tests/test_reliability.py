@@ -241,18 +241,13 @@ def test_after_a_fallback_the_abandoned_newer_checkpoint_is_removed_at_the_next_
 @pytest.mark.slow
 def test_resume_past_a_corrupt_newest_checkpoint_gives_the_uninterrupted_metrics(tmp_path, small_cfg, monkeypatch,
                                                                                 caplog):
-    from conftest import kill_during_step
+    from conftest import whole_and_killed
     from test_train import metrics
 
     from dapo_exp.train import train
 
     overrides = ("train.steps=3", "checkpoint.every=1", "checkpoint.keep=2")
-    train(small_cfg(tmp_path / "whole", *overrides))
-
-    kill_during_step(monkeypatch, 3)
-    with pytest.raises(KeyboardInterrupt):
-        train(small_cfg(tmp_path / "cut", *overrides))
-    monkeypatch.undo()
+    whole_and_killed(small_cfg, monkeypatch, tmp_path, overrides, 3)
     ckpts = tmp_path / "cut" / rundir.CHECKPOINTS
     assert sorted(p.name for p in ckpts.iterdir()) == ["step_0000001", "step_0000002"]
     _truncate(ckpts / "step_0000002" / checkpoint.WEIGHTS)  # what a power loss without fsync could leave

@@ -178,8 +178,10 @@ def test_restart_and_branch_are_explicit_and_a_longer_run_is_a_resume(tmp_path, 
     s = train(small_cfg(run_dir, "train.steps=2", "seed=5"))
     assert s["status"] == "finished" and s["steps_done"] == 2
     (run_dir / rundir.SUMMARY).unlink()  # not below what was trained: a checkpoint at step 2 is no 1-step run
+    before = _snapshot(run_dir)
     with pytest.raises(ConfigChangedError, match="checkpoint at step 2, past train.steps=1"):
         train(small_cfg(run_dir, "train.steps=1", "seed=5"))
+    assert _snapshot(run_dir) == before  # refused before config.json or the summary was written
     assert [r["step"] for r in rundir.read_jsonl(run_dir / rundir.METRICS) if "reward/mean" in r] == [1, 2]
 
     # the endpoint may change too (a sweep begun under another default): it only changes what the
@@ -187,6 +189,32 @@ def test_restart_and_branch_are_explicit_and_a_longer_run_is_a_resume(tmp_path, 
     (run_dir / rundir.SUMMARY).unlink(missing_ok=True)
     s = train(small_cfg(run_dir, "train.steps=3", "seed=5", "eval.endpoint=final"))
     assert s["status"] == "finished" and s["steps_done"] == 3 and s["endpoint"]["name"] == "final"
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("damage", ["deleted", "not JSON"])
+def test_with_config_json_lost_a_rerun_is_compared_with_the_checkpoints_own_config(tmp_path, small_cfg, capsys,
+                                                                                   damage):
+    """Issue 34: config.json deleted or damaged used to skip the check, and a re-run with another optim.lr
+    resumed the old checkpoint at the old rate while recording the new one."""
+    from dapo_exp.runner import ConfigChangedError
+
+    run_dir = tmp_path / "run"
+    train(small_cfg(run_dir, "train.steps=1"))
+    (run_dir / rundir.SUMMARY).unlink()  # resumable
+    if damage == "deleted":
+        (run_dir / rundir.CONFIG).unlink()
+    else:
+        (run_dir / rundir.CONFIG).write_text('{"config": ')
+    before = _snapshot(run_dir)
+    with pytest.raises(ConfigChangedError, match=r"\(optim.lr: 5e-05 -> 0.0001\)"):
+        train(small_cfg(run_dir, "train.steps=2", "optim.lr=1e-4"))
+    assert _snapshot(run_dir) == before
+    assert "comparing with the config recorded in step_0000001" in capsys.readouterr().out
+
+    s = train(small_cfg(run_dir, "train.steps=2"))  # the same config resumes, and config.json is written again
+    assert s["status"] == "finished" and s["steps_done"] == 2
+    assert rundir.read_json(run_dir / rundir.CONFIG)["config"]["optim"]["lr"] == 5e-5
 
 
 @pytest.mark.slow
@@ -760,6 +788,7 @@ def test_a_finished_run_records_its_base_weights(tmp_path, small_cfg):
 
     s = train(small_cfg(tmp_path / "r", "train.steps=1"))
     assert s["base_model"]["sha256"] == weights_sha256(s["model_path"]) and len(s["base_model"]["sha256"]) == 64
+    assert len(s["base_model"]["files_sha256"]) == 64 and "tokenizer.json" in s["base_model"]["files"]
 
 
 def test_a_resumed_run_records_the_base_weights_it_started_from(tmp_path, small_cfg, monkeypatch):

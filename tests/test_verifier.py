@@ -305,6 +305,15 @@ HEDGES_MORE = [
     ("Answer: 7}{8", "7"),
     ("Answer: \\boxed{7} \\boxed{8}", "8"),
     ("Answer: 7 \\pm 1", "8"),
+    # relations that keep one side (issue 34): math_dapo keeps verl's rule and scores these on the right side
+    ("Answer: 7 \\equiv 8", "8"),
+    ("Answer: 7 := 8", "8"),
+    ("Answer: 8 =: 7", "7"),
+    ("Answer: 7 \\to 8", "8"),
+    ("Answer: 7 \\mapsto 8", "8"),
+    ("Answer: 7 \\Rightarrow 8", "8"),
+    ("Answer: 7 \\sim 8", "8"),
+    ("Answer: 7 \\cong 8", "8"),
 ]
 
 

@@ -485,9 +485,10 @@ def _run_row(rec: RunRecord, wide: pd.DataFrame, end_window: int) -> dict[str, A
             row[f"avg/{c}"] = float(s.mean())
     row.update(_flatten(cfg, "config."))
     base = summ.get("base_model")
-    if isinstance(base, dict) and base.get("sha256"):
-        # the base weights' identity: runs of one label from different warm-start builds are split
-        row[BASE_WEIGHTS] = str(base["sha256"])[:12]
+    if isinstance(base, dict) and (base.get("files_sha256") or base.get("sha256")):
+        # the base model's identity (every file it loads; runs from before that was recorded: the weights'):
+        # runs of one label from different warm-start builds, or one tokenizer changed, are split
+        row[BASE_WEIGHTS] = str(base.get("files_sha256") or base["sha256"])[:12]
     return row
 
 

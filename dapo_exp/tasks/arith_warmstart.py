@@ -51,7 +51,7 @@ from typing import Any
 import torch
 
 from dapo_exp import rundir
-from dapo_exp.checkpoint import fsync_path, manifest_files, manifest_problem
+from dapo_exp.checkpoint import fsync_path, manifest_files, manifest_problem, sha256_file
 from dapo_exp.console import ProgressLines
 from dapo_exp.models import CHARS, build_char_tokenizer, build_tiny_model
 from dapo_exp.tasks.arith import STEP_MARKER, load_arith, response_style, solution_text
@@ -187,24 +187,60 @@ CACHE_MANIFEST = "manifest.json"
 SHIPPED_DIR = Path(__file__).resolve().parents[1] / "assets" / "warmstart"
 
 
+# the files besides the weights that decide what a model directory computes (transformers' loaders read them)
+LOADED_FILES = ("config.json", "generation_config.json", "tokenizer.json", "tokenizer_config.json",
+                "special_tokens_map.json", "added_tokens.json", "vocab.json", "merges.txt", "tokenizer.model",
+                "chat_template.jinja", "chat_template.json")
+
+
+def _weight_files(model_dir: Path) -> list[Path]:
+    return sorted(p for p in model_dir.iterdir() if p.is_file() and (
+        p.suffix == ".safetensors" or (p.name.startswith("pytorch_model") and p.suffix == ".bin")))
+
+
+def base_identity(model_dir: str | os.PathLike) -> dict[str, Any]:
+    """The identity of a model directory, computed from the files it loads (never read from a manifest):
+    ``sha256``, the SHA-256 of ``model.safetensors`` (of the list of shard hashes when sharded), and
+    ``files_sha256``, one SHA-256 over every loaded file's (weights, config, tokenizer, chat template), with
+    ``files`` naming each. Empty when the directory holds no weights. Hashing reads every byte once
+    (about 1 s per GB)."""
+    d = Path(model_dir)
+    weights = _weight_files(d) if d.is_dir() else []
+    if not weights:
+        return {}
+    files = {p.name: sha256_file(p) for p in weights + [d / n for n in LOADED_FILES if (d / n).is_file()]}
+    w = ([files[weights[0].name]] if len(weights) == 1 else
+         [hashlib.sha256(json.dumps({p.name: files[p.name] for p in weights}, sort_keys=True).encode()).hexdigest()])
+    return {"sha256": w[0], "files_sha256": hashlib.sha256(json.dumps(files, sort_keys=True).encode()).hexdigest(),
+            "files": files}
+
+
 def weights_sha256(model_dir: str | os.PathLike) -> str | None:
-    """SHA-256 of a model directory's ``model.safetensors`` as its manifest records it (the warm
-    starts, shipped or built, and any directory with such a manifest), else None: the identity of
-    the base weights a run started from (``summary.json``'s ``base_model``)."""
-    manifest = Path(model_dir) / CACHE_MANIFEST
-    try:
-        return json.loads(manifest.read_text())["files"]["model.safetensors"]["sha256"]
-    except (OSError, ValueError, KeyError, TypeError):
-        return None
+    """SHA-256 of a model directory's weights, computed (:func:`base_identity`); None without weights."""
+    return base_identity(model_dir).get("sha256")
 
 
 def cache_problem(target: Path) -> str | None:
     """Why the warm-start cache ``target`` cannot be trusted (naming the file), or None.
 
     Trusted only when its ``manifest.json`` (written last, after the directory was renamed into
-    place) exists and every file it lists has its size and SHA-256: a build killed at any point,
-    a cache from before manifests, a truncated or altered file are all untrusted."""
-    return manifest_problem(target, target / CACHE_MANIFEST, required=("config.json", "model.safetensors"))
+    place) exists, lists the weights and every other file the model loads that the directory holds
+    (:data:`LOADED_FILES`: a tokenizer outside the manifest could change unseen), and every file it
+    lists has its size and SHA-256: a build killed at any point, a cache from before manifests, a
+    truncated or altered file are all untrusted."""
+    required = ["model.safetensors"] + [n for n in LOADED_FILES if (target / n).is_file() or n == "config.json"]
+    return manifest_problem(target, target / CACHE_MANIFEST, required=required)
+
+
+# the shipped warm starts' weights, held by the code: a manifest re-hashed after the weights changed is caught
+SHIPPED_SHA256 = {"tiny-e5562a88c7a049a3": "695a51a911491fb83efcd2f21df0efe2333c9722443c659090394bac5b31f884"}
+
+
+def _listed_sha256(target: Path) -> str | None:
+    try:
+        return json.loads((target / CACHE_MANIFEST).read_text())["files"]["model.safetensors"]["sha256"]
+    except (OSError, ValueError, KeyError, TypeError):
+        return None
 
 
 def shipped_checkpoint(key: str) -> Path | None:
@@ -214,6 +250,10 @@ def shipped_checkpoint(key: str) -> Path | None:
     if not target.exists():
         return None
     problem = cache_problem(target)
+    if problem is None and SHIPPED_SHA256.get(target.name) != _listed_sha256(target):
+        # the manifest vouches for the files, and the code vouches for the manifest (a re-hashed one is caught)
+        problem = (f"{target / 'model.safetensors'}: SHA-256 {_listed_sha256(target)} is not the shipped weights' "
+                   f"{SHIPPED_SHA256.get(target.name)} (arith_warmstart.SHIPPED_SHA256)")
     if problem:
         print(f"[dapo-exp] the shipped warm start {target} is damaged ({problem}); building one here", flush=True)
         return None
@@ -284,7 +324,8 @@ def _build_cache(model_cfg: Any, task_cfg: Any, max_response_len: int, cache_roo
 def ship(overrides: list[str]) -> Path:
     """Build the warm start of the config ``overrides`` give here (``model.warmstart_source=build``)
     and copy it, with its manifest, into :data:`SHIPPED_DIR`: how the shipped one was made. Returns
-    the shipped directory."""
+    the shipped directory; its weights' SHA-256 goes into :data:`SHIPPED_SHA256` by hand (the code vouches
+    for what it ships; a test fails until it does)."""
     from dapo_exp.hydra_setup import compose_config
 
     cfg = compose_config([*overrides, "model.warmstart_source=build"])
@@ -307,4 +348,5 @@ if __name__ == "__main__":
     args = parser.parse_args()
     if not args.ship:
         parser.error("nothing to do: pass --ship")
-    print(ship(args.overrides))
+    shipped = ship(args.overrides)
+    print(f"{shipped}\nadd to arith_warmstart.SHIPPED_SHA256: {shipped.name!r}: {weights_sha256(shipped)!r}")

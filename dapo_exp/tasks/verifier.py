@@ -118,9 +118,13 @@ def _score_math_dapo(response: str, answer: str) -> tuple[bool, str | None]:
     return (pred is not None and pred == _normalized_truth(answer)), pred
 
 
-# Relations that math-verify resolves by keeping one side (``8 \\approx 7`` parses as 8):
-# an answer holding one is a hedge, not a value, and is wrong (math_dapo: no string match).
-_ONE_SIDED_RELATIONS = ("\\approx",)
+# Relations that math-verify (or the normalisation's split at "=") resolves by keeping one side
+# (``8 \\approx 7`` parses as 8, ``7 := 8`` normalises to 8): an answer holding one is a hedge, not a value,
+# and is wrong under math_verify. math_dapo keeps verl's rule (the paper's reward, compared with verl's
+# function on 200k strings): ``7 := 8`` and ``7 \\equiv 8`` normalise to ``8`` there too.
+_ONE_SIDED_RELATIONS = re.compile(
+    r"\\(?:approx|equiv|to|mapsto|rightarrow|Rightarrow|longrightarrow|Longrightarrow|implies|sim|simeq|cong)"
+    r"(?![A-Za-z])|:=|=:")
 
 
 def _braces_balanced(text: str) -> bool:
@@ -142,10 +146,12 @@ def _math_verify_pred_text(answer_text: str) -> str | None:
     """The one final answer that ``math_verify`` compares: the raw ``Answer:`` capture,
     normalised as ``math_dapo`` normalises it (units, ``x =``, ``$``, ``\\boxed{}`` stripped),
     less one sentence-ending ``.``; None when it is empty or not a single expression."""
+    if _ONE_SIDED_RELATIONS.search(answer_text):  # before the normalisation keeps the right of "="
+        return None
     norm = math_dapo.normalize_final_answer(answer_text)
     if norm.endswith(".") and not norm.endswith(".."):
         norm = norm[:-1].rstrip()
-    if not norm or not _braces_balanced(norm) or any(r in norm for r in _ONE_SIDED_RELATIONS):
+    if not norm or not _braces_balanced(norm):
         return None
     return norm
 
@@ -308,7 +314,7 @@ class MathVerifyVerifier(_Verifier):
 
     def _fast(self, tail, truth):
         raw = math_dapo.last_answer_text(tail)
-        if raw is None:
+        if raw is None or _ONE_SIDED_RELATIONS.search(raw):  # a hedge: wrong, as _math_verify_pred_text says
             return VerifyResult(False, None)
         pred = math_dapo.normalize_final_answer(raw) or None
         if pred is None:
