@@ -186,8 +186,8 @@ def test_killed_local_job_resumes_from_its_checkpoint(tmp_path):
     def cmd(sweep: Path) -> list[str]:
         return [
             sys.executable, str(REPO / "run.py"), "-m", "hydra/launcher=local_gpus", "logger=none",
-            "fixes=grpo,clip", "seed=0", "train.steps=20", "checkpoint.every=1", "train.prompts_per_step=4",
-            "rollout.n=4", "train.mini_batch_size=16", "train.micro_batch_size=16", "eval.every=10",
+            "fixes=grpo,clip", "seed=0", "train.steps=10", "checkpoint.every=1", "train.prompts_per_step=4",
+            "rollout.n=4", "train.mini_batch_size=16", "train.micro_batch_size=16", "eval.every=5",
             "eval.k=1", "task.arith_n_eval=8", f"hydra.sweep.dir={sweep}", "hydra.callbacks={}",
         ]
 
@@ -195,7 +195,7 @@ def test_killed_local_job_resumes_from_its_checkpoint(tmp_path):
     whole = subprocess.run(cmd(tmp_path / "whole"), cwd=REPO, env=env, capture_output=True, text=True, timeout=600)
     assert whole.returncode == 0, whole.stderr[-3000:]
     expected = _final_metrics(tmp_path / "whole")
-    assert len(expected) == 2 and all(rows[-1]["step"] == 20 for rows in expected.values())
+    assert len(expected) == 2 and all(rows[-1]["step"] == 10 for rows in expected.values())
 
     sweep = tmp_path / "killed"
     first = subprocess.Popen(cmd(sweep), cwd=REPO, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
@@ -214,7 +214,7 @@ def test_killed_local_job_resumes_from_its_checkpoint(tmp_path):
     finished = [p for p in sweep.glob("*/summary.json") if json.loads(p.read_text()).get("status") == "finished"]
     assert len(finished) < 2, "killed too late: both jobs had finished"
     killed_at = {c.parent.parent.name: int(c.name.split("_")[1]) for c in ckpts}
-    assert all(step < 20 for step in killed_at.values())
+    assert all(step < 10 for step in killed_at.values())
 
     done = subprocess.run(cmd(sweep), cwd=REPO, env=env, capture_output=True, text=True, timeout=600)
     assert done.returncode == 0, done.stderr[-3000:]
