@@ -41,6 +41,7 @@ from omegaconf import DictConfig
 from dapo_exp import rundir
 from dapo_exp.cli_errors import check_known_keys, exit_if_config_error, one_line_errors
 from dapo_exp.hydra_setup import (
+    check_repeated_overrides,
     check_sweep_name,
     default_sweep_name,
     dry_run_sweep,
@@ -125,6 +126,7 @@ if __name__ == "__main__":
     try:
         with one_line_errors(CONFIG_DIR):
             check_sweep_name(sys.argv[1:])  # sweep=../../x: refused before anything is written
+            check_repeated_overrides(sys.argv[1:])  # fixes=gspo fixes=cispo: refused, not the last one silently
             # a multirun that names no sweep is named after what it sweeps (its directory and W&B group)
             sys.argv += [f"sweep='{name}'"] if (name := default_sweep_name(sys.argv[1:])) else []  # quoted: , and =
             precheck(sys.argv[1:], CONFIG_DIR)  # before torch: config errors, a sweep's cost, what jobs need

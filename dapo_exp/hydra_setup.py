@@ -243,6 +243,31 @@ def check_sweep_name(argv: list[str]) -> None:
                     f"e.g. sweep=clip_vs_grpo); to write a sweep elsewhere set hydra.sweep.dir=<dir>")
 
 
+# the choices that decide what a run trains as a whole: given twice, one of them is a mistake
+ONCE_ONLY = ("fixes", "experiment")
+
+
+def check_repeated_overrides(argv: list[str]) -> None:
+    """Refuse (:class:`~dapo_exp.config.ConfigError`) ``fixes=`` or ``experiment=`` given twice on the
+    command line (``fixes=gspo fixes=cispo``): Hydra keeps the last one without a word, so the run would
+    train one of the two values typed and say nothing of the other. Other keys keep Hydra's rule, the
+    last one wins, which the sweep scripts use (their settings first, the user's overrides after them:
+    ``bash sweeps/four_presets.sh hydra/launcher=basic``). Called before Hydra starts."""
+    from dapo_exp.config import ConfigError
+
+    seen: dict[str, str] = {}
+    for arg in argv:
+        key, eq, _ = arg.partition("=")
+        if arg.startswith("-") or not (eq or arg.startswith("~")):  # options; a value of --cfg, -cn, ...
+            continue
+        key = key.lstrip("+~")
+        if key in seen and key in ONCE_ONLY:
+            raise ConfigError(
+                f"{key}= is given twice on the command line ({seen[key]}, {arg}): Hydra would keep the last one "
+                f"silently. Give it once (to sweep over both: {key}=<a>,<b> with -m)")
+        seen[key] = arg
+
+
 def _resolved_sweep_name(name: str) -> str:
     """A ``sweep=`` value as Hydra will use it: interpolations (``${oc.env:SW}``, ``${now:...}``) resolved,
     so that the check sees the folder that would be written, not the override's literal text."""

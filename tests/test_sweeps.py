@@ -12,6 +12,7 @@ from __future__ import annotations
 import importlib.util
 import json
 import os
+import re
 import signal
 import subprocess
 import sys
@@ -25,6 +26,7 @@ from dapo_exp.analysis.callback import failed_jobs
 from dapo_exp.config import ConfigError
 from dapo_exp.hydra_setup import (
     SMALL_MODEL_PARAMS,
+    check_repeated_overrides,
     check_sweep_name,
     choose_threads,
     compose_config,
@@ -79,6 +81,27 @@ def test_run_py_refuses_an_escaping_sweep_in_one_line_writing_nothing():
         f"error: sweep=../../{name}: a sweep name must stay inside multirun/ (a relative name without '..', "
         "e.g. sweep=clip_vs_grpo); to write a sweep elsewhere set hydra.sweep.dir=<dir>"]
     assert not (REPO.parent / name).exists() and not (REPO / "multirun" / ".." / ".." / name).exists()
+
+
+@pytest.mark.parametrize("argv", [["fixes=gspo", "fixes=cispo"], ["-m", "seed=0,1", "experiment=toy_fast",
+                                                                   "+experiment=toy_clip"], ["fixes=full", "~fixes"]])
+def test_fixes_or_experiment_given_twice_is_refused_naming_both(argv):
+    """Issue 34: ``fixes=gspo fixes=cispo`` trained cispo without a word (Hydra keeps the last one)."""
+    key = argv[-1].lstrip("+~").partition("=")[0]
+    with pytest.raises(ConfigError, match=rf"^{re.escape(key)}= is given twice on the command line"):
+        check_repeated_overrides(argv)
+    check_repeated_overrides(["-m", "fixes=gspo,cispo", "seed=0", "--cfg", "job"])  # once each: fine
+    # other keys: the last one wins, as the sweep scripts' "$@" after their own settings relies on
+    check_repeated_overrides(["-m", "hydra/launcher=parallel", "fixes=grpo", "hydra/launcher=basic", "seed=0", "seed=1"])
+
+
+def test_run_py_refuses_a_repeated_fixes_in_one_line():
+    out = subprocess.run([sys.executable, "run.py", "fixes=gspo", "fixes=cispo", "logger=none"],
+                         cwd=REPO, capture_output=True, text=True, timeout=300)
+    assert out.returncode == 2, out.stderr[-2000:]
+    assert out.stderr.strip().splitlines() == [
+        "error: fixes= is given twice on the command line (fixes=gspo, fixes=cispo): Hydra would keep the last "
+        "one silently. Give it once (to sweep over both: fixes=<a>,<b> with -m)"]
 
 
 # --------------------------------------------------------------------------- #

@@ -255,7 +255,8 @@ def shipped_checkpoint(key: str) -> Path | None:
         problem = (f"{target / 'model.safetensors'}: SHA-256 {_listed_sha256(target)} is not the shipped weights' "
                    f"{SHIPPED_SHA256.get(target.name)} (arith_warmstart.SHIPPED_SHA256)")
     if problem:
-        print(f"[dapo-exp] the shipped warm start {target} is damaged ({problem}); building one here", flush=True)
+        print(f"[dapo-exp] the shipped warm start {target} is damaged ({problem}); not used: the warm start "
+              f"cached on this machine is used instead, built first if there is none", flush=True)
         return None
     return target
 
