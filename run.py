@@ -96,11 +96,40 @@ def main(cfg: DictConfig) -> float | None:
         if not multirun:
             remove_if_nothing_computed(cfg.out_dir)  # failed before its first step: no run directory
             exit_if_config_error(exc, CONFIG_DIR)  # one line, no traceback
-            raise
+            exit_if_run_failure(exc, cfg.out_dir)  # one line, the traceback in run.log, exit 3
+            raise  # anything else is a bug: its traceback, exit 1
         record_failure(cfg.out_dir, exc)  # a sweep keeps a failed job's directory, marked failed
         log.exception("job %s failed; the sweep goes on (status recorded in summary.json)", cfg.out_dir)
         return None
     return (summary or {}).get("final", {}).get("eval/acc_avg")
+
+
+def run_failures() -> tuple[type[BaseException], ...]:
+    """What a run can meet that is not a bug: divergence, a collapsed policy at dynamic sampling's cap, no
+    usable checkpoint, a checkpoint that cannot be written (a full disk). Their messages name the cause
+    and the fix."""
+    from dapo_exp.checkpoint import CheckpointError, CheckpointWriteError
+    from dapo_exp.rollout.dynamic_sampling import DynamicSamplingCapError
+    from dapo_exp.runner import TrainingDiverged
+
+    return TrainingDiverged, DynamicSamplingCapError, CheckpointError, CheckpointWriteError
+
+
+def exit_if_run_failure(exc: BaseException, out_dir: str) -> None:
+    """A run failure (:func:`run_failures`) ends a single run in one line on stderr, naming its log; the
+    traceback goes to the run's log file only; exit code 3 (2: a refusal, 1: a bug or a failed sweep)."""
+    if not isinstance(exc, run_failures()):
+        return
+    import traceback
+
+    text = "".join(traceback.format_exception(exc))
+    logs = [h for h in logging.getLogger().handlers if isinstance(h, logging.FileHandler)]
+    for handler in logs:
+        handler.stream.write(text)
+        handler.flush()
+    where = f" (traceback: {logs[0].baseFilename})" if logs else ""
+    print(f"error: {' '.join(str(exc).split())}{where}", file=sys.stderr, flush=True)
+    raise SystemExit(3) from None
 
 
 def failed_sweep_jobs(since: float) -> list[tuple[str, str]]:

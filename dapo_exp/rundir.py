@@ -125,7 +125,7 @@ def read_json(path: str | os.PathLike) -> dict[str, Any] | None:
     """A JSON object from ``path``; None when the file is missing, unreadable or not an object."""
     try:
         obj = json.loads(Path(path).read_text(encoding="utf-8"))
-    except (OSError, ValueError):
+    except (OSError, ValueError, RecursionError):  # RecursionError: nested deeper than the parser's stack
         return None
     return obj if isinstance(obj, dict) else None
 
@@ -219,7 +219,7 @@ def _json_lines(path: str | os.PathLike) -> Iterator[tuple[int, Any, str]]:
                 continue
             try:
                 yield n, json.loads(line), line
-            except json.JSONDecodeError:
+            except (json.JSONDecodeError, RecursionError):
                 yield n, _NOT_JSON, line
 
 

@@ -486,3 +486,39 @@ def test_a_damaged_history_is_reported_and_left_out_of_the_statistics(tmp_path, 
     assert not row["included"] and "damaged metrics" in row["exclude_reason"] and what in row["exclude_reason"]
     assert len(data.included) == len(clean.included) - 1
     assert np.isfinite(data.history["value"]).all() and data.history["value"].abs().max() < 1e100
+
+
+@pytest.mark.parametrize("damage, what", [
+    ({"final": "0.5"}, "final is a str, not an object"),
+    ({"config": []}, "config is a list, not an object"),
+    ({"final": {"eval/acc_avg": "high"}}, 'final.eval/acc_avg is "high", not a number'),
+    ({"seed": "one"}, 'seed is "one", not a number'),
+])
+def test_a_malformed_summary_is_reported_and_left_out_of_the_statistics(tmp_path, damage, what):
+    """Issue 34: a wrongly typed summary.json raised AttributeError in every analysis of its sweep."""
+    import json
+
+    make_sweep(tmp_path, STANDARD_SWEEP)
+    victim = tmp_path / "fixes=grpo,seed=1"
+    clean = A.load_runs(tmp_path)
+    summary = json.loads((victim / rundir.SUMMARY).read_text())
+    (victim / rundir.SUMMARY).write_text(json.dumps(summary | damage))
+    with pytest.warns(UserWarning, match="malformed summary.json") as caught:
+        data = A.load_runs(tmp_path)
+    assert any(str(victim) in str(w.message) for w in caught)
+    row = data.runs.set_index("run").loc["fixes=grpo,seed=1"]
+    assert not row["included"] and row["exclude_reason"] == f"malformed summary.json: {what}"
+    assert len(data.included) == len(clean.included) - 1
+    A.comparison_table(data)  # the table is still made from the others
+
+
+def test_a_summary_nested_too_deep_to_parse_never_stops_the_analysis(tmp_path):
+    """Issue 34: 200,000 nested brackets raised RecursionError in every analysis and every re-run."""
+    make_sweep(tmp_path, STANDARD_SWEEP)
+    victim = tmp_path / "fixes=grpo,seed=1"
+    clean = A.load_runs(tmp_path)
+    (victim / rundir.SUMMARY).write_text("[" * 200_000 + "]" * 200_000)
+    assert rundir.read_summary(victim) is None
+    data = A.load_runs(tmp_path)
+    assert not data.runs.set_index("run").loc["fixes=grpo,seed=1", "included"]
+    assert len(data.included) == len(clean.included) - 1

@@ -91,3 +91,22 @@ def test_a_command_in_the_text_stays_on_one_line():
     lines = wrap_text(f"**Nothing can be concluded.** Add seeds: `{cmd}` (what `plan` recommends).", 60)
     assert cmd in lines and all(len(ln) <= 60 for ln in lines if ln != cmd)
     assert "Add seeds:" in lines[0] and "**" not in "".join(lines) and "`plan`" in " ".join(lines)
+
+
+def test_a_disk_error_while_writing_the_analysis_is_one_line_naming_the_file(tmp_path, monkeypatch, capsys):
+    """Issue 34: a full disk (49 lines of traceback) or a read-only sweep folder ended the analysis in a traceback."""
+    import errno
+
+    from dapo_exp.analysis import cli, report
+
+    make_sweep(tmp_path / "sweep", STANDARD_SWEEP)
+    target = tmp_path / "sweep" / "analysis" / "table.csv"
+
+    def full(*args, **kwargs):
+        raise OSError(errno.ENOSPC, "No space left on device", str(target))
+
+    monkeypatch.setattr(report, "run_analysis", full)
+    assert cli.main([str(tmp_path / "sweep")]) == 1
+    err = capsys.readouterr().err.strip().splitlines()
+    assert err == [f"error: could not write the analysis {target}: No space left on device. The runs are untouched; "
+                   "free some space or write the analysis elsewhere with --out DIR"]

@@ -147,6 +147,28 @@ def test_a_rerun_with_another_config_is_refused_before_anything_is_written(tmp_p
 
 
 @pytest.mark.slow
+def test_a_run_failure_is_one_line_naming_the_fix_with_its_traceback_in_run_log(tmp_path, warm_cache):
+    """Issue 34: no usable checkpoint (and divergence, a collapsed policy, a full disk) printed 50-80 lines of
+    traceback. Now one line on stderr, exit 3 (2: a refusal; 1: a bug), the traceback in the run's log."""
+    from conftest import SMALL
+
+    run_dir = tmp_path / "run"
+    base = [sys.executable, "run.py", *SMALL, "train.steps=1", f"model.cache_dir={warm_cache}",
+            f"hydra.run.dir={run_dir}"]
+    assert subprocess.run(base, cwd=ROOT, capture_output=True, text=True, timeout=600).returncode == 0
+    (run_dir / rundir.SUMMARY).unlink()  # as if killed: a re-run resumes
+    (run_dir / "checkpoints" / "step_0000001" / "manifest.json").unlink()  # its only checkpoint is damaged
+    out = subprocess.run([*base, "train.steps=2"], cwd=ROOT, capture_output=True, text=True, timeout=600)
+    lines = [ln for ln in out.stderr.splitlines() if ln.strip()]
+    assert out.returncode == 3 and len(lines) == 1, out.stderr[-3000:]
+    assert lines[0].startswith(f"error: no usable checkpoint in {run_dir / 'checkpoints'}: step_0000001: ")
+    assert "To start this run over, move or delete" in lines[0] and lines[0].endswith(f"(traceback: {run_dir / 'run.log'})")
+    assert "Traceback" not in out.stdout + out.stderr
+    assert "Traceback (most recent call last)" in (run_dir / "run.log").read_text()
+    assert rundir.read_summary(run_dir)["status"] == "failed"
+
+
+@pytest.mark.slow
 def test_restart_and_branch_are_explicit_and_a_longer_run_is_a_resume(tmp_path, small_cfg, capsys):
     from dapo_exp.runner import ConfigChangedError
 

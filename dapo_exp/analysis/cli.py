@@ -249,5 +249,10 @@ def main(argv: list[str] | None = None) -> int:
     except (FileNotFoundError, ValueError) as exc:
         print(f"error: {exc}", file=sys.stderr)
         return 2
+    except OSError as exc:  # a full disk, a read-only sweep folder: one line, the runs untouched
+        where = f" {exc.filename}" if getattr(exc, "filename", None) else f" into {out}"
+        print(f"error: could not write the analysis{where}: {exc.strerror or exc}. The runs are untouched; free "
+              f"some space or write the analysis elsewhere with --out DIR", file=sys.stderr)
+        return 1
     print(result.text())
     return 0

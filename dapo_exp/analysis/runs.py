@@ -62,7 +62,7 @@ import math
 import os
 import warnings
 from collections.abc import Iterable, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
@@ -492,6 +492,35 @@ def _run_row(rec: RunRecord, wide: pd.DataFrame, end_window: int) -> dict[str, A
     return row
 
 
+_SUMMARY_OBJECTS = ("config", "switches", "final", "best", "base", "environment", "endpoint", "base_model")
+_SUMMARY_TEXTS = ("label", "preset", "status", "git_commit", "error")
+_SUMMARY_NUMBERS = ("seed", "wall_time_s", "steps_done", "load_avg_end")
+
+
+def summary_problem(summary: Any) -> str | None:
+    """What makes a ``summary.json`` unusable for the table (a field of the wrong type, an evaluation that is
+    not a number), naming the field; None when it reads as the trainer writes it (or there is none)."""
+    if summary is None:
+        return None
+    if not isinstance(summary, dict):
+        return f"a JSON {type(summary).__name__}, not an object"
+    for key in _SUMMARY_OBJECTS:
+        if summary.get(key) is not None and not isinstance(summary[key], dict):
+            return f"{key} is a {type(summary[key]).__name__}, not an object"
+    for key in _SUMMARY_TEXTS:
+        if summary.get(key) is not None and not isinstance(summary[key], str):
+            return f"{key} is a {type(summary[key]).__name__}, not a string"
+    for key in _SUMMARY_NUMBERS:
+        v = summary.get(key)
+        if v is not None and (isinstance(v, bool) or not isinstance(v, (int, float))):
+            return f"{key} is {json.dumps(v)[:40]}, not a number"
+    for key in ("final", "best", "base"):
+        for metric, v in (summary.get(key) or {}).items():
+            if v is not None and (isinstance(v, bool) or not isinstance(v, (int, float))):
+                return f"{key}.{metric} is {json.dumps(v)[:40]}, not a number"
+    return None
+
+
 def records_to_runset(
     records: Sequence[RunRecord], *, end_window: int = 1, sources: list[str] | None = None
 ) -> RunSet:
@@ -499,8 +528,14 @@ def records_to_runset(
     rows, hist = [], []
     for rec in records:
         wide = history_wide(rec.history)
+        if bad_summary := summary_problem(rec.summary):  # read as if it had none, and left out saying why
+            rec = replace(rec, summary=None, config=rec.config if isinstance(rec.config, dict) else {})
         row = _run_row(rec, wide, end_window)
-        if row["included"] and (problems := history_problems(list(rec.history))):
+        if bad_summary:
+            row["included"], row["exclude_reason"] = False, f"malformed summary.json: {bad_summary}"
+            warnings.warn(f"{rec.path or rec.run}: left out of the statistics, malformed summary.json: {bad_summary}",
+                          stacklevel=2)
+        elif row["included"] and (problems := history_problems(list(rec.history))):
             # a damaged history never reaches the statistics: the run is listed as excluded, saying what
             row["included"] = False
             row["exclude_reason"] = "damaged metrics: " + "; ".join(problems)
