@@ -312,3 +312,12 @@ def test_token_level_rollout_correction_is_the_tis_cap_weight():
     assert rc[0]["rw_tokens"] == rc[0]["n_tokens"] and 0 < rc[0]["rw_sum"] <= 2 * rc[0]["rw_tokens"]
     seq = _update(micro_batch_size=4, rollout_weight=functools.partial(objective.rollout_correction_weights, cap=2.0))
     assert seq[0]["pg_loss"] != pytest.approx(tis[0]["pg_loss"])  # the sequence weight is another one
+
+
+def test_every_conflicting_pair_is_named_not_only_the_first(small_cfg, tmp_path):
+    """Issue 34: gspo=enabled cispo=enabled under the default fixes=full named clip_higher+gspo only."""
+    with pytest.raises(ConfigError) as caught:
+        preflight(small_cfg(tmp_path, "gspo=enabled", "cispo=enabled"))
+    msg = str(caught.value)
+    assert msg.startswith("fixes clip_higher, gspo and cispo cannot be combined: ")
+    assert "gspo and cispo (both fill the surrogate slot)" in msg and "clip_higher and gspo" in msg

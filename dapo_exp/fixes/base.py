@@ -165,14 +165,20 @@ def incompatibility(a: Fix, b: Fix) -> str | None:
 
 
 def check_combination(algo: Any) -> None:
-    """Refuse fixes that are on together but exclude each other or fill the same exclusive slot."""
+    """Refuse fixes that are on together but exclude each other or fill the same exclusive slot, naming every
+    such pair (``gspo=enabled cispo=enabled`` on top of ``fixes=full`` names gspo+cispo, not only the first
+    pair found, clip_higher+gspo)."""
     on = active(algo)
-    for i, a in enumerate(on):
-        for b in on[i + 1:]:
-            why = incompatibility(a, b)
-            if why:
-                raise ConfigError(f"fixes {a.name} and {b.name} cannot be combined ({why}); "
-                                  f"switch one off ({a.name}=disabled or {b.name}=disabled)")
+    pairs = [(a.name, b.name, why) for i, a in enumerate(on) for b in on[i + 1:] if (why := incompatibility(a, b))]
+    if len(pairs) == 1:
+        a, b, why = pairs[0]
+        raise ConfigError(f"fixes {a} and {b} cannot be combined ({why}); switch one off ({a}=disabled or "
+                          f"{b}=disabled)")
+    if pairs:
+        names = list(dict.fromkeys(n for a, b, _ in pairs for n in (a, b)))
+        raise ConfigError(f"fixes {', '.join(names[:-1])} and {names[-1]} cannot be combined: "
+                          + "; ".join(f"{a} and {b} ({why})" for a, b, why in pairs)
+                          + f"; keep one of them on (e.g. {', '.join(f'{n}=disabled' for n in names[1:])})")
 
 
 def declared_ext_keys() -> set[str]:
