@@ -168,8 +168,17 @@ def load_policy(path: str, dtype: str = "float32", device: str = "cpu", trust_re
     tokenizer.padding_side = "left"
     torch_dtype = "auto" if dtype == "auto" else _DTYPES[dtype]
     extra = {"local_files_only": True} if cache_only else {}
-    model = AutoModelForCausalLM.from_pretrained(path, dtype=torch_dtype, trust_remote_code=trust_remote_code,
-                                                 **extra)
+    from safetensors import SafetensorError
+
+    try:
+        model = AutoModelForCausalLM.from_pretrained(path, dtype=torch_dtype, trust_remote_code=trust_remote_code,
+                                                     **extra)
+    except (OSError, ValueError, RuntimeError, KeyError, SafetensorError) as exc:  # damaged weights or config
+        files = [f for f in MODEL_WEIGHTS + ("config.json",) if (Path(path) / f).is_file()] if Path(path).is_dir() else []
+        first = (str(exc).strip().splitlines() or [""])[0][:200]
+        raise ModelSourceError(
+            f"model.path={path}: cannot load the model from {', '.join(files) or 'it'} ({type(exc).__name__}: {first}); "
+            f"the weights or config.json are damaged or not a causal LM's. {_MODEL_DIR}") from exc
     model.to(device)
     model.eval()
     return tokenizer, model

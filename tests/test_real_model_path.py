@@ -209,3 +209,24 @@ def test_hub_offline_env_without_cached_model_is_one_line(no_hub, monkeypatch):
         check_hub_model("Qwen/Qwen2.5-0.5B")
     assert calls == []  # offline: the hub is not asked at all
     assert check_hub_model("tiny") == "local" and check_hub_model("./some/dir") == "local"
+
+
+def test_damaged_weights_in_a_model_directory_are_one_line_naming_the_file(tmp_path):
+    """Issue 34: a payload file as model weights ended in 68 lines naming neither the file nor model.path."""
+    import shutil
+    import subprocess
+    import sys
+
+    from dapo_exp.tasks.arith_warmstart import SHIPPED_DIR
+
+    (shipped,) = [p for p in SHIPPED_DIR.iterdir() if p.is_dir()]
+    model = tmp_path / "model"
+    shutil.copytree(shipped, model)
+    (model / "model.safetensors").write_bytes(b"#!/bin/sh\necho not weights\n" * 40)
+    out = subprocess.run([sys.executable, "run.py", f"model.path={model}", "logger=none", "train.steps=1",
+                          f"hydra.run.dir={tmp_path / 'run'}"], cwd=Path(__file__).resolve().parents[1],
+                         capture_output=True, text=True, timeout=300)
+    lines = [ln for ln in out.stderr.splitlines() if ln.strip()]
+    assert out.returncode == 2 and len(lines) == 1, out.stderr[-3000:]
+    assert lines[0].startswith(f"error: model.path={model}: cannot load the model from model.safetensors, config.json")
+    assert not (tmp_path / "run").exists()
