@@ -8,7 +8,9 @@ with accounting, started here as root; the module skips, saying why, where it ca
   answers with a requeue) mid-run each resume to metrics equal, value by value, to an uninterrupted
   run's, and after the warning no step is trained twice (the stop checkpoints the step it ends);
 - the verl job script the dry run renders is accepted by ``sbatch --test-only`` (fake GPUs), even
-  with a ``:`` in an override (the run folder carries no ``\\:``).
+  with a ``:`` in an override (the run folder carries no ``\\:``);
+- a verl job (``train.device=cpu``) runs to its end under SLURM, its Ray head started by the script, and
+  its run reaches the analysis table.
 
 What only a real cluster shows (several nodes, real GPUs, a shared file system, Ray across nodes)
 is not tested here: docs/how-to/slurm-sweep.md and verl-cluster.md.
@@ -180,3 +182,35 @@ def test_the_verl_job_script_is_accepted_by_sbatch(slurm, tmp_path):
     refused = subprocess.run(["sbatch", "--test-only", str(tmp_path / "too_big.sbatch")], env=slurm,
                              capture_output=True, text=True)
     assert refused.returncode != 0  # the check has teeth: more GPUs than the node has is refused
+
+
+def test_a_verl_job_runs_to_its_end_under_slurm_and_reaches_the_table(slurm, tmp_path):
+    """``backend=verl backend.launch=slurm train.device=cpu``: the sbatch script starts the Ray head (logical
+    CPUs and GPUs, a per-job auth token), verl's trainer joins it and trains two steps, and the run's metrics,
+    summary and checkpoints come home and reach the analysis table (issue 35)."""
+    verl_python = ROOT / ".venv-verl" / "bin" / "python"
+    if not verl_python.exists():
+        pytest.skip(f"{verl_python} is missing (bash .ci/install-verl installs verl's environment)")
+    run = tmp_path / "run"
+    cmd = [sys.executable, str(ROOT / "run.py"), "backend=verl", "backend.launch=slurm", "train.device=cpu",
+           "fixes=full", "train.steps=2", "checkpoint.every=1", "train.prompts_per_step=8", "rollout.n=4",
+           "train.mini_batch_size=16", "train.micro_batch_size=16", "rollout.max_response_len=32",
+           "algo.overlong_cache_len=8", "task.arith_n_eval=16", "eval.k=2", "logger=none", "seed=0",
+           "backend.nnodes=1", "backend.gpus_per_node=1", "backend.slurm.time=00:20:00", f"hydra.run.dir={run}"]
+    env = {**slurm, "PYTHONPATH": str(ROOT)}
+    out = subprocess.run(cmd, cwd=tmp_path, env=env, capture_output=True, text=True, timeout=300)
+    assert out.returncode == 0 and "as SLURM job" in out.stdout, out.stdout[-3000:] + out.stderr[-3000:]
+    job = re.search(r"as SLURM job (\d+)", out.stdout).group(1)
+    deadline = time.monotonic() + 900
+    while subprocess.run(["squeue", "-h", "-j", job], env=slurm, capture_output=True, text=True).stdout.strip():
+        assert time.monotonic() < deadline, (run / "verl.log").read_text()[-3000:]
+        time.sleep(5)
+    logs = "".join(p.read_text() for p in run.glob("slurm-*.out"))
+    summary = rundir.read_summary(run)
+    assert summary and summary["status"] == "finished", logs[-3000:]
+    assert "Ray cluster: 1 GPUs" in logs and "verl exited with 0" in logs
+    assert [r["step"] for r in rundir.read_jsonl(run / rundir.METRICS) if "actor/pg_loss" in r] == [1, 2]
+    assert (run / "checkpoints" / "global_step_2").is_dir()
+    table = subprocess.run([sys.executable, "-m", "dapo_exp.analysis", str(run), "--no-figures"], cwd=ROOT,
+                           capture_output=True, text=True, timeout=300)
+    assert table.returncode == 0 and re.search(r"^full\s+1\s", table.stdout, re.M), table.stdout[-2000:]

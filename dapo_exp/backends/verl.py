@@ -454,11 +454,14 @@ def cpu_overrides(ctx: Context) -> dict[str, Any]:
     have no CPU default, and the environment that loads :mod:`dapo_exp.backends.verl_cpu` (verl's CPU
     platform and patches) in every process of the job."""
     gpus = ctx.cfg.backend.nnodes * ctx.cfg.backend.gpus_per_node
+    # logical resources: Ray hands verl's pools "GPUs" (they hard-code use_gpu=True) and TransferQueue's
+    # storage actors a CPU each; Ray accepts both on a CPU host, whatever its core count. Under SLURM the job
+    # script's `ray start` declares them (a driver joining a cluster may not), see verl_slurm.sbatch_script
+    ray = ({} if ctx.cfg.backend.launch == "slurm" else
+           {"+ray_kwargs.ray_init.num_gpus": gpus, "ray_kwargs.ray_init.num_cpus": CPU_RAY_CPUS})
     return {
         "trainer.device": "cpu",
-        # logical resources: Ray hands verl's pools "GPUs" (they hard-code use_gpu=True) and TransferQueue's
-        # storage actors a CPU each; Ray accepts both on a CPU host, whatever its core count
-        "+ray_kwargs.ray_init.num_gpus": gpus, "ray_kwargs.ray_init.num_cpus": CPU_RAY_CPUS,
+        **ray,
         # no FlashAttention, no padding-free kernels; FSDP2 (FSDP1 refuses CPU parameters)
         "+actor_rollout_ref.model.override_config.attn_implementation": "sdpa",
         "actor_rollout_ref.model.use_remove_padding": False,

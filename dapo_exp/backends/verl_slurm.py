@@ -34,8 +34,10 @@ QUEUED = ("PENDING", "RUNNING", "REQUEUED", "REQUEUE_HOLD", "REQUEUE_FED", "CONF
 def _sbatch_lines(cfg: Any, out: Path, label: str) -> list[str]:
     """The ``#SBATCH`` options: the layout, the site settings, requeue and the USR1 warning."""
     b, s = cfg.backend, cfg.backend.slurm
+    # train.device=cpu: no GPU asked of SLURM (a CPU node has none; the job's Ray declares logical ones)
+    gpus = [] if cfg.train.device == "cpu" else [f"--gpus-per-node={b.gpus_per_node}"]
     lines = [f"--job-name=dapo-{label}-s{cfg.seed}", f"--nodes={b.nnodes}", "--ntasks-per-node=1",
-             f"--gpus-per-node={b.gpus_per_node}", f"--time={s.time}",
+             *gpus, f"--time={s.time}",
              f"--chdir={out}", f"--output={str(out).replace('%', '%%')}/{OUTPUT}",  # %j: the job id
              "--open-mode=append", "--requeue", f"--signal=B:USR1@{s.signal_s}"]
     optional = {"partition": s.partition, "account": s.account, "qos": s.qos, "cpus-per-task": s.cpus_per_node,
@@ -59,6 +61,8 @@ def sbatch_script(cfg: Any, argv: list[str], env: dict[str, str], *, out: Path, 
     ``prepare`` / ``finish`` steps on the job's first node."""
     import jinja2
 
+    from dapo_exp.backends.verl import CPU_RAY_CPUS
+
     _check_path(out)
     b, s = cfg.backend, cfg.backend.slurm
     template = jinja2.Environment(undefined=jinja2.StrictUndefined, keep_trailing_newline=True,
@@ -68,6 +72,8 @@ def sbatch_script(cfg: Any, argv: list[str], env: dict[str, str], *, out: Path, 
     return template.render(
         label=label, nnodes=b.nnodes, gpus_per_node=b.gpus_per_node, signal_s=s.signal_s,
         max_requeues=s.max_requeues, ray_port=s.ray_port, ray_wait_s=s.ray_wait_s,
+        # train.device=cpu: the logical CPUs verl's CPU mode needs (verl.CPU_RAY_CPUS), whatever the node has
+        ray_cpus=CPU_RAY_CPUS if cfg.train.device == "cpu" else None,
         sbatch_lines=_sbatch_lines(cfg, out, label), setup=list(s.setup),
         run=q(str(out)), verl_python=q(argv[0]), dapo_python=q(dapo_python),
         env=[(k, q(v)) for k, v in env.items()], verl_command=" \\\n    ".join(q(a) for a in argv))
