@@ -207,7 +207,10 @@ def _launch_locked(cfg: DictConfig, job: verl.VerlJob, python: str, out: Path, t
     if script is not None:
         return _submit(script, out, record, summary)
     _keep_previous_attempt(out)
-    rc, stopped = _run(argv, {**os.environ, **env}, out)
+    # a local launch starts its own Ray: never join a cluster it finds on this machine (another job's, e.g. a
+    # SLURM job's head), unless RAY_ADDRESS names one on purpose
+    own_ray = {} if os.environ.get("RAY_ADDRESS") else {"RAY_ADDRESS": "local"}
+    rc, stopped = _run(argv, {**os.environ, **env, **own_ray}, out)
     summary = _finish(cfg, out, summary, rc=rc, stopped=stopped, wall_time_s=time.perf_counter() - t0)
     if summary["status"] == rundir.STATUS_FAILED:
         raise RuntimeError(summary["error"])
