@@ -17,8 +17,10 @@ line naming the keys (exit 2), unless ``run.on_config_change=restart|branch``. A
 ``sweep=`` is named after its swept overrides (``multirun/fixes=grpo,clip,clip_ds,full``).
 SIGTERM / SIGINT stop a run cleanly after its current step (exit code 128 + the signal); a
 second signal stops it at once, with one line (the run recorded as failed, its checkpoints kept).
-A multirun whose jobs failed (or were refused: another writer, another config) runs the
-others, prints their table, names those jobs and exits 1. ``sweep=`` must name a directory inside ``multirun/`` (refused before anything is
+A multirun whose jobs failed (or were refused: another config, an unwritable directory) runs the
+others, prints their table, names those jobs and exits 1. A sweep job whose run another process is
+running (the same sweep started twice at once) waits for it, then takes the run up: a finished run
+is skipped, so both commands end in success and each run is trained once. ``sweep=`` must name a directory inside ``multirun/`` (refused before anything is
 written otherwise). torch's thread count is chosen per run before any compute
 (:func:`dapo_exp.hydra_setup.choose_threads`: ``DAPO_THREADS`` / ``OMP_NUM_THREADS`` if set, one
 thread for the toy, else the free cores) and logged. See docs/reference/cli.md.
@@ -52,11 +54,11 @@ from dapo_exp.hydra_setup import (
     write_hydra_record,
 )
 from dapo_exp.preflight import precheck
-from dapo_exp.rundir import RunLockedError, record_failure, remove_if_nothing_computed
+from dapo_exp.rundir import RunDirError, RunLockedError, record_failure, remove_if_nothing_computed
 
 CONFIG_DIR = os.path.join(os.path.dirname(os.path.abspath(__file__)), "conf")
 register_resolvers()
-SKIPPED: list[str] = []  # jobs of a sweep (run in this process) refused for another writer or another config
+SKIPPED: list[str] = []  # jobs of a sweep (run in this process) refused: another config, an unwritable directory
 log = logging.getLogger("run")
 
 
@@ -77,14 +79,17 @@ def main(cfg: DictConfig) -> float | None:
         note_sweep(HydraConfig.get().sweep.dir)
     try:
         check_known_keys(cfg)  # a `+key=...` the schema does not declare would be silently ignored
-        # the directory is locked and its recorded config checked before anything of it is written
-        with claimed(cfg) as out:
-            if str(out) != job_output_dir():  # run.on_config_change=branch
-                move_log_files(job_output_dir(), out)
-            write_hydra_record(out, task_cfg)
-            threads, why = set_threads(cfg)  # before any compute
-            log.info("torch threads: %d (%s)", threads, why)
-            summary = train(cfg)
+        try:
+            summary = run_job(cfg, task_cfg, claimed, train)
+        except RunLockedError as exc:
+            if not multirun or isinstance(exc, RunDirError):
+                raise
+            # the same sweep started twice: its twin runs this job now; wait, then take it up (a finished
+            # run is skipped, a stopped or failed one resumed) instead of calling the sweep refused
+            print(f"[dapo-exp] job {cfg.out_dir}: {' '.join(str(exc).split())}; waiting for it to end, then taking "
+                  "the run up from there", file=sys.stderr, flush=True)
+            rundir.RunLock(cfg.out_dir).wait_until_free()
+            summary = run_job(cfg, task_cfg, claimed, train)
     except (RunLockedError, ConfigChangedError) as exc:  # another writer, or another config: touch nothing
         if not multirun:
             print(f"error: {' '.join(str(exc).split())}", file=sys.stderr)
@@ -102,6 +107,18 @@ def main(cfg: DictConfig) -> float | None:
         log.exception("job %s failed; the sweep goes on (status recorded in summary.json)", cfg.out_dir)
         return None
     return (summary or {}).get("final", {}).get("eval/acc_avg")
+
+
+def run_job(cfg: DictConfig, task_cfg: DictConfig, claimed, train) -> dict | None:
+    """One job: its directory locked and its recorded config checked before anything of it is written
+    (:func:`dapo_exp.runner.claimed`), Hydra's record written, torch's threads set, then the run."""
+    with claimed(cfg) as out:
+        if str(out) != job_output_dir():  # run.on_config_change=branch
+            move_log_files(job_output_dir(), out)
+        write_hydra_record(out, task_cfg)
+        threads, why = set_threads(cfg)  # before any compute
+        log.info("torch threads: %d (%s)", threads, why)
+        return train(cfg)
 
 
 def run_failures() -> tuple[type[BaseException], ...]:

@@ -659,6 +659,23 @@ class RunLock:
         finally:
             self._f = None
 
+    def wait_until_free(self, poll_s: float = 1.0) -> None:
+        """Block until no process holds the lock (polled, so that a signal stops the wait), holding
+        nothing afterwards. For a sweep job whose run another process is running (the same sweep
+        started twice): it waits for that run to end, then takes it up (a finished run is skipped)."""
+        import fcntl
+        import time
+
+        while True:
+            try:
+                with open(self.path, "rb") as f:
+                    fcntl.flock(f, fcntl.LOCK_SH | fcntl.LOCK_NB)  # closing the file releases it
+                return
+            except BlockingIOError:
+                time.sleep(poll_s)
+            except OSError:  # gone, or a filesystem without flock: nothing to wait for
+                return
+
     def __enter__(self) -> RunLock:
         return self.acquire()
 

@@ -259,6 +259,64 @@ def test_a_sweep_job_in_a_directory_of_another_config_is_skipped_untouched_and_t
     assert _snapshot(job) == before
 
 
+@pytest.fixture(scope="module")
+def resumable_run(tmp_path_factory, warm_cache):
+    """A 2-step run whose summary is gone (as if killed after its last checkpoint): what a re-run resumes,
+    so the state a wrong command could damage most. Returns (run directory, the command that made it)."""
+    from conftest import SMALL
+
+    run_dir = tmp_path_factory.mktemp("refusals") / "run"
+    base = [sys.executable, "run.py", *SMALL, "train.steps=2", "checkpoint.every=1", f"model.cache_dir={warm_cache}",
+            f"hydra.run.dir={run_dir}"]
+    made = subprocess.run(base, cwd=ROOT, capture_output=True, text=True, timeout=600)
+    assert made.returncode == 0, made.stderr[-2000:]
+    (run_dir / rundir.SUMMARY).unlink()
+    return run_dir, base
+
+
+# every way a command is refused (issue 34, item 3): (what is wrong, the overrides added, the exit code)
+REFUSALS = [
+    ("an unknown key", ["+algo.no_such_key=1"], 2),
+    ("an invalid value", ["train.mini_batch_size=7"], 2),
+    ("a conflicting pair of fixes", ["gspo=enabled", "cispo=enabled"], 2),
+    ("fixes= given twice", ["fixes=grpo", "fixes=full"], 2),
+    ("an unknown choice of run.on_config_change", ["run.on_config_change=merge"], 2),
+    ("another result-changing config", ["optim.lr=1e-4"], 2),
+    ("fewer steps than its checkpoint", ["train.steps=1"], 2),
+    ("another process running it", [], 1),
+]
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("why,extra,code", REFUSALS, ids=[r[0] for r in REFUSALS])
+def test_every_refusal_leaves_the_run_directory_byte_for_byte_as_it_was(resumable_run, why, extra, code):
+    """Each refusal is one ``error:`` line with its exit code, and every file of the resumable run it was
+    aimed at keeps its bytes and its mtime (.hydra's record, config.json, metrics, checkpoints, the log)."""
+    run_dir, base = resumable_run
+    before = _snapshot(run_dir)
+    holder = _hold_lock(run_dir) if why == "another process running it" else None
+    try:
+        out = subprocess.run([*base, *extra], cwd=ROOT, capture_output=True, text=True, timeout=300)
+    finally:
+        if holder:
+            holder.kill()
+            holder.wait()
+    lines = [ln for ln in out.stderr.splitlines() if ln.strip()]
+    assert out.returncode == code and len(lines) == 1 and lines[0].startswith("error: "), out.stderr[-3000:]
+    assert _snapshot(run_dir) == before, why
+    assert len(before) > 10 and any(name.startswith("checkpoints/") for name in before)
+
+
+@pytest.mark.parametrize("why,extra,code", REFUSALS[:5], ids=[r[0] for r in REFUSALS[:5]])
+def test_a_refused_new_run_leaves_no_directory(tmp_path, why, extra, code):
+    """The refusals found before any run directory exists create none."""
+    run_dir = tmp_path / "new"
+    out = subprocess.run([sys.executable, "run.py", "logger=none", *extra, f"hydra.run.dir={run_dir}"], cwd=ROOT,
+                         capture_output=True, text=True, timeout=300)
+    assert out.returncode == code and out.stderr.startswith("error: "), out.stderr[-3000:]
+    assert not run_dir.exists() and list(tmp_path.iterdir()) == [], why
+
+
 def test_which_config_keys_change_results():
     old = {"seed": 0, "out_dir": "a", "sweep": "x", "preset": "full", "optim": {"lr": 1e-5},
            "logger": {"backend": "wandb"}, "checkpoint": {"every": 10, "keep": 2}, "train": {"steps": 4},

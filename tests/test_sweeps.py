@@ -145,6 +145,56 @@ def test_a_sweep_with_a_failed_job_finishes_the_others_prints_the_table_and_exit
     assert len(logs) == 2 and all("[run][INFO] - torch threads: 1 (a small model (0.3" in t for t in logs), logs
 
 
+def _line_with(proc: subprocess.Popen, text: str, timeout: float) -> list[str]:
+    """The stderr lines of ``proc`` up to the first holding ``text`` (fails after ``timeout`` s)."""
+    import selectors
+
+    sel, lines, deadline = selectors.DefaultSelector(), [], time.monotonic() + timeout
+    sel.register(proc.stderr, selectors.EVENT_READ)
+    while time.monotonic() < deadline:
+        if sel.select(timeout=1.0):
+            lines.append(proc.stderr.readline())
+            if text in lines[-1] or not lines[-1]:
+                break
+    assert lines and text in lines[-1], "".join(lines)[-3000:]
+    return lines
+
+
+@pytest.mark.slow
+def test_the_same_sweep_started_twice_at_once_trains_each_run_once_and_both_succeed(tmp_path, warm_cache):
+    """The second command meets the job the first is running (held there, stopped, until the second says it
+    waits): it waits for it, then finds the run finished and skips it; both commands exit 0 with the table,
+    and the run is trained once (issue 34, item 8)."""
+    from conftest import SMALL
+
+    args = [sys.executable, "run.py", "-m", "seed=0", f"hydra.sweep.dir={tmp_path}",
+            "+hydra.callbacks.analysis.figures=false", *SMALL, f"model.cache_dir={warm_cache}"]
+    first = subprocess.Popen(args, cwd=REPO, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    deadline = time.monotonic() + 300
+    while not list(tmp_path.glob("*/metrics.jsonl")) and time.monotonic() < deadline:  # its job trains
+        assert first.poll() is None, first.communicate()[1][-2000:]
+        time.sleep(0.05)
+    os.kill(first.pid, signal.SIGSTOP)  # holding the run's lock
+    try:
+        second = subprocess.Popen(args, cwd=REPO, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+        said = _line_with(second, "waiting for it to end", timeout=300)
+    finally:
+        os.kill(first.pid, signal.SIGCONT)
+    assert f"is in use by pid {first.pid}" in said[-1]
+    out_first, err_first = first.communicate(timeout=600)
+    out_second, err_second = second.communicate(timeout=600)
+    assert first.returncode == 0, err_first[-3000:]
+    assert second.returncode == 0, err_second[-3000:]
+    assert "already finished; skipping" in out_second
+    assert "[analysis]" in out_first and "[analysis]" in out_second
+    (summary,) = [json.loads(p.read_text()) for p in tmp_path.glob("*/summary.json")]
+    assert summary["status"] == "finished"
+    (metrics,) = tmp_path.glob("*/metrics.jsonl")
+    keys = [(r["step"], "reward/mean" in r) for r in map(json.loads, metrics.read_text().splitlines())]
+    assert len(keys) == len(set(keys))  # each step logged once: trained once
+    assert (tmp_path / "analysis" / "table.md").is_file()
+
+
 # --------------------------------------------------------------------------- #
 # a second signal                                                               #
 # --------------------------------------------------------------------------- #

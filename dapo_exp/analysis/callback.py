@@ -28,10 +28,13 @@ when a multirun ends. Nothing here imports torch or the trainer.
 
 from __future__ import annotations
 
+import contextlib
 import json
+import os
 import sys
 import time
 import traceback
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -103,13 +106,10 @@ class AnalysisCallback(Callback):
                 return
             from dapo_exp.analysis.report import run_analysis
 
-            result = run_analysis(
-                sweep_dir,
-                out=os.path.join(sweep_dir, self.out_subdir),
-                figures=self.figures,
-                band=self.band,
-                wandb_log=self._wandb_log(config),
-            )
+            out = os.path.join(sweep_dir, self.out_subdir)
+            with _one_writer(out):  # the same sweep started twice ends in two analyses: one after the other
+                result = run_analysis(sweep_dir, out=out, figures=self.figures, band=self.band,
+                                      wandb_log=self._wandb_log(config))
             print("\n[analysis] " + result.text(), flush=True)
             failed = failed_jobs(sweep_dir, self.started)
             if failed:
@@ -149,6 +149,27 @@ TOY_DEFAULT_PAIRED_SD = 2.96
 # 10, 20, 30) 3.46 [2.38, 4.32] and 4.06 [2.78, 5.05]. A regime neither of the two is quoted at the
 # fast regime's spread, and the launch line says so.
 TOY_FAST_PAIRED_SD = {"final": 7.8, "last_k_mean": 4.1}
+
+
+@contextlib.contextmanager
+def _one_writer(out: str) -> Iterator[None]:
+    """Hold ``<out>/.lock`` (``flock``, waiting for a holder) while the analysis writes ``out``; no lock
+    where the folder cannot be made or the filesystem has no ``flock`` (the analysis reports its own
+    write errors)."""
+    import fcntl
+
+    try:
+        os.makedirs(out, exist_ok=True)
+        f = open(os.path.join(out, ".lock"), "a")  # noqa: SIM115 - closed below
+    except OSError:
+        yield
+        return
+    with f:
+        try:
+            fcntl.flock(f, fcntl.LOCK_EX)
+        except OSError:
+            pass
+        yield
 
 
 def sweep_jobs(config: Any) -> list[list[str]]:
