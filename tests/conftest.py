@@ -82,8 +82,8 @@ def whole_and_killed(small_cfg, monkeypatch, tmp_path, overrides, step):
 
 
 # The longest modules run first: verl's trainer executed on this CPU (~8 min in one module-scoped sweep), then
-# the sweeps on the local SLURM cluster (~4 min, mostly waiting for the scheduler). The test command spreads
-# modules over three workers in this order (pytest-xdist, --dist loadscope --no-loadscope-reorder), so they
+# the sweeps on the local SLURM cluster (~10 min, mostly waiting for the scheduler and verl's start-up). The test command spreads
+# modules over four workers in this order (pytest-xdist, --dist loadscope --no-loadscope-reorder), so they
 # run beside the rest instead of after it.
 FIRST = ("test_verl_run.py", "test_slurm_sweeps.py")
 

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import os
 import re
 import subprocess
@@ -128,7 +129,9 @@ def test_the_headline_sweep_then_both_notebooks_with_no_variable_set(kernel, tmp
     sweep = repo / "multirun" / "fixes=grpo,clip,clip_ds,full"
     # no seed= given: the default five seeds per configuration, so the table's cells carry intervals
     assert "[sweep] 20 runs: 4 configuration(s) x 5 seed(s) (seed= not given" in out.stdout
-    assert len(list(sweep.glob("*/summary.json"))) == 20
+    summaries = [json.loads(p.read_text()) for p in sweep.glob("*/summary.json")]
+    assert sorted((s["label"], s["seed"]) for s in summaries) == sorted(
+        (label, seed) for label in ("grpo", "clip", "clip_ds", "full") for seed in range(5))
     rows = [ln.split("|") for ln in (sweep / "analysis" / "table.md").read_text().splitlines()
             if ln.startswith("| ") and ln.split("|")[1].strip() in ("grpo", "clip", "clip_ds", "full")]
     assert len(rows) == 4 and all(r[2].strip() == "5" for r in rows)

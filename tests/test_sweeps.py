@@ -450,17 +450,3 @@ def test_precheck_refuses_a_config_error_of_every_job_and_lets_one_jobs_failure_
         precheck(["-m", "fixes=grpo,ful"], CONFIG_DIR)
 
 
-@pytest.mark.slow
-def test_a_sweep_without_seed_runs_the_default_seeds_and_its_table_has_intervals(tmp_path, warm_cache):
-    from conftest import SMALL
-
-    args = [sys.executable, "run.py", "-m", "fixes=grpo,clip", f"hydra.sweep.dir={tmp_path}", *SMALL,
-            "train.steps=1", "+hydra.callbacks.analysis.figures=false", f"model.cache_dir={warm_cache}"]
-    out = subprocess.run(args, cwd=REPO, capture_output=True, text=True, timeout=900)
-    assert out.returncode == 0, out.stderr[-3000:]
-    assert "[sweep] 10 runs: 2 configuration(s) x 5 seed(s) (seed= not given" in out.stdout
-    summaries = [json.loads(p.read_text()) for p in tmp_path.glob("*/summary.json")]
-    seeds = sorted((s["label"], s["seed"]) for s in summaries)
-    assert seeds == sorted((label, s) for label in ("clip", "grpo") for s in range(5))
-    table = (tmp_path / "analysis" / "table.csv").read_text()
-    assert "n/a" not in table.split("\n", 2)[1]  # the first row's cells carry intervals
