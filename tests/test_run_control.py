@@ -978,7 +978,8 @@ def test_the_busy_machine_benchmark_prints_its_figures_in_quick_mode(warm_cache)
     load = r"load average: \d+\.\d\d, \d+\.\d\d, \d+\.\d\d"
     for pattern in (rf"quiet: rollout step \d+\.\d\d s \(median of 2 steps; torch threads: \d+ .*{load} after",
                     rf"busy: rollout step \d+\.\d\d s \(median of 2 steps; torch threads: \d+ .*{load} after",
-                    r"2 busy-loop processes started \(own session; kernel autogroup scheduling: \w+\); 1-minute load \d+\.\d\d",
+                    r"1 busy-loop processes started \(own session; kernel autogroup scheduling: \w+; nice 19: --quick, not a "
+                    r"busy machine\); 1-minute load \d+\.\d\d",
                     rf"busy/quiet rollout step: \d+\.\d\d \(acceptance: at most 2\); {load}",
                     rf"cold run under load: \d+ s wall, the shipped warm start, or one built \(torch threads: .*{load} after"):
         assert re.search(pattern, text), (pattern, text)

@@ -97,11 +97,12 @@ def threads_line(output: str) -> str:
     return found.group(0) if found else "torch threads: (not logged)"
 
 
-def start_busy(n: int, own_session: bool = True) -> list[subprocess.Popen]:
+def start_busy(n: int, own_session: bool = True, nice: int = 0) -> list[subprocess.Popen]:
     """``n`` busy-loop processes (pure Python, one core each). ``own_session``: in a session of their own,
-    as another program or user's work runs; else in the benchmark's session, beside its runs."""
-    return [subprocess.Popen([sys.executable, "-c", "while True: pass"], start_new_session=own_session)
-            for _ in range(n)]
+    as another program or user's work runs; else in the benchmark's session, beside its runs. ``nice``:
+    their niceness (``--quick``: 19, so that a smoke run in a test suite takes next to no CPU from it)."""
+    code = f"import os; os.nice({nice}); exec('while True: pass')" if nice else "while True: pass"
+    return [subprocess.Popen([sys.executable, "-c", code], start_new_session=own_session) for _ in range(n)]
 
 
 def autogroup() -> str:
@@ -150,7 +151,7 @@ def _parser(cores: int) -> argparse.ArgumentParser:
     ap.add_argument("--quick", action="store_true", help="minimal sizes, no waiting for the load: a smoke run")
     ap.add_argument("--steps", type=int, default=None, help="rollout steps of the step-time runs (default 8; quick 2)")
     ap.add_argument("--busy", type=int, default=None,
-                    help=f"busy-loop processes (default max(4, 2 x cores) = {max(4, 2 * cores)}; quick 2)")
+                    help=f"busy-loop processes (default max(4, 2 x cores) = {max(4, 2 * cores)}; quick 1, at nice 19)")
     ap.add_argument("--target-load", type=float, default=4.0, help="1-minute load average to wait for (default 4)")
     ap.add_argument("--settle-s", type=float, default=None, help="longest wait for that load (default 180; quick 0)")
     ap.add_argument("--cache-dir", default=None,
@@ -171,7 +172,7 @@ def main(argv: list[str] | None = None) -> int:
     cores = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else (os.cpu_count() or 1)
     args = _parser(cores).parse_args(argv)
     steps = args.steps or (2 if args.quick else 8)
-    n_busy = args.busy if args.busy is not None else (2 if args.quick else max(4, 2 * cores))
+    n_busy = args.busy if args.busy is not None else (1 if args.quick else max(4, 2 * cores))
     settle = args.settle_s if args.settle_s is not None else (0.0 if args.quick else 180.0)
     base = [*REGIMES[args.regime], *(QUICK if args.quick else []), *args.overrides]
     step_run = [*base, f"train.steps={steps}", "checkpoint.every=0"]
@@ -189,13 +190,14 @@ def main(argv: list[str] | None = None) -> int:
     with tempfile.TemporaryDirectory(prefix="busy_machine-") as tmp:
         tmp = Path(tmp)
         quiet = measure_steps("quiet", step_run, tmp / "quiet", env)
-        busy_procs = start_busy(n_busy, own_session=args.busy_session == "own")
+        busy_procs = start_busy(n_busy, own_session=args.busy_session == "own", nice=19 if args.quick else 0)
         # SIGTERM ends the benchmark through the finally below, so the busy loops (in their own session, a
         # signal to ours does not reach them) are stopped too
         signal.signal(signal.SIGTERM, lambda signum, frame: sys.exit(128 + signum))
         try:
             load = wait_for_load(args.target_load, settle)
-            say(f"{n_busy} busy-loop processes started ({args.busy_session} session; {autogroup()}); "
+            say(f"{n_busy} busy-loop processes started ({args.busy_session} session; {autogroup()}"
+                + ("; nice 19: --quick, not a busy machine" if args.quick else "") + "); "
                 f"1-minute load {load:.2f} (target {args.target_load:g})")
             busy = measure_steps("busy", step_run, tmp / "busy", env)
             ratio = busy / quiet
