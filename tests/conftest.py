@@ -81,11 +81,14 @@ def whole_and_killed(small_cfg, monkeypatch, tmp_path, overrides, step):
     monkeypatch.undo()
 
 
-# The longest modules run first: verl's trainer executed on this CPU (~8 min in one module-scoped sweep), then
-# the sweeps on the local SLURM cluster (~10 min, mostly waiting for the scheduler and verl's start-up). The test command spreads
-# modules over four workers in this order (pytest-xdist, --dist loadscope --no-loadscope-reorder), so they
-# run beside the rest instead of after it.
-FIRST = ("test_verl_run.py", "test_slurm_sweeps.py")
+# The longest modules run first (longest-processing-time order): verl's trainer executed on this CPU (~8 min
+# in one module-scoped sweep), the sweeps on the local SLURM cluster (~10 min, mostly waiting for the
+# scheduler and verl's start-up), then the other modules over 2 minutes (durations of 2026-11-27, 3 workers
+# at load 4-7). The test command spreads modules over four workers in this order (pytest-xdist, --dist
+# loadscope --no-loadscope-reorder), so the long ones run beside the rest and short ones fill the end:
+# collected alphabetically, test_run_control.py and test_train.py (~9 and ~8 min) ran last, alone, for minutes.
+FIRST = ("test_verl_run.py", "test_slurm_sweeps.py", "test_run_control.py", "test_train.py", "test_family.py",
+         "test_docs.py", "test_checkpoint_integrity.py", "test_launchers.py", "test_notebooks.py", "test_backend.py")
 
 
 def pytest_collection_modifyitems(config, items):
