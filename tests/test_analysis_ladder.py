@@ -72,6 +72,9 @@ def test_the_report_prints_the_rungs_before_the_table_and_writes_them(ladder_swe
     assert "clip vs grpo (+Clip-Higher): Δ " in text
     assert "full vs clip_ds (+Token-level Policy Gradient Loss + Soft Overlong Punishment)" in text
     assert max(len(ln) for ln in text.splitlines() if str(tmp_path) not in ln) <= 120
+    # no single switch's effect is estimable from a ladder: one sentence instead of a page of aliasing
+    assert "Effects of single switches: none can be estimated from these configurations" in text
+    assert "the rung contrasts above are what" in text and "aliased with" not in text
     md = (tmp_path / "analysis" / "contrasts.md").read_text()
     assert md.startswith("**Rungs") and "| clip_ds" in md
     csv = pd.read_csv(tmp_path / "analysis" / "contrasts.csv")

@@ -24,6 +24,7 @@ EXPECTED_LABELS = {
     "fractional.sh": "loop",  # 16 `run.py -m` calls, one per configuration of the 2^(5-1) design
     "toy_studies.sh": "loop",  # one `run.py -m` per regime study (dapo_exp.analysis.studies.STUDIES)
     "family.sh": {"grpo", "full", "dr_grpo", "gspo", "cispo", "gmpo", "clip_cov", "kl_cov"},
+    "toy_dapo_ladder.sh": {"paper_1_grpo", "paper_2_of", "paper_3_clip", "paper_4_sop", "paper_5_tl", "paper_6_dapo"},
 }
 LOOPED = {k for k, v in EXPECTED_LABELS.items() if v == "loop"}
 

@@ -288,7 +288,10 @@ def test_launch_plan_counts_the_default_seeds_and_estimates_the_toys_wall_time()
     assert line.startswith("[sweep] 20 runs: 4 configuration(s) x 5 seed(s) (seed= not given")
     # 64 prompts: 3.4x a fast run
     assert "expected wall time 28-40 min for 20 run(s), 1 at a time on 2 core(s) at load 0.0: 2 free" in line
-    assert line.endswith("; 5 seeds per arm detect about 5 points of final accuracy at power 0.8 on the toy")
+    assert "; 5 seeds per arm detect about 5 points of final accuracy at power 0.8 on the toy; " in line
+    # the launch line says what the regime can show (issue 33, item 4)
+    assert line.endswith("; on this regime no DAPO fix has the job the paper gives it, so a rung shows what a fix "
+                         "costs or breaks, not the benefit the paper reports (experiment=toy_dapo gives each fix its job)")
     assert "seeds detect 5)" not in line  # not "5 seeds detect about 5 points ... (5 seeds detect 5)"
     given = launch_plan(_multirun_config([], ["fixes=grpo,clip", "seed=0,1"]), cores=2, load=0.0)
     assert given.startswith("[sweep] 4 runs: 2 configuration(s) x 2 seed(s) (seed= given)")
@@ -302,7 +305,10 @@ def test_launch_plan_counts_the_default_seeds_and_estimates_the_toys_wall_time()
     assert ("5 seeds per arm detect about 7 points of the mean accuracy of the last 3 evaluations at power 0.8 on "
             "the toy (8 seeds detect 5)") in fast
     clip = launch_plan(_multirun_config(["experiment=toy_clip"], ["experiment=toy_clip", "fixes=grpo,clip"]))
-    assert "of the last 3 evaluations (at experiment=toy_fast's spread)" in clip
+    assert "of the last 3 evaluations (at experiment=toy_fast's spread)" in clip and "on this regime" not in clip
+    dapo = launch_plan(_multirun_config(["experiment=toy_dapo"], ["experiment=toy_dapo", "fixes=grpo,clip"]))
+    assert dapo.endswith("; on this regime each DAPO fix has its job in the same run: each rung's mechanism metric "
+                         "says whether the fix did it (docs/explanation/testbed.md)")
     fast_final = launch_plan(_multirun_config(["experiment=toy_fast", "eval.endpoint=final"], []))
     assert "detect about 13 points of final accuracy at power 0.8" in fast_final
     from dapo_exp.analysis.callback import default_regime

@@ -22,7 +22,7 @@ from dapo_exp.tasks.arith import STEP_MARKER, arith_diagnostics, is_degenerate, 
 from dapo_exp.tasks.arith_warmstart import GUESS_OFFSETS, warmstart_text
 from dapo_exp.tasks.base import Problem
 
-REGIMES = ("toy_headroom", "toy_ds", "toy_clip", "toy_overlong", "toy_degeneration")
+REGIMES = ("toy_headroom", "toy_ds", "toy_clip", "toy_overlong", "toy_degeneration", "toy_dapo")
 P = Problem(id="t0", prompt="7+8+3+9\n", answer="27", meta={"steps": ["7+8=15", "15+3=18", "18+9=27"]})
 
 
@@ -245,11 +245,21 @@ BANDS = {
     "toy_clip": {"p_marker": (0.002, 0.03), "style_step": (0.0, 0.05), "guess_acc": (0.0, 0.2), "acc": (0.02, 0.25)},
     "toy_overlong": {"trunc_on_path": (0.03, 0.5), "style_step_long": (0.15, 0.5), "truncated": (0.05, 0.5)},
     "toy_degeneration": {"degenerate": (0.05, 0.4), "style_step": (0.3, 0.8)},
+    # a `Steps:` choice of about 1 in 10 (toy_clip's is 1 in 100), guesses right only by slips, and the step
+    # strategy's situations already in the samples (measured 2026-11-27: p_marker 0.094, style_step 0.107,
+    # guess_acc 0.114, acc 0.120, truncated 0.086, trunc_on_path 0.034); once chosen: CHOSEN_BANDS
+    "toy_dapo": {"p_marker": (0.03, 0.2), "style_step": (0.04, 0.2), "guess_acc": (0.0, 0.25), "acc": (0.02, 0.25),
+                 "trunc_on_path": (0.01, 0.1)},
 }
 # The same policies once the rare strategy is chosen (the prompt ends with the STEP_MARKER line;
 # 24 problems x 8 samples): toy_clip's step skill, measured 0.85 (guesses: 0.11).
 CHOSEN_BANDS = {
     "toy_clip": {"style_step": (0.95, 1.0), "step_acc": (0.6, 1.0)},
+    # toy_dapo once the step strategy is chosen (measured 2026-11-27): right 0.293 of the time (guesses 0.114),
+    # and its situations co-occur: truncated at the 32-token cap 0.589 of the time, of which a third on a
+    # correct path (trunc_on_path 0.182: Overlong Filtering's job), looping 0.042 (Token-level Loss's job)
+    "toy_dapo": {"style_step": (0.9, 1.0), "step_acc": (0.15, 0.6), "truncated": (0.3, 0.9),
+                 "trunc_on_path": (0.08, 0.5), "degenerate": (0.01, 0.3)},
 }
 
 

@@ -342,7 +342,24 @@ def launch_plan(config: Any, *, cores: int | None = None, load: float | None = M
             machine += f", so {slow:.1f}x slower than on idle cores"
     hint = " (hydra/launcher=parallel runs one per core)" if launcher.endswith("BasicLauncher") and cores > 1 else ""
     return (f"{line}; expected wall time {lo:.0f}-{hi:.0f} min for {left} run(s), {at_once} at a time on "
-            f"{machine}{hint}{_toy_detect(config, n_seeds)}")
+            f"{machine}{hint}{_toy_detect(config, n_seeds)}{regime_note(config)}")
+
+
+# what a sweep on each toy regime can show (docs/explanation/testbed.md): the default's warm start and task
+# (and toy_fast's, toy_headroom's) give no DAPO fix the job the paper gives it; toy_dapo gives each one
+NO_JOB_REGIMES = (None, "null", "toy_fast", "toy_headroom")
+
+
+def regime_note(config: Any) -> str:
+    """One sentence for the launch line: what the toy regime of ``config`` can show about the fixes."""
+    experiment = _get(config, "hydra.runtime.choices.experiment")
+    if experiment in NO_JOB_REGIMES:
+        return ("; on this regime no DAPO fix has the job the paper gives it, so a rung shows what a fix costs "
+                "or breaks, not the benefit the paper reports (experiment=toy_dapo gives each fix its job)")
+    if experiment == "toy_dapo":
+        return ("; on this regime each DAPO fix has its job in the same run: each rung's mechanism metric says "
+                "whether the fix did it (docs/explanation/testbed.md)")
+    return ""
 
 
 def cost_refusal(config: Any) -> str | None:

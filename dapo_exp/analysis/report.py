@@ -47,10 +47,18 @@ class AnalysisResult:
         from dapo_exp.analysis.table import table_text, wrap_text
 
         eff = f"\n{effects_text(self.effects, width)}\n" if self.effects is not None else "\n"
+        con = self.contrasts if self.contrasts is not None else pd.DataFrame()
+        if len(con) and self.effects is not None and not _any_estimated(self.effects):
+            # a ladder or an irregular set: no single switch's effect is estimable, and ten lines of aliasing
+            # would bury the contrasts that answer the question (effects.md keeps them)
+            which = "the rung contrasts above" if con.attrs.get("kind") == LADDER_KIND else "the pairwise contrasts"
+            eff = "\n" + "\n".join(wrap_text(
+                "Effects of single switches: none can be estimated from these configurations (switches change "
+                f"together, each fix entering with those before it); {which} are what these runs can show "
+                f"(the aliasing: {self.out_dir / 'effects.md'})", width)) + "\n\n"
         runs = "\n".join(wrap_text(f"runs: {self.data.describe()} (excluded from the statistics: {self.n_excluded})",
                                    width))
         files = f"effects: {self.out_dir / 'effects.md'} (.csv, .tex)\n" if self.effects is not None else ""
-        con = self.contrasts if self.contrasts is not None else pd.DataFrame()
         rungs = contrasts_text(con, width)
         rungs = f"{rungs}\n" if rungs else ""
         if len(con):
@@ -64,6 +72,11 @@ class AnalysisResult:
             f"table: {self.out_dir / 'table.md'} (.csv, .tex)\n{files}"
             f"figures: {self.figure_dir if self.figures else '(not drawn)'}\n{wb}"
         )
+
+
+def _any_estimated(eff) -> bool:
+    """Whether the effects' table holds at least one estimated term."""
+    return bool(len(eff.table)) and bool((eff.table["status"] == "estimated").any())
 
 
 def run_analysis(
