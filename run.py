@@ -67,8 +67,7 @@ def main(cfg: DictConfig) -> float | None:
     from hydra.core.hydra_config import HydraConfig
     from hydra.types import RunMode
 
-    from dapo_exp.runner import ConfigChangedError, claimed
-    from dapo_exp.train import train
+    from dapo_exp.runner import ConfigChangedError
 
     multirun = HydraConfig.get().mode == RunMode.MULTIRUN
     task_cfg = copy.deepcopy(cfg)  # as Hydra composed it: what .hydra/config.yaml records
@@ -80,7 +79,7 @@ def main(cfg: DictConfig) -> float | None:
     try:
         check_known_keys(cfg)  # a `+key=...` the schema does not declare would be silently ignored
         try:
-            summary = run_job(cfg, task_cfg, claimed, train)
+            summary = run_job(cfg, task_cfg)
         except RunLockedError as exc:
             if not multirun or isinstance(exc, RunDirError):
                 raise
@@ -89,7 +88,7 @@ def main(cfg: DictConfig) -> float | None:
             print(f"[dapo-exp] job {cfg.out_dir}: {' '.join(str(exc).split())}; waiting for it to end, then taking "
                   "the run up from there", file=sys.stderr, flush=True)
             rundir.RunLock(cfg.out_dir).wait_until_free()
-            summary = run_job(cfg, task_cfg, claimed, train)
+            summary = run_job(cfg, task_cfg)
     except (RunLockedError, ConfigChangedError) as exc:  # another writer, or another config: touch nothing
         if not multirun:
             print(f"error: {' '.join(str(exc).split())}", file=sys.stderr)
@@ -109,9 +108,12 @@ def main(cfg: DictConfig) -> float | None:
     return (summary or {}).get("final", {}).get("eval/acc_avg")
 
 
-def run_job(cfg: DictConfig, task_cfg: DictConfig, claimed, train) -> dict | None:
+def run_job(cfg: DictConfig, task_cfg: DictConfig) -> dict | None:
     """One job: its directory locked and its recorded config checked before anything of it is written
     (:func:`dapo_exp.runner.claimed`), Hydra's record written, torch's threads set, then the run."""
+    from dapo_exp.runner import claimed
+    from dapo_exp.train import train
+
     with claimed(cfg) as out:
         if str(out) != job_output_dir():  # run.on_config_change=branch
             move_log_files(job_output_dir(), out)
