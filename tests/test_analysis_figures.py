@@ -1,7 +1,8 @@
 """Every figure the analysis writes is legible at its default size: drawn without a matplotlib
 warning (no collapsed layout), no tick label or other text outside the figure, aliased effects
-as a note beside the estimated ones, and titles that say what is drawn (no band promised where a
-one-seed sweep has none)."""
+as a note beside the estimated ones, a ladder's or an irregular set's forest of its contrasts (the
+numbers of contrasts.py, never a picture of the aliasing), and titles that say what is drawn (no
+band promised where a one-seed sweep has none)."""
 
 from __future__ import annotations
 
@@ -11,6 +12,7 @@ import numpy as np
 import pytest
 from fixtures_runs import LADDER_SWEEP, STANDARD_SWEEP, make_sweep, make_switch_run
 from matplotlib.backends.backend_agg import FigureCanvasAgg
+from matplotlib.colors import to_rgba
 from matplotlib.text import Text
 
 from dapo_exp import analysis as A
@@ -123,12 +125,14 @@ def test_the_study_figure_is_legible(sweeps):
     assert outside(fig) == []
 
 
-@pytest.mark.parametrize("sweep", list(SWEEPS))
-def test_forest_with_aliased_terms_draws_them_as_a_note(sweeps, sweep):
-    eff = A.fit_effects(A.load_runs(sweeps[sweep]))
+def test_plot_effects_draws_aliased_terms_as_a_note_beside_the_estimated_ones(sweeps):
+    """The effects' own forest (:func:`plot_effects`, for a set that identifies some terms: the main effects
+    of the standard sweep): estimated terms are rows, the aliased ones a note beside them, never a row of
+    text standing in for a number."""
+    eff = A.fit_effects(A.load_runs(sweeps["multi-seed"]), model="main")
     aliased = eff.table[eff.table["status"] != "estimated"]["term"].tolist()
     estimated = eff.table[eff.table["status"] == "estimated"]["term"].tolist()
-    assert aliased  # presets switch fixes together: some terms are not identified
+    assert aliased and estimated
     fig = plot_effects(eff)
     assert outside(fig) == []
     rows = [t for ax in fig.axes for t in ytick_texts(ax)]
@@ -136,11 +140,119 @@ def test_forest_with_aliased_terms_draws_them_as_a_note(sweeps, sweep):
     notes = "\n".join(t.get_text() for ax in fig.axes for t in ax.texts)
     for term in aliased:
         assert f"{term}: aliased with" in notes
-    # no row of text standing in for a number, no arbitrary axis
     assert not any("aliased" in t for ax in fig.axes for t in ytick_texts(ax))
-    if not estimated:
-        assert len(fig.axes) == 1 and not fig.axes[0].axison
-        assert "no term can be estimated" in fig.axes[0].get_title(loc="left")
+
+
+# grpo < clip < clip_ds < full, three seeds: the README's headline ladder
+LADDER_SPEC = [(p, s, acc, "finished") for p, accs in {
+    "grpo": (0.30, 0.34, 0.31), "clip": (0.36, 0.37, 0.35), "clip_ds": (0.38, 0.43, 0.39),
+    "full": (0.45, 0.44, 0.50)}.items() for s, acc in enumerate(accs)]
+# three configurations, none of whose switch sets contains another's
+IRREGULAR_SPEC = [(p, s, acc, "finished") for p, accs in {
+    "full_no_clip": (0.40, 0.45, 0.42, 0.47), "full_no_ds": (0.44, 0.46, 0.47, 0.52),
+    "full_no_tl": (0.30, 0.41, 0.36, 0.40)}.items() for s, acc in enumerate(accs)]
+
+
+def _sweep_forest(root, out, monkeypatch):
+    """The sweep-end analysis (``run_analysis``, as the callback calls it) with every warning an error;
+    returns its result and the figure it saved as ``effects_forest.png``."""
+    from dapo_exp.analysis import effects as E
+
+    drawn = []
+    pick = E.forest_figure
+    monkeypatch.setattr(E, "forest_figure", lambda *a, **k: drawn.append(pick(*a, **k)) or drawn[-1])
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        result = A.run_analysis(root, out=out)
+    assert (out / "figures" / "effects_forest.png") in result.files and len(drawn) == 1
+    assert outside(drawn[0]) == []  # drawn without a warning, nothing clipped
+    return result, drawn[0]
+
+
+def _errorbar_rows(ax) -> list[tuple[str, float, float, float, bool]]:
+    """Per errorbar of ``ax``, top row first: (its row's tick label, centre, lower end, upper end, filled)."""
+    ticks = {round(float(y), 6): t.get_text() for y, t in zip(ax.get_yticks(), ax.get_yticklabels())}
+    rows = []
+    for c in ax.containers:
+        (x, y), = c.lines[0].get_xydata()
+        (lo, _), (hi, _) = c.lines[2][0].get_segments()[0] if c.has_xerr else ((np.nan, 0), (np.nan, 0))
+        filled = to_rgba(c.lines[0].get_markerfacecolor()) != to_rgba("white")  # open marker: not shown
+        rows.append((y, ticks[round(float(y), 6)], float(x), float(lo), float(hi), filled))
+    return [r[1:] for r in sorted(rows, key=lambda r: -r[0])]
+
+
+def _right_notes(fig) -> list[str]:
+    """The labels of the right-hand axis (beside each row), top row first."""
+    ax = fig.axes[1]
+    return [t.get_text() for _, t in sorted(zip(ax.get_yticks(), ax.get_yticklabels()), key=lambda yt: -yt[0])]
+
+
+def _no_aliasing_text(fig) -> None:
+    text = "\n".join(t.get_text() for t in fig.findobj(Text))
+    assert "aliased" not in text and "can be estimated" not in text
+
+
+def test_a_ladders_forest_draws_each_rung_against_the_one_below(tmp_path, monkeypatch):
+    root = tmp_path / "multirun" / "ladder"
+    make_sweep(root, LADDER_SPEC)
+    result, fig = _sweep_forest(root, tmp_path / "analysis", monkeypatch)
+    rungs = A.rung_contrasts(A.load_runs(root))
+    assert len(rungs) == 3 and result.contrasts.attrs["kind"] == "ladder"
+    ax = fig.axes[0]
+    rows = _errorbar_rows(ax)
+    assert [r[0].replace("\n", " ") for r in rows] == [
+        "clip − grpo (+ Clip-Higher)", "clip_ds − clip (+ Dynamic Sampling)",
+        "full − clip_ds (+ Token-level Policy Gradient Loss + Soft Overlong Punishment)"]
+    for (_, x, lo, hi, filled), (_, r) in zip(rows, rungs.iterrows()):
+        assert (x, lo, hi) == pytest.approx((r["diff"], r["lo"], r["hi"]))
+        assert filled == (r["verdict"] == "difference shown")
+    assert any(line.get_xdata()[0] == 0 == line.get_xdata()[-1] for line in ax.get_lines())  # the zero line
+    assert "95% CI" in ax.get_xlabel() and "paired t" in ax.get_xlabel() and "(pp)" in ax.get_xlabel()
+    assert "each rung against the one below" in ax.get_title()
+    assert _right_notes(fig) == [f"MDE {m:.1f}" for m in rungs["mde"]]  # the MDE beside each rung
+    _no_aliasing_text(fig)
+
+
+def test_an_irregular_sets_forest_draws_the_pairs_with_holm_adjusted_p(tmp_path, monkeypatch):
+    root = tmp_path / "multirun" / "irregular"
+    make_sweep(root, IRREGULAR_SPEC)
+    _, fig = _sweep_forest(root, tmp_path / "analysis", monkeypatch)
+    pairs = A.pairwise_contrasts(A.load_runs(root))
+    assert len(pairs) == 3 and pairs.attrs["kind"] == "irregular"
+    ax = fig.axes[0]
+    rows = _errorbar_rows(ax)
+    assert [r[0].replace("\n", " ") for r in rows] == [
+        "full_no_ds − full_no_clip (+ Clip-Higher; − Dynamic Sampling)",
+        "full_no_tl − full_no_clip (+ Clip-Higher; − Token-level Policy Gradient Loss)",
+        "full_no_tl − full_no_ds (+ Dynamic Sampling; − Token-level Policy Gradient Loss)"]
+    for (_, x, lo, hi, filled), (_, r) in zip(rows, pairs.iterrows()):
+        assert (x, lo, hi) == pytest.approx((r["diff"], r["lo"], r["hi"]))
+        assert filled == (r["p_holm"] < 0.05)  # the verdict reads the Holm-adjusted p
+    assert _right_notes(fig) == [f"Holm p {p:.2g}" for p in pairs["p_holm"]]
+    assert "Holm" in ax.get_title() and "3 pairs" in ax.get_title() and "unadjusted" in ax.get_xlabel()
+    _no_aliasing_text(fig)
+
+
+def test_a_one_seed_sets_forest_draws_the_estimates_and_says_why_no_interval(sweeps, monkeypatch, tmp_path):
+    _, fig = _sweep_forest(sweeps["one seed"], tmp_path / "analysis", monkeypatch)
+    ax = fig.axes[0]
+    rows = _errorbar_rows(ax)
+    assert len(rows) == 10 and all(np.isnan(lo) and np.isnan(hi) for _, _, lo, hi, _ in rows)
+    assert "CI" not in ax.get_xlabel() and "no interval" in ax.get_xlabel() and "1 seed" in ax.get_xlabel()
+    _no_aliasing_text(fig)
+
+
+def test_a_two_level_design_keeps_its_forest_of_effects(tmp_path, monkeypatch):
+    root = _fractional(tmp_path / "multirun" / "fractional", (0, 1))
+    result, fig = _sweep_forest(root, tmp_path / "analysis", monkeypatch)
+    assert result.contrasts.empty and result.contrasts.attrs["kind"] == "two-level"
+    (ax,) = fig.axes
+    t = result.effects.table
+    assert ytick_texts(ax) == t["term"].tolist()  # every term estimated, a row each
+    whiskers = sorted(tuple(line.get_xdata()) for line in ax.get_lines() if len(line.get_xdata()) == 2
+                      and line.get_ydata()[0] == line.get_ydata()[1])
+    assert np.allclose(whiskers, sorted(zip(t["lo"], t["hi"])))
+    assert "main effects" in ax.get_title() and "95% CI" in ax.get_xlabel()
 
 
 def test_forest_of_a_half_fraction_has_every_term_and_no_note(tmp_path):

@@ -15,7 +15,8 @@ Typical use::
     A.write_table(table, "out"); A.write_figures(data, "out/figures")
 
     eff = A.fit_effects(data)                           # main effects + two-way interactions, aliasing
-    A.write_effects(eff, "out"); A.write_forest(eff, "out/figures")
+    con = A.configuration_contrasts(data)               # a ladder's rungs, or all pairs (Holm)
+    A.write_effects(eff, "out"); A.write_forest(eff, "out/figures", contrasts=con)
 
 Modules: ``runs`` (local runs, the frames), ``wandb_reader`` (W&B online and
 offline), ``stats`` (t intervals), ``table``, ``curves``, ``samples`` (rollout
@@ -76,9 +77,10 @@ _EXPORTS = {
     "samples": ("load_samples", "sample_stats", "sample_examples", "format_examples"),
     "design": ("SWITCH_OPTIONS", "fractional_design", "full_factorial", "job_overrides", "describe_design"),
     "effects": ("Effects", "fit_effects", "format_effects", "effects_markdown", "write_effects", "plot_effects",
-                "write_forest"),
+                "forest_figure", "write_forest"),
     "contrasts": ("configuration_switches", "ladder", "contrast_kind", "rung_contrasts", "pairwise_contrasts",
-                  "holm", "configuration_contrasts", "contrasts_text", "contrasts_markdown", "write_contrasts"),
+                  "holm", "configuration_contrasts", "contrasts_text", "contrasts_markdown", "write_contrasts",
+                  "plot_contrasts"),
     "bootstrap": ("SampleCube", "eval_cube", "replicate_means", "config_intervals", "problem_share",
                   "crossed_components"),
     "planning": ("plan", "format_plan", "pilot_variances", "seeds_paired", "seeds_unpaired", "half_widths"),

@@ -18,7 +18,9 @@ p-values Holm-adjusted over the pairs (``statsmodels.stats.multitest.multipletes
 verdict read from the adjusted p. A two-level design gets no contrasts here.
 
 :func:`configuration_contrasts` picks the one that applies; :func:`write_contrasts` writes ``contrasts.md`` and
-``contrasts.csv``; :func:`contrasts_text` is the block the report prints before the table.
+``contrasts.csv``; :func:`contrasts_text` is the block the report prints before the table; :func:`plot_contrasts`
+is the forest the analysis draws as ``figures/effects_forest.png`` for a ladder or an irregular set (one row
+per contrast with its interval: :func:`dapo_exp.analysis.effects.forest_figure`).
 """
 
 from __future__ import annotations
@@ -289,3 +291,96 @@ def write_contrasts(df: pd.DataFrame, out_dir: str | os.PathLike) -> dict[str, P
     paths["md"].write_text(contrasts_markdown(df), encoding="utf-8")
     df.assign(kind=df.attrs.get("kind", "")).to_csv(paths["csv"], index=False)
     return paths
+
+
+# --------------------------------------------------------------------------- #
+# The forest figure                                                             #
+# --------------------------------------------------------------------------- #
+def _row_label(r, ladder_: bool, width: int = 46) -> str:
+    """``clip_ds − clip (+ Dynamic Sampling)``; a pair names what each side has that the other lacks,
+    ``full_no_tl − full_no_ds (+ Dynamic Sampling; − Token-level Policy Gradient Loss)``; wrapped."""
+    if ladder_:
+        head, what = f"{r['rung']} − {r['vs']}", [f"+ {r['added']}"]
+    else:
+        head = f"{r['config']} − {r['vs']}"
+        what = [f"{sign} {r[col]}" for sign, col in (("+", "added"), ("−", "removed")) if r[col]]
+    text = f"{head} ({'; '.join(what)})" if what else head
+    return textwrap.fill(text, width, break_long_words=False, break_on_hyphens=False)
+
+
+def _has_ci(r) -> bool:
+    return bool(np.isfinite(r["lo"]) and np.isfinite(r["hi"]))
+
+
+def _why_no_ci(r) -> str:
+    if r["verdict"] == NOT_MEASURED:
+        return "1 seed"
+    return r["note"] if isinstance(r["note"], str) and r["note"] else "undefined"
+
+
+def _row_note(r, ladder_: bool) -> str:
+    """What the right axis says beside a row: the rung's MDE, the pair's Holm-adjusted p, or why the row
+    has no interval."""
+    if not _has_ci(r):
+        return f"no CI: {_why_no_ci(r)}"
+    if ladder_:
+        return f"MDE {r['mde']:.1f}" if np.isfinite(r["mde"]) else "MDE n/a"
+    return f"Holm p {r['p_holm']:.2g}" if np.isfinite(r["p_holm"]) else "Holm p n/a"
+
+
+def _contrast_xlabel(df: pd.DataFrame, ladder_: bool) -> str:
+    acc = df.attrs.get("acc_name", "final acc")
+    conf = int(round(100 * df.attrs.get("confidence", 0.95)))
+    with_ci = df[[_has_ci(r) for _, r in df.iterrows()]]
+    if not len(with_ci):
+        whys = sorted({_why_no_ci(r) for _, r in df.iterrows()})
+        return f"difference of {acc} (pp): estimate only (no interval: {', '.join(whys)})"
+    tests = " / ".join(sorted(set(with_ci["test"])))
+    adj = "" if ladder_ else ", unadjusted"
+    return f"difference of {acc} (pp): estimate and {conf}% CI ({tests}{adj})"
+
+
+def _contrast_title(df: pd.DataFrame, ladder_: bool) -> str:
+    if ladder_:
+        head = f"Ladder, {len(df)} rungs: each rung against the one below (the fixes it adds, given those below)"
+        key = "filled: difference shown (CI excludes 0); right: MDE (pp, power 0.8)"
+    else:
+        head = f"Pairwise contrasts, {len(df)} pairs (neither a ladder nor a two-level design)"
+        key = "filled: difference shown (Holm p < 0.05, Holm over the pairs); right: Holm-adjusted p"
+    return "\n".join(textwrap.wrap(head, 95, break_on_hyphens=False) + textwrap.wrap(key, 95, break_on_hyphens=False))
+
+
+def plot_contrasts(df: pd.DataFrame):
+    """Forest plot of :func:`configuration_contrasts` (a ladder's rungs or an irregular set's pairs): one
+    row per contrast, top first, labelled with what it adds (and removes); the difference in pp with its
+    interval (the same numbers as ``contrasts.md``), a zero line; the marker filled where the verdict is
+    "difference shown" (a pair's verdict reads its Holm-adjusted p); on the right, each rung's MDE or
+    each pair's Holm-adjusted p, or why a row has no interval (one seed). No row, no number: never text
+    standing in for one."""
+    from matplotlib.figure import Figure
+
+    if not len(df):
+        raise ValueError("no contrasts to draw (a two-level design: plot_effects; one configuration: nothing)")
+    ladder_ = df.attrs.get("kind") == LADDER_KIND
+    labels = [_row_label(r, ladder_) for _, r in df.iterrows()]
+    n_lines = sum(lbl.count("\n") + 1 for lbl in labels)
+    fig = Figure(figsize=(9.5, max(0.24 * n_lines + 0.16 * len(df) + 2.2, 2.8)), layout="constrained")
+    ax = fig.subplots()
+    ys = np.arange(len(df))[::-1]
+    color = "#1f77b4"
+    for y, (_, r) in zip(ys, df.iterrows()):
+        xerr = [[r["diff"] - r["lo"]], [r["hi"] - r["diff"]]] if _has_ci(r) else None
+        face = color if r["verdict"] == verdicts.DIFFERENCE else "white"
+        ax.errorbar([r["diff"]], [y], xerr=xerr, fmt="o", color=color, mfc=face, ms=6, lw=2, capsize=3)
+    ax.axvline(0.0, color="k", lw=0.8)
+    ax.set_yticks(ys, labels, fontsize=8)
+    ax.set_ylim(-0.7, len(df) - 0.3)
+    ax.margins(x=0.15)
+    ax.grid(axis="x", alpha=0.3)
+    ax.set_xlabel(_contrast_xlabel(df, ladder_), fontsize=9)
+    ax.set_title(_contrast_title(df, ladder_), fontsize=9)
+    right = ax.twinx()
+    right.set_ylim(ax.get_ylim())
+    right.set_yticks(ys, [_row_note(r, ladder_) for _, r in df.iterrows()], fontsize=8)
+    right.tick_params(axis="y", length=0)
+    return fig

@@ -486,9 +486,11 @@ def plot_effects(eff: Effects):
     """Forest plot of the estimated terms (the effect with its CI bar, a zero line) and, beside it, a
     note naming the terms the runs cannot identify and what each is aliased with.
 
-    Only estimated terms are rows of the axis; with none, the figure is the note alone. The axis
-    label and title say what is drawn: intervals only when the fit has residual degrees of freedom,
-    the colour key only for the kinds of term drawn, the star only when a p-value exists.
+    Only estimated terms are rows of the axis; with none, the figure is the note alone (the analysis
+    never draws that one: where the configurations are a ladder or an irregular set,
+    :func:`forest_figure` draws their contrasts instead). The axis label and title say what is drawn:
+    intervals only when the fit has residual degrees of freedom, the colour key only for the kinds of
+    term drawn, the star only when a p-value exists.
     """
     from matplotlib.figure import Figure
 
@@ -557,11 +559,27 @@ def _why_no_ci(eff: Effects) -> str:
     return "no residual degrees of freedom" if eff.df_resid <= 0 else "undefined"
 
 
-def write_forest(eff: Effects, out_dir: str | os.PathLike, formats: Sequence[str] = ("png", "svg"),
-                 stem: str = "effects_forest") -> list[Path]:
+def forest_figure(eff: Effects | None, contrasts: pd.DataFrame | None = None):
+    """The figure ``effects_forest`` draws: the configurations' contrasts when there are any (a ladder's
+    rungs or an irregular set's Holm-adjusted pairs, :func:`dapo_exp.analysis.contrasts.plot_contrasts`:
+    no single switch's effect may be estimable there, the contrasts always are), else the effects
+    (a two-level design: :func:`plot_effects`)."""
+    if contrasts is not None and len(contrasts):
+        from dapo_exp.analysis.contrasts import plot_contrasts
+
+        return plot_contrasts(contrasts)
+    if eff is None:
+        raise ValueError("nothing to draw: no effects and no contrasts")
+    return plot_effects(eff)
+
+
+def write_forest(eff: Effects | None, out_dir: str | os.PathLike, formats: Sequence[str] = ("png", "svg"),
+                 stem: str = "effects_forest", *, contrasts: pd.DataFrame | None = None) -> list[Path]:
+    """``<stem>.{png,svg}`` in ``out_dir``: :func:`forest_figure` of ``eff`` and ``contrasts``
+    (:func:`dapo_exp.analysis.contrasts.configuration_contrasts`; None or empty: the effects' forest)."""
     out = Path(out_dir)
     out.mkdir(parents=True, exist_ok=True)
-    fig = plot_effects(eff)
+    fig = forest_figure(eff, contrasts)
     paths = []
     for fmt in formats:
         p = out / f"{stem}.{fmt}"
@@ -571,4 +589,4 @@ def write_forest(eff: Effects, out_dir: str | os.PathLike, formats: Sequence[str
 
 
 __all__ = ["Effects", "fit_effects", "format_effects", "effects_markdown", "write_effects", "plot_effects",
-           "write_forest", "model_terms", "design_matrix", "null_projection", "LETTERS"]
+           "forest_figure", "write_forest", "model_terms", "design_matrix", "null_projection", "LETTERS"]

@@ -101,7 +101,9 @@ def run_analysis(
     ``effects.{md,csv,tex}`` (when a switch varies), ``contrasts.{md,csv}`` (a ladder's rungs, or an
     irregular set's Holm-adjusted pairs: :func:`dapo_exp.analysis.contrasts.configuration_contrasts`) and figures.
 
-    ``out/figures/curves_vs_{step,rollouts,tokens}.{png,svg}`` and ``effects_forest.{png,svg}``.
+    ``out/figures/curves_vs_{step,rollouts,tokens}.{png,svg}`` and ``effects_forest.{png,svg}`` (the
+    contrasts' forest for a ladder or an irregular set, else the effects':
+    :func:`dapo_exp.analysis.effects.forest_figure`).
     ``ci``: ``t`` or ``bootstrap`` (table and effects; ``bootstrap``: its keyword arguments).
     ``margin``: equivalence margin of the differences to the baseline, in pp (default
     :data:`dapo_exp.analysis.verdicts.DEFAULT_MARGIN`, 5).
@@ -122,10 +124,10 @@ def run_analysis(
         from dapo_exp.analysis.curves import write_figures
 
         files += write_figures(data, fig_dir, band=band)
-        if eff is not None:
+        if eff is not None or len(con):
             from dapo_exp.analysis.effects import write_forest
 
-            files += write_forest(eff, fig_dir)
+            files += write_forest(eff, fig_dir, contrasts=con)
     if ci == "bootstrap":
         files.append(_write_problem_share(data, table, eff, effects_model, bootstrap or {}, out_dir))
     result = AnalysisResult(data, table, table_markdown(table), out_dir, fig_dir, files, figures, eff, con)
