@@ -25,6 +25,7 @@ EXPECTED_LABELS = {
     "toy_studies.sh": "loop",  # one `run.py -m` per regime study (dapo_exp.analysis.studies.STUDIES)
     "family.sh": {"grpo", "full", "dr_grpo", "gspo", "cispo", "gmpo", "clip_cov", "kl_cov"},
     "toy_dapo_ladder.sh": {"paper_1_grpo", "paper_2_of", "paper_3_clip", "paper_4_sop", "paper_5_tl", "paper_6_dapo"},
+    "cross_engine.sh": "loop",  # two `run.py -m` calls, one per engine (native, then verl)
 }
 LOOPED = {k for k, v in EXPECTED_LABELS.items() if v == "loop"}
 
@@ -141,3 +142,79 @@ def test_toy_studies_recipe_runs_each_study_as_its_sweep():
                 states.add(tuple(sorted(fix_switches(compose("config", overrides=list(job)).algo).items())))
         differ = {k for k, v in dict(min(states)).items() if dict(max(states))[k] != v}
         assert len(states) == 2 and differ == {study.fix}, f"{name}: arms differ in {differ}"
+
+
+def test_cross_engine_recipe_runs_the_same_study_on_both_engines():
+    """sweeps/cross_engine.sh: one study (GRPO against + Soft Overlong Punishment on toy_overlong, 2 arms x
+    the seeds) run by the native trainer and by verl with the same overrides, the verl half translating to
+    verl's CPU mode, then sweeps/checks/cross_engine.py on the two sweeps."""
+    from hydra import compose, initialize_config_dir
+    from hydra._internal.core_plugins.basic_sweeper import BasicSweeper
+    from hydra.core.override_parser.overrides_parser import OverridesParser
+
+    from dapo_exp.backends import verl as vb
+    from dapo_exp.hydra_setup import register_resolvers, run_label
+
+    text = (SWEEPS / "cross_engine.sh").read_text()
+    for field in ("# Question:", "# Runs:", "# Cost:", "# SLURM:", "hydra/launcher=slurm", "estimate"):
+        assert field in text, f"cross_engine.sh: header lacks {field!r}"
+    assert text.rstrip().endswith("multirun/cross_engine_native multirun/cross_engine_verl multirun/cross_engine")
+    study = shlex.split(re.search(r"^STUDY=\((.*)\)$", text, re.M).group(1))
+    seeds = re.search(r'SEEDS="\$\{SEEDS:-([^}]*)\}"', text).group(1)
+    joined = text.replace("\\\n", " ")
+    lines = [l.strip() for l in joined.splitlines() if l.strip().startswith("python run.py -m")]
+    assert len(lines) == 2
+    register_resolvers()
+    total, per_engine = int(re.search(r"^# Runs:\s+(\d+)", text, re.M).group(1)), {}
+    for line, engine in zip(lines, ("native", "verl")):
+        args = shlex.split(line.replace('"${STUDY[@]}"', shlex.join(study)).replace('"$SEEDS"', seeds)
+                           .replace('"$@"', ""))
+        assert f"sweep=cross_engine_{engine}" in args and ("backend=verl" in args) == (engine == "verl")
+        jobs = BasicSweeper.split_arguments(OverridesParser.create().parse_overrides(args[3:]), None)[0]
+        arms = sorted({tuple(o for o in job if not o.startswith(("seed=", "hydra/"))) for job in jobs})
+        with initialize_config_dir(config_dir=str(REPO / "conf"), version_base="1.3"):
+            cfgs = {arm: compose("config", overrides=[*arm, "seed=0"]) for arm in arms}
+        per_engine[engine] = {(run_label(cfgs[tuple(o for o in job if not o.startswith(("seed=", "hydra/")))]),
+                               next(o for o in job if o.startswith("seed="))) for job in jobs}
+        if engine == "verl":
+            for c in cfgs.values():  # each arm: verl's CPU mode, the overlong buffer on in the fix's arm only
+                values = vb.translate(c).values
+                assert values["trainer.device"] == "cpu"
+                assert values[vb._OB + "enable"] == (run_label(c) == "sop")
+    assert per_engine["native"] == per_engine["verl"]
+    assert {label for label, _ in per_engine["native"]} == {"grpo", "sop"}
+    assert len(per_engine["native"]) * 2 == total == 2 * 2 * len(seeds.split(","))
+
+
+def test_cross_engine_comparison_pairs_arms_within_an_engine_and_not_across(tmp_path):
+    """sweeps/checks/cross_engine.py: the fix's effect on each engine is the paired (by seed) difference of
+    the arms; an arm across engines is Welch's difference of the two engines' means."""
+    import importlib.util
+
+    from fixtures_runs import make_run
+
+    from dapo_exp.analysis.stats import paired_difference, welch_difference
+
+    acc = {("native", "grpo"): [0.40, 0.50, 0.45], ("native", "sop"): [0.44, 0.52, 0.50],
+           ("verl", "grpo"): [0.30, 0.35, 0.33], ("verl", "sop"): [0.31, 0.40, 0.32]}
+    for (engine, arm), values in acc.items():
+        for seed, a in enumerate(values):
+            over = {"algo.overlong_punishment": "soft"} if arm == "sop" else {}
+            make_run(tmp_path / engine / f"{arm},seed={seed}", "grpo", seed, a, config_overrides=over)
+    spec = importlib.util.spec_from_file_location("cross_engine", SWEEPS / "checks" / "cross_engine.py")
+    mod = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(mod)
+    assert mod.main([str(tmp_path / "native"), str(tmp_path / "verl"), str(tmp_path / "out")]) == 0
+    runs, _ = mod.load(str(tmp_path / "native"), str(tmp_path / "verl"))
+    assert sorted(set(runs.label)) == ["grpo", "sop"]
+    col = "final/eval/acc_avg"
+    eff = {e: paired_difference(mod._values(runs, e, "sop", col), mod._values(runs, e, "grpo", col))
+           for e in ("native", "verl")}
+    import pandas as pd
+    expect_native = pd.Series(acc[("native", "sop")]) * 100 - pd.Series(acc[("native", "grpo")]) * 100
+    assert abs(eff["native"].mean - expect_native.mean()) < 1e-9
+    effects = (tmp_path / "out" / "effects.md").read_text()
+    assert mod._ci(eff["native"]) in effects and mod._ci(eff["verl"]) in effects
+    across = welch_difference(pd.Series(acc[("verl", "grpo")]) * 100, pd.Series(acc[("native", "grpo")]) * 100)
+    assert mod._ci(across) in (tmp_path / "out" / "engines.md").read_text()
+    assert (tmp_path / "out" / "curves.png").stat().st_size > 10_000

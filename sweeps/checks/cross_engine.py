@@ -1,0 +1,162 @@
+"""The same toy ablation on both engines: each arm compared across engines, the fix's effect on each.
+
+    python sweeps/checks/cross_engine.py multirun/cross_engine_native multirun/cross_engine_verl OUT
+
+Reads the two sweeps of ``sweeps/cross_engine.sh`` (the same study, one trained by dapo-exp's trainer,
+one by verl's) through the analysis' own reader (:func:`dapo_exp.analysis.runs.load_runs`: a verl run's
+metrics are verl's file-logger rows in our names) and writes to ``OUT``:
+
+- ``arms.md``: per engine and arm, each endpoint's mean and sd over seeds;
+- ``effects.md``: per engine, the fix's effect (fix on - off, paired by seed, 95% t interval), and the
+  difference of the two engines' effects (Welch's t on the per-seed differences);
+- ``engines.md``: per arm, verl - native (Welch's t: a seed of one engine is not the same random stream
+  as the same seed of the other, so the engines are not paired);
+- ``timing.md``: seconds per rollout step (median over steps and runs: the step, its generation, its
+  update) and wall seconds per run, per engine;
+- ``curves.png``: the per-step curves of both engines side by side (mean over seeds per arm);
+- ``runs.csv``: one row per run with every endpoint.
+
+An endpoint is a run's mean over its training steps (``avg/``) or its last held-out evaluation
+(``final/eval/acc_avg``, in percent).
+"""
+
+from __future__ import annotations
+
+import os
+import sys
+from pathlib import Path
+
+import matplotlib
+
+matplotlib.use("Agg")
+import matplotlib.pyplot as plt  # noqa: E402
+import pandas as pd  # noqa: E402
+
+from dapo_exp.analysis.runs import load_runs  # noqa: E402
+from dapo_exp.analysis.stats import paired_difference, welch_difference  # noqa: E402
+
+OFF, ON = "grpo", "sop"  # overlong_punishment=disabled / soft on fixes=grpo
+ENDPOINTS = {  # column of the runs frame -> (shown name, scale)
+    "avg/response_length/clip_ratio": ("truncated share (mechanism)", 1.0),
+    "avg/response_length/mean": ("response length (tokens)", 1.0),
+    "avg/actor/entropy": ("entropy (nats/token)", 1.0),
+    "avg/reward/mean": ("reward (with the overlong term)", 1.0),
+    "final/eval/acc_avg": ("held-out avg@4 at the end (%)", 100.0),
+}
+CURVES = ["reward/mean", "response_length/clip_ratio", "response_length/mean", "actor/entropy",
+          "actor/pg_clipfrac_lower", "eval/acc_avg"]
+TIMING = ["timing_s/step", "timing_s/gen", "timing_s/update_actor"]
+
+
+def _ci(iv) -> str:
+    return f"{iv.mean:+.4g} [{iv.lo:+.4g}, {iv.hi:+.4g}]" + (f" (p {iv.p:.2g})" if iv.p == iv.p else "")
+
+
+def load(native: str, verl: str):
+    """Both sweeps: the runs (one row per run, ``engine`` added) and the per-step history."""
+    runs, hist = [], []
+    for engine, path in (("native", native), ("verl", verl)):
+        rs = load_runs(path)
+        runs.append(rs.runs.assign(engine=engine))
+        hist.append(rs.history.assign(engine=engine))
+    runs = pd.concat(runs, ignore_index=True)
+    runs = runs[runs.label.isin([OFF, ON])]
+    return runs, pd.concat(hist, ignore_index=True)
+
+
+def _values(runs: pd.DataFrame, engine: str, label: str, col: str) -> pd.Series:
+    sel = runs[(runs.engine == engine) & (runs.label == label)].set_index("seed")
+    return sel[col].astype(float) * ENDPOINTS[col][1] if col in sel else pd.Series(dtype=float)
+
+
+def arms_table(runs: pd.DataFrame) -> str:
+    lines = ["| endpoint | engine | " + " | ".join(f"{a} (mean ± sd, n)" for a in (OFF, ON)) + " |",
+             "|---|---|---|---|"]
+    for col, (name, _) in ENDPOINTS.items():
+        for engine in ("native", "verl"):
+            cells = []
+            for arm in (OFF, ON):
+                v = _values(runs, engine, arm, col).dropna()
+                cells.append(f"{v.mean():.4g} ± {v.std(ddof=1):.2g} ({len(v)})" if len(v) else "-")
+            lines.append(f"| {name} | {engine} | " + " | ".join(cells) + " |")
+    return "\n".join(lines)
+
+
+def effects_table(runs: pd.DataFrame) -> str:
+    lines = ["| endpoint | native: sop - grpo [95% CI] | verl: sop - grpo [95% CI] | verl effect - native effect |",
+             "|---|---|---|---|"]
+    for col, (name, _) in ENDPOINTS.items():
+        diffs, cells = {}, []
+        for engine in ("native", "verl"):
+            on, off = _values(runs, engine, ON, col), _values(runs, engine, OFF, col)
+            diffs[engine] = (on - off.reindex(on.index)).dropna()
+            cells.append(_ci(paired_difference(on, off)) + f", n {len(diffs[engine])}")
+        cells.append(_ci(welch_difference(diffs["verl"], diffs["native"])))
+        lines.append(f"| {name} | " + " | ".join(cells) + " |")
+    return "\n".join(lines)
+
+
+def engines_table(runs: pd.DataFrame) -> str:
+    lines = ["| endpoint | arm | native | verl | verl - native [95% CI, Welch] |", "|---|---|---|---|---|"]
+    for col, (name, _) in ENDPOINTS.items():
+        for arm in (OFF, ON):
+            a, b = _values(runs, "verl", arm, col), _values(runs, "native", arm, col)
+            lines.append(f"| {name} | {arm} | {b.mean():.4g} | {a.mean():.4g} | {_ci(welch_difference(a, b))} |")
+    return "\n".join(lines)
+
+
+def timing_table(runs: pd.DataFrame, hist: pd.DataFrame) -> str:
+    lines = ["| engine | " + " | ".join(f"{k} (median s)" for k in TIMING) + " | wall s per run (median) | runs |",
+             "|---|---|---|---|---|---|"]
+    for engine in ("native", "verl"):
+        h = hist[(hist.engine == engine) & (hist.step > 0)]
+        med = [h[h.metric == k].value.median() for k in TIMING]
+        wall = runs[runs.engine == engine].get("wall_time_s", pd.Series(dtype=float)).median()
+        lines.append(f"| {engine} | " + " | ".join(f"{m:.2f}" for m in med) + f" | {wall:.0f} |"
+                     f" {(runs.engine == engine).sum()} |")
+    return "\n".join(lines)
+
+
+def curves(hist: pd.DataFrame, path: Path) -> None:
+    fig, axes = plt.subplots(2, 3, figsize=(13, 7))
+    styles = {("native", OFF): ("C0", "-"), ("native", ON): ("C1", "-"),
+              ("verl", OFF): ("C0", "--"), ("verl", ON): ("C1", "--")}
+    for ax, metric in zip(axes.flat, CURVES):
+        for (engine, arm), (color, ls) in styles.items():
+            h = hist[(hist.engine == engine) & (hist.label == arm) & (hist.metric == metric)]
+            if h.empty:
+                continue
+            m = h.groupby("step").value.mean()
+            ax.plot(m.index, m.values, color=color, ls=ls, marker="o" if metric.startswith("eval/") else None,
+                    label=f"{engine} {arm} (n {h.run.nunique()})")
+        ax.set_title(metric)
+        ax.set_xlabel("rollout step")
+    axes.flat[0].legend(fontsize=8)
+    fig.suptitle("GRPO vs + Soft Overlong Punishment on toy_overlong: dapo-exp (solid) and verl 0.9.1 (dashed), "
+                 "mean over seeds")
+    fig.tight_layout()
+    fig.savefig(path, dpi=110)
+    plt.close(fig)
+
+
+def main(argv: list[str]) -> int:
+    if len(argv) != 3:
+        print(__doc__.strip().splitlines()[2].strip(), file=sys.stderr)
+        return 2
+    out = Path(argv[2])
+    os.makedirs(out, exist_ok=True)
+    runs, hist = load(argv[0], argv[1])
+    cols = ["engine", "label", "seed", *[c for c in ENDPOINTS if c in runs], "wall_time_s"]
+    runs[[c for c in cols if c in runs]].sort_values(["engine", "label", "seed"]).to_csv(out / "runs.csv", index=False)
+    parts = {"arms.md": arms_table(runs), "effects.md": effects_table(runs), "engines.md": engines_table(runs),
+             "timing.md": timing_table(runs, hist)}
+    for name, text in parts.items():
+        (out / name).write_text(text + "\n")
+        print(f"## {name}\n{text}\n")
+    curves(hist, out / "curves.png")
+    print(f"written to {out}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main(sys.argv[1:]))
