@@ -4,6 +4,7 @@ import os
 from pathlib import Path
 
 import pytest
+import torch
 from hydra import compose, initialize_config_dir
 
 from dapo_exp.hydra_setup import register_resolvers
@@ -11,6 +12,11 @@ from dapo_exp.hydra_setup import register_resolvers
 ROOT = Path(__file__).resolve().parents[1]
 CONF = str(ROOT / "conf")
 register_resolvers()
+# One torch thread in every test process (each xdist worker trains in-process; `python run.py` children choose
+# their own, one for the toy). torch's default, one thread per core, makes four workers on two cores spin in
+# OpenMP's barriers: a 2-step training of the toy cost 7-15 CPU-s instead of 1.4 (and 14-36 s of wall instead of
+# 5) at load 7 on the 2-core machine (2026-11-27).
+torch.set_num_threads(1)
 os.environ.setdefault("WANDB_MODE", "offline")
 os.environ.setdefault("WANDB_SILENT", "true")
 
