@@ -43,8 +43,12 @@ ENDPOINTS = {  # column of the runs frame -> (shown name, scale)
     "avg/reward/mean": ("reward (with the overlong term)", 1.0),
     "final/eval/acc_avg": ("held-out avg@4 at the end (%)", 100.0),
 }
-CURVES = ["reward/mean", "response_length/clip_ratio", "response_length/mean", "actor/entropy",
-          "actor/pg_clipfrac_lower", "eval/acc_avg"]
+CLIPFRAC = "clip fraction (PPO range, both sides)"
+CURVES = ["reward/mean", "response_length/clip_ratio", "response_length/mean", "actor/entropy", CLIPFRAC,
+          "eval/acc_avg"]
+# the share of tokens clipped at 1 - eps_low or 1 + eps_high: ours logs each side, verl their sum
+# (verl's actor/pg_clipfrac_lower is the dual clip's share, another quantity)
+CLIP_SOURCES = {"native": ("actor/pg_clipfrac_higher", "actor/pg_clipfrac_lower"), "verl": ("actor/pg_clipfrac",)}
 TIMING = ["timing_s/step", "timing_s/gen", "timing_s/update_actor"]
 
 
@@ -58,7 +62,10 @@ def load(native: str, verl: str):
     for engine, path in (("native", native), ("verl", verl)):
         rs = load_runs(path)
         runs.append(rs.runs.assign(engine=engine))
-        hist.append(rs.history.assign(engine=engine))
+        h = rs.history.assign(engine=engine)
+        clip = h[h.metric.isin(CLIP_SOURCES[engine])].groupby(["run", "label", "seed", "step", "engine"],
+                                                             as_index=False).value.sum()
+        hist += [h, clip.assign(metric=CLIPFRAC)]
     runs = pd.concat(runs, ignore_index=True)
     runs = runs[runs.label.isin([OFF, ON])]
     return runs, pd.concat(hist, ignore_index=True)
