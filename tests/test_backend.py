@@ -251,7 +251,9 @@ def test_the_launcher_runs_verl_and_the_analysis_lists_the_run(launched):
     assert call["argv"][:len(job.overrides)] == job.overrides  # the translation, verbatim
     assert call["env"]["VERL_FILE_LOGGER_PATH"] == str(out / "verl_metrics.jsonl")
     assert call["env"]["PYTHONPATH"].split(":")[0] == str(ROOT)  # verl's workers import our extension
-    assert "+ray_kwargs.ray_init.runtime_env.env_vars.PYTHONPATH=" + str(ROOT) in call["argv"]
+    # this checkout first, then the caller's own PYTHONPATH (if any) after it
+    ray_path = "+ray_kwargs.ray_init.runtime_env.env_vars.PYTHONPATH="
+    assert [a.split("=", 1)[1].strip("'\"").split(":")[0] for a in call["argv"] if a.startswith(ray_path)] == [str(ROOT)]
     # the data, exported with the native loader: deduplicated, in verl's schema
     train_rows = pd.read_parquet(out / "verl_data" / "train.parquet")
     assert len(train_rows) == 5 and summary["data"] == {"train": 5, "eval": 5}

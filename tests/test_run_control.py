@@ -7,6 +7,7 @@ import os
 import signal
 import subprocess
 import sys
+import time
 from pathlib import Path
 
 import pytest
@@ -967,6 +968,25 @@ def test_in_a_sweep_such_a_job_is_marked_failed_before_any_compute(tmp_path, wha
 # --------------------------------------------------------------------------- #
 # the busy-machine benchmark runs (its figures are measured by hand)             #
 # --------------------------------------------------------------------------- #
+@pytest.mark.skipif(not Path("/proc/self/autogroup").exists(), reason="no autogroup scheduling in this kernel")
+def test_a_nice_busy_loop_in_its_own_session_is_nice_as_a_scheduling_group_too():
+    """With autogroup scheduling a new session is a group of its own: os.nice(19) alone left the --quick busy
+    loop a whole core of two beside the test suite; the group's nice must be 19 as well."""
+    from dapo_exp.benchmarks.busy_machine import start_busy, stop_busy
+
+    procs = start_busy(1, own_session=True, nice=19)
+    try:
+        deadline = time.time() + 20
+        text = ""
+        while time.time() < deadline and " nice 19" not in text:
+            text = Path(f"/proc/{procs[0].pid}/autogroup").read_text()
+            time.sleep(0.05)
+        assert text.rstrip().endswith(" nice 19"), text
+        assert os.getpriority(os.PRIO_PROCESS, procs[0].pid) == 19
+    finally:
+        stop_busy(procs)
+
+
 @pytest.mark.slow
 def test_the_busy_machine_benchmark_prints_its_figures_in_quick_mode(warm_cache):
     import re
