@@ -159,6 +159,36 @@ def precheck(argv: list[str], config_dir: str, *, launch: bool = True, machine: 
         # not a config error (an interpolation, an environment variable): the run reports it as before
 
 
+def _check_sequential(first: Any, jobs: list[list[str]]) -> None:
+    """``hydra/sweeper=sequential``: its rule's values, no ``seed=`` (it chooses the seeds), two configurations
+    at least; refused in one line before anything runs (the sweeper would raise the same, later)."""
+    from omegaconf import OmegaConf
+
+    from dapo_exp.config import ConfigError
+
+    sweeper = first.hydra.sweeper
+    if not str(sweeper.get("_target_", "")).endswith("SequentialSweeper"):
+        return
+    from dapo_exp.analysis.sequential_sweep import Rule
+
+    kinds = {"alpha": float, "margin": float, "phi": float, "first_seeds": int, "max_seeds": int}
+    values = {k: OmegaConf.select(sweeper, k) for k in kinds}
+    for k, kind in kinds.items():
+        try:
+            values[k] = kind(values[k]) if values[k] is not None else getattr(Rule, k)
+        except (TypeError, ValueError):
+            raise ConfigError(f"hydra.sweeper.{k}={values[k]!r}: must be a number ({kind.__name__})") from None
+    try:
+        Rule(**values)
+    except ValueError as exc:
+        raise ConfigError(str(exc)) from None
+    if any(o.split("=", 1)[0].lstrip("+~") == "seed" for job in jobs for o in job):
+        raise ConfigError("hydra/sweeper=sequential chooses the seeds itself (0, 1, 2, ... up to "
+                          "hydra.sweeper.max_seeds): drop seed= from the command line")
+    if len(jobs) < 2:
+        raise ConfigError("hydra/sweeper=sequential compares configurations: sweep at least two (e.g. fixes=grpo,clip)")
+
+
 def _precheck(rest: list[str], multirun: bool, config_dir: str, launch: bool, machine: bool) -> None:
     from hydra import compose, initialize_config_dir
     from hydra._internal.core_plugins.basic_sweeper import BasicSweeper
@@ -183,6 +213,8 @@ def _precheck(rest: list[str], multirun: bool, config_dir: str, launch: bool, ma
             with open_dict(job_cfg):
                 del job_cfg["hydra"]
         composed = {seedless(jobs[0]): job_cfg}
+        if multirun:
+            _check_sequential(first, jobs)
         if multirun:  # the sweeper's default seeds first, as the basic sweeper applies them
             params = first.hydra.sweeper.get("params") or {}
             jobs = BasicSweeper.split_arguments(

@@ -98,3 +98,33 @@ def test_plan_cli_prints_seed_counts(tmp_path, capsys):
     assert f"seeds per configuration for power 0.8: unpaired {n}," in out
     assert "95% half-width with N seeds" in out and "2^(5-1) effect" in out
     assert main(["plan", str(tmp_path / "nope"), "--delta", "5"]) == 2
+
+
+def test_plan_gives_the_sequential_designs_expected_cost(tmp_path, capsys):
+    """Beside the fixed count: a sequential sweep's expected and 90th-percentile seeds at the stated
+    difference, simulated at the sd used, the same on every call (dapo_exp.analysis.sequential)."""
+    from dapo_exp.analysis import sequential as S
+    from dapo_exp.analysis.cli import main
+
+    spec = [(p, s, 0.3 + 0.05 * s + (0.1 if p == "full" else 0) + 0.02 * (s == 1 and p == "full"), "finished")
+            for p in ("grpo", "full") for s in range(3)]
+    make_sweep(tmp_path / "pilot", spec)
+    p = PL.plan(tmp_path / "pilot", 5.0, metrics=["final_acc"], paired_sd=2.19)
+    r = p.loc["final_acc"]
+    st = S.simulate(5.0, 2.19, sims=PL.SEQ_SIMS, margin=PL.DEFAULT_MARGIN, seed=PL.SEQ_SEED)
+    assert r["seq_mean"] == pytest.approx(st.n.mean())
+    assert r["seq_p90"] == np.quantile(st.n, 0.9, method="inverted_cdf")
+    assert r["seq_different"] == pytest.approx(np.mean(st.state == S.DIFFERENT)) and r["seq_different"] > 0.99
+    assert S.DEFAULT_FIRST <= r["seq_mean"] <= r["seq_p90"] <= S.DEFAULT_BUDGET and r["seq_margin"] == 5.0
+    assert PL.plan(tmp_path / "pilot", 5.0, metrics=["final_acc"], paired_sd=2.19).loc["final_acc", "seq_mean"] \
+        == r["seq_mean"]  # a fixed random seed
+    for col in ("n_paired", "n_unpaired", "seeds_to_add", "hw paired diff @5"):  # the fixed plan is still there
+        assert col in p
+    bigger = PL.plan(tmp_path / "pilot", 10.0, metrics=["final_acc"], paired_sd=2.19).loc["final_acc"]
+    noisier = PL.plan(tmp_path / "pilot", 5.0, metrics=["final_acc"], paired_sd=8.0).loc["final_acc"]
+    assert bigger["seq_mean"] < r["seq_mean"] < noisier["seq_mean"] and noisier["seq_undecided"] > 0.2
+    assert main(["plan", str(tmp_path / "pilot"), "--delta", "5", "--paired-sd", "2.19", "--metrics", "final_acc"]) == 0
+    out = capsys.readouterr().out
+    assert (f"at a difference of 5, {r['seq_mean']:.1f} seeds per configuration expected, 90% of sweeps within "
+            f"{int(r['seq_p90'])}; P(different) {r['seq_different']:.2f}") in out
+    assert "until different or equivalent within ±5, at most 20" in out

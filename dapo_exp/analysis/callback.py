@@ -301,6 +301,8 @@ def launch_plan(config: Any, *, cores: int | None = None, load: float | None = M
     on a local launcher, the expected wall time on this machine (``cores``, default the CPUs this
     process may use or ``hydra.launcher.cores``; ``load``, default :data:`MEASURED`, None: unknown) and
     what its seeds detect."""
+    if sequential(config):
+        return _sequential_plan(config)
     jobs = sweep_jobs(config)
     seeds = {o.split("=", 1)[1] for job in jobs for o in job if o.startswith("seed=")}
     n_seeds = max(1, len(seeds))
@@ -345,6 +347,22 @@ def launch_plan(config: Any, *, cores: int | None = None, load: float | None = M
             f"{machine}{hint}{_toy_detect(config, n_seeds)}{regime_note(config)}")
 
 
+def sequential(config: Any) -> bool:
+    """Whether the sweep of ``config`` is a sequential one (``hydra/sweeper=sequential``)."""
+    return str(_get(config, "hydra.sweeper._target_", "") or "").endswith("SequentialSweeper")
+
+
+def _sequential_plan(config: Any) -> str:
+    """The launch line of a sequential sweep: its configurations and its seed budget (the sweeper prints
+    its rule next, and a line per comparison after each round)."""
+    jobs = [[o for o in job if not o.startswith("seed=")] for job in sweep_jobs(config)]
+    n_cfg = len({tuple(j) for j in jobs})
+    most = int(_get(config, "hydra.sweeper.max_seeds", 0) or 0)
+    return (f"[sweep] sequential (hydra/sweeper=sequential): {n_cfg} configuration(s), seeds added in rounds until "
+            f"every comparison is decided, at most {most} per configuration ({n_cfg * most} runs at most); the "
+            "default seeds of hydra.sweeper.params.seed do not apply")
+
+
 # what a sweep on each toy regime can show (docs/explanation/testbed.md): the default's warm start and task
 # (and toy_fast's, toy_headroom's) give no DAPO fix the job the paper gives it; toy_dapo gives each one
 NO_JOB_REGIMES = (None, "null", "toy_fast", "toy_headroom")
@@ -366,8 +384,9 @@ def cost_refusal(config: Any) -> str | None:
     """Why a sweep must not start as given, or None: its runs left are estimated above
     :data:`NAME_SEEDS_ABOVE_GPU_H` GPU-hours, it runs more than one seed per configuration and the
     command line names none (the seeds are a default's: the root config's or the preset's). A
-    ``backend.dry_run`` launches nothing and is never refused."""
-    if _get(config, "backend.dry_run"):
+    ``backend.dry_run`` launches nothing and is never refused, nor is a sequential sweep (its seed budget,
+    ``hydra.sweeper.max_seeds``, is a key of its own, and ``seed=`` is refused there)."""
+    if _get(config, "backend.dry_run") or sequential(config):  # a sequential sweep's budget is its own key
         return None
     jobs = sweep_jobs(config)
     seeds = sorted({o.split("=", 1)[1] for job in jobs for o in job if o.startswith("seed=")},

@@ -108,17 +108,27 @@ def _names(switches, field: str = "title") -> str:
     return (" + " if field == "title" else "+").join(getattr(FIXES[n], field) for n in ordered)
 
 
-def _compare(inc: pd.DataFrame, label: str, vs: str, confidence: float, margin: float | None) -> dict[str, object]:
-    """``label`` minus ``vs`` on the endpoint accuracy, as the table's difference to the baseline."""
-    from dapo_exp.analysis.table import DIFF_KEY, TABLE_METRICS, _per_seed
+def _compare(inc: pd.DataFrame, label: str, vs: str, confidence: float, margin: float | None,
+             sequential: dict | None = None) -> dict[str, object]:
+    """``label`` minus ``vs`` on the endpoint accuracy, as the table's difference to the baseline (a sequential
+    sweep's: its anytime-valid interval, :func:`dapo_exp.analysis.table._anytime_columns`)."""
+    from dapo_exp.analysis.table import DIFF_KEY, TABLE_METRICS, _anytime_columns, _per_seed
 
     m = next(m for m in TABLE_METRICS if m.key == DIFF_KEY)
     a, b = _per_seed(inc, label, m), _per_seed(inc, vs, m)
     iv = difference(a, b, confidence)
     v = verdicts.compare(a, b, margin if m.scale == 100.0 else None)
     verdict = (NOT_MEASURED if min(len(a), len(b)) < 2 else verdicts.verdict_word(iv.lo, iv.hi, iv.n))
-    return {"diff": iv.mean, "lo": iv.lo, "hi": iv.hi, "n": iv.n, "test": iv.test, "p": iv.p, "note": iv.note,
-            "mde": v["mde"], "r": v["r"], "tost_p": v["tost_p"], "equivalence": v["equivalence"], "verdict": verdict}
+    out = {"diff": iv.mean, "lo": iv.lo, "hi": iv.hi, "n": iv.n, "test": iv.test, "p": iv.p, "note": iv.note,
+           "mde": v["mde"], "r": v["r"], "tost_p": v["tost_p"], "equivalence": v["equivalence"], "verdict": verdict}
+    if sequential is not None:
+        d = f"d_{DIFF_KEY}"
+        row: dict[str, object] = {"d_margin": margin if margin is not None else np.nan}
+        _anytime_columns(row, a, b, sequential)
+        out.update({"diff": row[d], "lo": row[f"{d}_lo"], "hi": row[f"{d}_hi"], "n": row[f"{d}_n"],
+                    "test": row["d_test"], "p": np.nan, "mde": np.nan, "tost_p": np.nan,
+                    "equivalence": row["d_equivalence"], "verdict": row["d_verdict"]})
+    return out
 
 
 _RUNG_COLUMNS = ["step", "rung", "vs", "added", "added_short", "diff", "lo", "hi", "n", "test", "p", "note", "mde",
@@ -156,8 +166,11 @@ def rung_contrasts(data: RunSet | pd.DataFrame, *, confidence: float = 0.95,
         lo, hi = order[k - 1], order[k]
         added = sets[hi] - sets[lo]
         rows.append({"step": k, "rung": hi, "vs": lo, "added": _names(added), "added_short": _names(added, "short"),
-                     **_compare(inc, hi, lo, confidence, margin)})
-    return _attrs(pd.DataFrame(rows, columns=_RUNG_COLUMNS), data, LADDER_KIND, confidence, margin)
+                     **_compare(inc, hi, lo, confidence, margin, getattr(data, "sequential", None))})
+    df = _attrs(pd.DataFrame(rows, columns=_RUNG_COLUMNS), data, LADDER_KIND, confidence, margin)
+    if getattr(data, "sequential", None):
+        df.attrs["sequential"] = data.sequential
+    return df
 
 
 def holm(p) -> np.ndarray:
@@ -231,6 +244,11 @@ def _caption(df: pd.DataFrame) -> str:
     how = (f"difference of {acc} in pp with its {conf}% t interval: paired t by seed when the seeds match, else "
            "Welch's t (as the table's Δ); MDE: the difference the same test would detect with power 0.8 at "
            "alpha 0.05 (pp)")
+    if df.attrs.get("kind") == LADDER_KIND and df.attrs.get("sequential"):
+        from dapo_exp.analysis.sequential import caption
+
+        return ("Rungs (each against the one below: the effect of the fixes added, given those below). "
+                + caption(df.attrs["sequential"]))
     if df.attrs.get("kind") == LADDER_KIND:
         return (f"Rungs (each against the one below: the effect of the fixes added, given those below; {how}; "
                 "p unadjusted).")

@@ -32,6 +32,14 @@ per-seed values (``correlation``, ``--correlation``, default 0: pairing assumed 
 that the unpaired difference has ``sd_diff_unpaired = sqrt(2) sd_arm``. The plan then says how many
 seeds to add and the command that adds them (:func:`dapo_exp.analysis.verdicts.rerun_command`).
 
+**Sequential design.** Beside the fixed count, the expected cost of a sequential sweep at the same
+``delta`` (:mod:`dapo_exp.analysis.sequential`: the anytime-valid interval at ``alpha``, ``first``
+seeds then one per round, a stop when the comparison is different or, for accuracy, equivalent within
+the margin, at most ``budget`` seeds): the mean and 90th percentile of the seeds per configuration it
+stops at, its P(different) and the share still undecided at the budget, from ``sims`` sweeps of
+Gaussian paired differences with the sd used (a fixed random seed: the same plan each time). Its error
+rates hold wherever it stops; the fixed count's power is the stated one at exactly ``delta``.
+
 The pilot is a sweep directory (per-seed values from its runs) or a ``table.csv`` written by the
 analysis (its ``<metric>_sd`` columns, or, for tables written before those existed, the sd backed
 out of the t interval: ``s = half-width sqrt(n) / t_{n-1}``).
@@ -47,10 +55,12 @@ import numpy as np
 import pandas as pd
 from scipy import stats
 
+from dapo_exp.analysis import sequential
 from dapo_exp.analysis.table import DIFF_KEY, TABLE_METRICS, TableMetric, acc_name, baseline_label, order_labels
 
 # the power solvers and the default paired sd live with the verdicts (the table's one-seed line uses them)
 from dapo_exp.analysis.verdicts import (  # noqa: F401  (part of this module's API)
+    DEFAULT_MARGIN,
     DEFAULT_PAIRED_DF,
     DEFAULT_PAIRED_SD,
     seeds_paired,
@@ -63,6 +73,8 @@ DEFAULT_METRICS = ("final_acc", "best_acc")
 DEFAULT_N = (2, 3, 5, 10, 20)
 DEFAULT_DELTA = 5.0  # pp: the default equivalence margin of the analysis (dapo_exp.analysis.verdicts)
 FRACTIONAL_RUNS = 16  # configurations of the 2^(5-1) design
+SEQ_SIMS, SEQ_SEED = 4000, 0  # simulated sequential sweeps per metric, and their random seed
+SEQ_COLUMNS = ("seq_mean", "seq_p90", "seq_different", "seq_undecided")
 
 
 def _metrics(keys: Sequence[str]) -> list[TableMetric]:
@@ -202,16 +214,36 @@ def _sds(r, key: str, given: float | None, correlation: float) -> tuple:
     return sdp, sdp_df, sdp_from, float("nan"), 0, "none"
 
 
+def sequential_cost(delta: float, sd_paired: float, *, alpha: float = ALPHA, margin: float | None = DEFAULT_MARGIN,
+                    first: int = sequential.DEFAULT_FIRST, budget: int = sequential.DEFAULT_BUDGET,
+                    sims: int = SEQ_SIMS, seed: int = SEQ_SEED) -> dict[str, float]:
+    """A sequential sweep's cost at a true difference ``delta`` (module doc): ``seq_mean`` and ``seq_p90``
+    seeds per configuration at its stop, ``seq_different`` (P(different)) and ``seq_undecided`` (P(still
+    undecided at the budget)); NaN without a finite sd."""
+    if not (np.isfinite(sd_paired) and sd_paired > 0):
+        return dict.fromkeys(SEQ_COLUMNS, float("nan"))
+    st = sequential.simulate(delta, sd_paired, sims=sims, budget=budget, first=first, alpha=alpha, margin=margin,
+                             seed=seed)
+    n = np.sort(st.n)
+    return {"seq_mean": float(n.mean()), "seq_p90": float(n[math.ceil(0.9 * len(n)) - 1]),
+            "seq_different": float(np.mean(st.state == sequential.DIFFERENT)),
+            "seq_undecided": float(np.mean(st.state == sequential.UNDECIDED))}
+
+
 def plan(source, delta: float = DEFAULT_DELTA, *, metrics: Sequence[str] = DEFAULT_METRICS,
          ns: Sequence[int] = DEFAULT_N, power: float = POWER, alpha: float = ALPHA,
-         paired_sd: float | dict[str, float] | None = None, correlation: float = 0.0) -> pd.DataFrame:
+         paired_sd: float | dict[str, float] | None = None, correlation: float = 0.0,
+         margin: float | None = DEFAULT_MARGIN, budget: int = sequential.DEFAULT_BUDGET,
+         sims: int = SEQ_SIMS) -> pd.DataFrame:
     """One row per metric: the pilot's variances, the sds used, seeds needed (paired and unpaired),
-    seeds to add, and half-widths at each N in ``ns``.
+    seeds to add, half-widths at each N in ``ns``, and a sequential sweep's expected cost at ``delta``.
 
     ``paired_sd``: the sd of per-seed differences to use (one number for every metric, or per metric
     key), e.g. measured elsewhere; it replaces the pilot's. Without it and without a pilot estimate
     (one seed per configuration): :data:`DEFAULT_PAIRED_SD`. ``correlation``: r between the arms'
-    per-seed values, for the unpaired counts when the pilot has no between-seed sd.
+    per-seed values, for the unpaired counts when the pilot has no between-seed sd. ``margin`` (pp),
+    ``budget``, ``sims``: the sequential sweep's equivalence margin (accuracy metrics only), most seeds
+    and simulated sweeps (:func:`sequential_cost`).
     """
     if not -1.0 < correlation < 1.0:
         raise ValueError(f"correlation {correlation}: must lie in (-1, 1)")
@@ -244,10 +276,14 @@ def plan(source, delta: float = DEFAULT_DELTA, *, metrics: Sequence[str] = DEFAU
         for n in ns:
             for what, h in half_widths(sda, sdp, n).items():
                 row[f"hw {what} @{n}"] = h
+        acc = _metrics([key])[0].scale == 100.0  # accuracy, in points: the margin applies
+        row.update(sequential_cost(delta, sdp, alpha=alpha, margin=margin if acc else None, budget=budget,
+                                   sims=sims))
+        row["seq_margin"] = margin if acc and margin is not None else float("nan")
         rows.append({"metric": key, **row})
     out = pd.DataFrame(rows).set_index("metric")
     out.attrs.update({"delta": delta, "power": power, "alpha": alpha, "ns": tuple(ns), "source": str(source),
-                      "correlation": correlation})
+                      "correlation": correlation, "budget": budget, "sims": sims})
     return out
 
 
@@ -302,4 +338,22 @@ def format_plan(p: pd.DataFrame) -> str:
         )
         lines.append("  95% half-width with N seeds:")
         lines += ["    " + l for l in hw.to_string(float_format=lambda x: f"{x:.1f}", na_rep="n/a").splitlines()]
+        lines += _sequential_lines(r, p.attrs)
     return "\n".join(lines) + "\n"
+
+
+def _sequential_lines(r, attrs: dict) -> list[str]:
+    """The plan's sequential line for one metric (nothing for a plan made without it)."""
+    if "seq_mean" not in r or not np.isfinite(r["seq_mean"]):
+        return []
+    m = r.get("seq_margin", np.nan)
+    stop = "different" + (f" or equivalent within ±{m:g}" if np.isfinite(m) else "")
+    return [
+        f"  or a sequential sweep (anytime-valid interval at alpha {attrs['alpha']:g}; "
+        f"{sequential.DEFAULT_FIRST} seeds, then one per round until {stop}, at most {attrs.get('budget')}): "
+        f"at a difference of {attrs['delta']:g}, {r['seq_mean']:.1f} seeds per configuration expected, 90% of "
+        f"sweeps within {int(r['seq_p90'])}; P(different) {r['seq_different']:.2f}, undecided at the budget "
+        f"{r['seq_undecided']:.2f}",
+        f"    ({attrs.get('sims')} simulated sweeps at the sd of per-seed differences used; its error rates hold "
+        "wherever it stops: python -m dapo_exp.benchmarks.sequential)",
+    ]

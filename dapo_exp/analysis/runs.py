@@ -125,6 +125,9 @@ class RunSet:
     runs: pd.DataFrame
     history: pd.DataFrame
     sources: list[str] = field(default_factory=list)
+    # a sequential sweep's record (<sweep>/sequential.json: its stopping rule and rounds) when the runs are
+    # one such sweep: the table and the contrasts then give its anytime-valid intervals
+    sequential: dict[str, Any] | None = None
 
     @property
     def included(self) -> pd.DataFrame:
@@ -255,7 +258,12 @@ def load_runs(paths: str | os.PathLike | Sequence[str | os.PathLike], *, end_win
     common = roots[0] if len(set(roots)) == 1 else Path(os.path.commonpath([r.resolve().parent for r in roots]))
     dirs = list(dict.fromkeys(d.resolve() if len(set(roots)) > 1 else d for p in paths for d in find_run_dirs(p)))
     records = [read_run_dir(d, root=common) for d in dirs]
-    return records_to_runset(records, end_window=end_window, sources=[str(p) for p in paths])
+    data = records_to_runset(records, end_window=end_window, sources=[str(p) for p in paths])
+    if len(paths) == 1:
+        from dapo_exp.analysis.sequential import record_of
+
+        data.sequential = record_of(paths[0])
+    return data
 
 
 # --------------------------------------------------------------------------- #

@@ -162,9 +162,26 @@ def _per_seed(inc: pd.DataFrame, label: str, m: TableMetric) -> pd.Series:
     return pd.Series(g[m.source].to_numpy(dtype=float) * m.scale, index=g["seed"].to_numpy()).dropna()
 
 
+def _anytime_columns(row: dict[str, object], a: pd.Series, b: pd.Series, record: dict) -> None:
+    """A sequential sweep's Δ: its anytime-valid interval and the verdict read from it (the fixed-sample MDE,
+    TOST and p are not valid after a data-dependent stop: left out)."""
+    from dapo_exp.analysis import sequential as seq
+    from dapo_exp.analysis.sequential import anytime
+
+    d = f"d_{DIFF_KEY}"
+    iv = anytime(a, b, record)
+    lo, hi = (x if np.isfinite(x) else np.nan for x in (iv.lo, iv.hi))
+    row.update({d: iv.mean, f"{d}_lo": lo, f"{d}_hi": hi, f"{d}_n": iv.n, f"{d}_p": np.nan, f"{d}_mde": np.nan,
+                f"{d}_tost_p": np.nan, "d_test": f"{seq.LABEL} (sequential)"})
+    row["d_equivalence"] = (f"equivalent within ±{row['d_margin']:g} pp ({seq.LABEL})" if iv.state == seq.EQUIVALENT
+                            else "")
+    row["d_verdict"] = {seq.DIFFERENT: "difference shown", seq.EQUIVALENT: "no difference shown"}.get(
+        iv.state, "undecided" if iv.n >= 2 else "not measured (1 seed)")
+
+
 def _row(label: str, runs: pd.DataFrame, inc: pd.DataFrame, metrics: tuple[TableMetric, ...], confidence: float,
-         diff: TableMetric | None, baseline: str | None,
-         margin: float = verdicts.DEFAULT_MARGIN) -> tuple[dict[str, object], list[str]]:
+         diff: TableMetric | None, baseline: str | None, margin: float = verdicts.DEFAULT_MARGIN,
+         sequential: dict | None = None) -> tuple[dict[str, object], list[str]]:
     """One row of :func:`comparison_table` and its notes."""
     notes = []
     g = inc[inc["label"] == label]
@@ -202,6 +219,8 @@ def _row(label: str, runs: pd.DataFrame, inc: pd.DataFrame, metrics: tuple[Table
                     "d_equivalence": v["equivalence"]})
         row["d_verdict"] = ("not measured (1 seed)" if min(len(a), len(b)) < 2
                             else verdicts.verdict_word(iv.lo, iv.hi, iv.n))
+        if sequential is not None:
+            _anytime_columns(row, a, b, sequential)
     elif label == baseline:
         row["d_test"] = "baseline"
     paper = PAPER_AIME24.get(label)
@@ -234,7 +253,6 @@ def comparison_table(
     ``excluded``: runs of that configuration left out (failed, killed, running).
 
     ``d_note``: why a difference has no interval although n >= 2 ("identical per seed").
-
     What a difference rules out (:mod:`dapo_exp.analysis.verdicts`): ``d_verdict`` ("difference
     shown", "no difference shown", "not measured (1 seed)"), ``d_final_acc_mde`` (the minimum
     detectable effect at power 0.8, alpha 0.05, at the observed spread and n, in pp),
@@ -259,15 +277,16 @@ def comparison_table(
     if baseline is None:
         baseline = baseline_label(inc["label"]) if len(inc) else None
     diff = next((m for m in metrics if m.key == DIFF_KEY), None)
-
     rows, notes = [], list(runs.attrs.get("notes", [])) + base_weights_notes(inc)  # split by config, base weights
+    sequential = data.sequential if isinstance(data, RunSet) and ci == "t" else None  # its anytime-valid Δ
     for label in labels:
-        row, note = _row(label, runs, inc, metrics, confidence, diff, baseline, margin)
+        row, note = _row(label, runs, inc, metrics, confidence, diff, baseline, margin, sequential)
         rows.append(row)
         notes += note
     table = pd.DataFrame(rows).set_index("config") if rows else pd.DataFrame(index=pd.Index([], name="config"))
     if ci == "bootstrap" and diff is not None and len(table):
         _bootstrap_columns(table, inc, diff, baseline, confidence, bootstrap or {})
+    table.attrs.update({"sequential": sequential} if sequential is not None else {})
     return _finish(table, runs, inc, baseline=baseline, confidence=confidence, ci=ci, metrics=metrics, margin=margin,
                    notes=notes)
 
@@ -382,6 +401,10 @@ def caption(table: pd.DataFrame) -> str:
             f"resampling {' > '.join(bs.get('levels', ()))} over {bs.get('problems')} problems; "
             "estimate ± t_{0.975, S-1} · se* · √(S/(S-1)), S seeds; dapo_exp.analysis.bootstrap)."
         )
+    if table.attrs.get("sequential"):
+        from dapo_exp.analysis.sequential import caption as sequential_caption
+
+        parts.append(sequential_caption(table.attrs["sequential"]))
     parts.append("The paper's values are not in this table: another model and task (the block below it).")
     parts.append(f"Excluded runs (failed, killed or without summary): {n_ex}.")
     return " ".join(parts)

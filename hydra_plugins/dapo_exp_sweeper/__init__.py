@@ -1,0 +1,1 @@
+"""dapo-exp's Hydra sweeper plugin: ``hydra/sweeper=sequential`` (:mod:`.sequential_sweeper`)."""
