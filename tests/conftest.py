@@ -38,6 +38,23 @@ SMALL = [
 ]
 
 
+def wait_for_verl_install(timeout: float = 1800.0, pending: Path | None = None) -> None:
+    """Wait while ``.ci/test`` installs ``.venv-verl`` beside the tests (``.ci/test-env --verl-background``:
+    ``.ci/.install-verl.pending`` holds the installer's pid until it ends; a stale file, its pid gone, is
+    ignored), so that a test needing verl's environment neither skips nor starts on half of it."""
+    import time
+
+    pending = pending or ROOT / ".ci" / ".install-verl.pending"
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        try:
+            os.kill(int(pending.read_text().strip()), 0)
+        except (OSError, ValueError):  # no such file, an empty one, or its pid is gone: the install has ended
+            return
+        time.sleep(2.0)
+    raise TimeoutError(f"{pending}: .venv-verl's install did not end within {timeout:.0f} s")
+
+
 @pytest.fixture(scope="session")
 def warm_cache():
     """The default warm-start cache (shared with `python run.py`; keyed by the model config)."""

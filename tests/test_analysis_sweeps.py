@@ -26,6 +26,7 @@ EXPECTED_LABELS = {
     "family.sh": {"grpo", "full", "dr_grpo", "gspo", "cispo", "gmpo", "clip_cov", "kl_cov"},
     "toy_dapo_ladder.sh": {"paper_1_grpo", "paper_2_of", "paper_3_clip", "paper_4_sop", "paper_5_tl", "paper_6_dapo"},
     "cross_engine.sh": "loop",  # two `run.py -m` calls, one per engine (native, then verl)
+    "sequential_toy.sh": "loop",  # three sequential sweeps (hydra/sweeper=sequential), one per comparison
 }
 LOOPED = {k for k, v in EXPECTED_LABELS.items() if v == "loop"}
 

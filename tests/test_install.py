@@ -219,3 +219,31 @@ def test_test_env_installs_the_test_environments_on_first_use_only(fake_env):
 def test_test_command_runs_both_verl_test_files():
     text = (ROOT / ".ci" / "test").read_text()
     assert "tests/test_verl_backend.py tests/test_verl_parity.py" in text and "bash .ci/test-env" in text
+
+
+def test_test_env_leaves_verl_installing_beside_the_tests_and_they_wait_for_it(tmp_path):
+    """``.ci/test-env PY --verl-background`` (the whole suite) returns while .venv-verl still installs, its pid in
+    ``.ci/.install-verl.pending`` until it ends; ``wait_for_verl_install`` blocks until then."""
+    import threading
+    import time
+
+    from conftest import wait_for_verl_install
+
+    ci = tmp_path / ".ci"
+    ci.mkdir()
+    shutil.copy(ROOT / ".ci" / "test-env", ci)
+    (ci / "install-verl").write_text("echo installing\nwhile [ ! -f release ]; do sleep 0.1; done\necho installed\n")
+    env = {**os.environ, "DAPO_SKIP_SLURM": "1", "DAPO_SKIP_VLLM": "1"}
+    out = subprocess.run(["bash", ".ci/test-env", sys.executable, "--verl-background"], cwd=tmp_path, env=env,
+                         capture_output=True, text=True, timeout=300)
+    assert out.returncode == 0 and ".venv-verl installs beside the tests" in out.stderr, out.stderr
+    pending = ci / ".install-verl.pending"
+    os.kill(int(pending.read_text()), 0)  # the install goes on
+    waiter = threading.Thread(target=wait_for_verl_install, kwargs={"timeout": 120, "pending": pending})
+    waiter.start()
+    time.sleep(1.0)
+    assert waiter.is_alive()
+    (tmp_path / "release").touch()
+    waiter.join(60)
+    assert not waiter.is_alive() and not pending.exists()
+    assert (ci / ".install-verl.log").read_text().split() == ["installing", "installed"]

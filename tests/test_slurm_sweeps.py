@@ -188,6 +188,9 @@ def test_a_verl_job_runs_to_its_end_under_slurm_and_reaches_the_table(slurm, tmp
     """``backend=verl backend.launch=slurm train.device=cpu``: the sbatch script starts the Ray head (logical
     CPUs and GPUs, a per-job auth token), verl's trainer joins it and trains two steps, and the run's metrics,
     summary and checkpoints come home and reach the analysis table (issue 35)."""
+    from conftest import wait_for_verl_install
+
+    wait_for_verl_install()  # .ci/test may be installing it beside the tests
     verl_python = ROOT / ".venv-verl" / "bin" / "python"
     if not verl_python.exists():
         pytest.skip(f"{verl_python} is missing (bash .ci/install-verl installs verl's environment)")

@@ -45,7 +45,10 @@ pytestmark = pytest.mark.slow
 
 
 def _verl_with_vllm() -> str | None:
-    """Why verl's CPU mode cannot run here, or None."""
+    """Why verl's CPU mode cannot run here, or None (after the install .ci/test runs beside the tests, if any)."""
+    from conftest import wait_for_verl_install
+
+    wait_for_verl_install()
     if not VERL_PYTHON.exists():
         return f"{VERL_PYTHON} is missing: bash .ci/install-verl installs verl's environment"
     probe = subprocess.run([str(VERL_PYTHON), "-c", "import verl, vllm, transfer_queue"], capture_output=True)
