@@ -247,3 +247,31 @@ def test_run_py_refuses_a_bad_sequential_sweep_in_one_line_before_anything_is_wr
     assert out.returncode == 2 and len(out.stderr.strip().splitlines()) == 1, out.stderr[-2000:]
     assert out.stderr.startswith(message), out.stderr[-2000:]
     assert not (tmp_path / "sweep").exists()
+
+
+def test_the_one_mean_case_of_the_regression_form_is_the_paired_sequence():
+    from dapo_exp.analysis import sequential as seq
+
+    n = np.arange(2, 40)
+    assert np.allclose(seq.regression_multiplier(n - 1, n, 0.05, 0.1), seq.multiplier(n, 0.05, 0.1), equal_nan=True)
+
+
+def test_a_sequential_sweeps_effects_are_anytime_valid_and_say_so(tmp_path):
+    """The effects of a sequential sweep (here Clip-Higher's main effect, grpo against clip) get the regression
+    form's anytime-valid intervals (wider than the t intervals of the same runs), no p-values, and a note."""
+    from dapo_exp.analysis.effects import fit_effects
+    from dapo_exp.analysis.runs import load_runs
+
+    effect = {"grpo": 0.0, "clip": 0.05}
+    _sweeper(tmp_path, lambda p, s: 0.30 + effect[p] + _noise(p, s, 0.01), max_seeds=5).sweep(["fixes=grpo,clip"])
+    data = load_runs(tmp_path)
+    assert data.sequential is not None
+    eff = fit_effects(data)
+    anytime = eff.table.set_index("term")
+    assert any("anytime-valid" in n for n in eff.notes)
+    data.sequential = None
+    fixed = fit_effects(data).table.set_index("term")
+    est = anytime.index[anytime["status"] == "estimated"]
+    assert len(est) and (anytime.loc[est, "effect"] == fixed.loc[est, "effect"]).all()
+    assert ((anytime.loc[est, "hi"] - anytime.loc[est, "lo"]) > (fixed.loc[est, "hi"] - fixed.loc[est, "lo"])).all()
+    assert anytime.loc[est, "p"].isna().all() and fixed.loc[est, "p"].notna().all()

@@ -201,14 +201,18 @@ def pairwise_contrasts(data: RunSet | pd.DataFrame, *, confidence: float = 0.95,
     for i, vs in enumerate(labels):
         for label in labels[i + 1:]:
             rows.append({"config": label, "vs": vs, "added": _names(sets[label] - sets[vs]),
-                         "removed": _names(sets[vs] - sets[label]), **_compare(inc, label, vs, confidence, margin)})
+                         "removed": _names(sets[vs] - sets[label]),
+                         **_compare(inc, label, vs, confidence, margin, getattr(data, "sequential", None))})
     df = pd.DataFrame(rows, columns=_PAIR_COLUMNS)
     if len(df):
         df["p_holm"] = holm(df["p"].to_numpy(dtype=float))
         for i, r in df.iterrows():
             if np.isfinite(r["p_holm"]) and r["verdict"] in (verdicts.DIFFERENCE, verdicts.NO_DIFFERENCE):
                 df.at[i, "verdict"] = verdicts.DIFFERENCE if r["p_holm"] < alpha else verdicts.NO_DIFFERENCE
-    return _attrs(df, data, contrast_kind(data) if len(sets) > 1 else SINGLE, confidence, margin)
+    df = _attrs(df, data, contrast_kind(data) if len(sets) > 1 else SINGLE, confidence, margin)
+    if getattr(data, "sequential", None):  # its anytime-valid intervals: no p, so no Holm
+        df.attrs["sequential"] = data.sequential
+    return df
 
 
 def configuration_contrasts(data: RunSet | pd.DataFrame, **kw) -> pd.DataFrame:
@@ -244,11 +248,12 @@ def _caption(df: pd.DataFrame) -> str:
     how = (f"difference of {acc} in pp with its {conf}% t interval: paired t by seed when the seeds match, else "
            "Welch's t (as the table's Δ); MDE: the difference the same test would detect with power 0.8 at "
            "alpha 0.05 (pp)")
-    if df.attrs.get("kind") == LADDER_KIND and df.attrs.get("sequential"):
+    if df.attrs.get("sequential"):
         from dapo_exp.analysis.sequential import caption
 
-        return ("Rungs (each against the one below: the effect of the fixes added, given those below). "
-                + caption(df.attrs["sequential"]))
+        what = ("Rungs (each against the one below: the effect of the fixes added, given those below)."
+                if df.attrs.get("kind") == LADDER_KIND else "Pairwise contrasts (every pair).")
+        return f"{what} {caption(df.attrs['sequential'])}"
     if df.attrs.get("kind") == LADDER_KIND:
         return (f"Rungs (each against the one below: the effect of the fixes added, given those below; {how}; "
                 "p unadjusted).")

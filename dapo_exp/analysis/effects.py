@@ -207,17 +207,17 @@ def fit_effects(
     """
     import statsmodels.api as sm
 
+    from dapo_exp.analysis.runs import with_endpoint
+
     if ci not in CIS:
         raise ValueError(f"ci={ci!r}: choose one of {', '.join(CIS)}")
     m = _metric(metric)
-    from dapo_exp.analysis.runs import with_endpoint
-
     runs = with_endpoint(data.runs if isinstance(data, RunSet) else data)
     if "included" in runs:
         runs = runs[runs["included"]]
     if ci == "bootstrap":
         _bootstrap_applies(m, runs)
-    notes = []
+    notes: list[str] = []
     if m.source not in runs:
         raise ValueError(f"no run has {m.source!r}")
     runs = runs.dropna(subset=[m.source, *switches]).reset_index(drop=True)
@@ -239,13 +239,35 @@ def fit_effects(
         notes.append("no residual degrees of freedom (as many parameters as runs): no interval or p-value")
 
     cis = res.conf_int(alpha=1 - confidence) if res is not None and df_resid > 0 else None
-    rows = _term_rows(terms, names, first, info, model, estimable, P, X.shape[1], res, cis, df_resid)
-    table = pd.DataFrame(rows)
+    table = pd.DataFrame(_term_rows(terms, names, first, info, model, estimable, P, X.shape[1], res, cis, df_resid))
 
     if ci == "bootstrap" and len(table):
         _bootstrap_effects(runs, table, terms, estimable[first:], confidence, B, seed, levels, notes, switches)
+    _anytime_effects(table, res, first, getattr(data, "sequential", None) if ci == "t" else None, notes)
     _holm_column(table)
     return Effects(table, info, _named_for_endpoint(m, runs), model, ci, confidence, int(len(runs)), n_seeds, df_resid, notes, tuple(switches))
+
+
+def _anytime_effects(table: pd.DataFrame, res, first: int, record: dict | None, notes: list[str]) -> None:
+    """A sequential sweep's effects: each estimated term's anytime-valid interval (the regression form of
+    :mod:`dapo_exp.analysis.sequential`, alpha shared over the terms), in place; p-values dropped (not valid
+    after a data-dependent stop)."""
+    from dapo_exp.analysis import sequential as seq
+
+    if not record or res is None or res.df_resid <= 0 or not len(table):
+        return
+    rule = record.get("rule") or {}
+    ok = (table["status"] == "estimated") & table["effect"].notna()
+    alpha = float(rule.get("alpha", seq.DEFAULT_ALPHA)) / max(1, int(ok.sum()))
+    phi = float(rule.get("phi", seq.DEFAULT_PHI))
+    sigma = float(np.sqrt(res.scale))
+    for i in table.index[ok]:
+        bse = float(res.bse[first + i])
+        half = 2 * bse * float(seq.regression_multiplier(res.df_resid, (sigma / bse) ** 2, alpha, phi))
+        table.loc[i, ["lo", "hi", "p"]] = [table.at[i, "effect"] - half, table.at[i, "effect"] + half, np.nan]
+    notes.append(f"sequential sweep: the effects' intervals are {seq.LABEL} ({1 - alpha:.1%} each: alpha "
+                 f"{rule.get('alpha', seq.DEFAULT_ALPHA):g} over {int(ok.sum())} terms; the regression form of the "
+                 "normal-mixture sequential t), valid although the sweep chose when to stop; no p-values")
 
 
 def _holm_column(table: pd.DataFrame) -> None:

@@ -71,6 +71,20 @@ def multiplier(n, alpha: float = DEFAULT_ALPHA, phi: float = DEFAULT_PHI) -> np.
     return np.where((n >= 2) & (c > r), m, np.inf)
 
 
+def regression_multiplier(nu, z2, alpha: float = DEFAULT_ALPHA, phi: float = DEFAULT_PHI) -> np.ndarray:
+    """The same confidence sequence for one coefficient of a linear model (Lindon et al. 2024), in standard
+    errors of that coefficient: ``nu`` residual degrees of freedom, ``z2 = (sigma_hat / se)^2``. One mean is
+    the case ``nu = n - 1``, ``z2 = n`` (:func:`multiplier`); the effects of a two-level design use it."""
+    if not 0 < alpha < 1 or phi <= 0:
+        raise ValueError(f"alpha must be in (0, 1) and phi > 0, got alpha={alpha}, phi={phi}")
+    nu, z2 = np.asarray(nu, dtype=float), np.asarray(z2, dtype=float)
+    with np.errstate(divide="ignore", invalid="ignore", over="ignore"):
+        r = phi / (phi + z2)
+        c = (r * alpha**2) ** (1.0 / (nu + 1))
+        m = np.sqrt(nu * (1 - c) / (c - r))
+    return np.where((nu >= 1) & (c > r), m, np.inf)
+
+
 def log_bayes_factor(d, mu: float = 0.0, phi: float = DEFAULT_PHI) -> float:
     """``log BF_n(mu)`` of the module docstring for the differences ``d`` (at least 2)."""
     d = np.asarray(d, dtype=float)
