@@ -47,13 +47,16 @@ def one(sweep: Path, fixed: pd.DataFrame, col: str) -> dict:
     both = [s for s in FIXED_SEEDS if s in seq_a.index and s in seq_b.index]
     agree = max([abs(seq_a[s] - fa[s]) for s in both] + [abs(seq_b[s] - fb[s]) for s in both] + [0.0])
     iv = paired_difference(fa, fb)
+    common = sorted(set(seq_a.index) & set(seq_b.index))
+    same = paired_difference(seq_a.loc[common], seq_b.loc[common])  # for reference only: not valid after its stop
     v = verdicts.compare(fa, fb, verdicts.DEFAULT_MARGIN)
     spent = {name: len(seeds) for name, seeds in last["seeds"].items()}
     return {"comparison": f"{a} vs {b}", "rounds": len(rec["rounds"]), "seeds per arm": "/".join(map(str, spent.values())),
             "runs (sequential)": sum(spent.values()), "seq diff": c["mean"], "seq lo": c["lo"], "seq hi": c["hi"],
             "seq state": c["state"], "runs (fixed)": 2 * len(FIXED_SEEDS), "fixed diff": iv.mean,
             "fixed lo": iv.lo, "fixed hi": iv.hi, "fixed verdict": verdicts.verdict_word(iv.lo, iv.hi, iv.n),
-            "fixed equivalence": v["equivalence"], "seeds checked": len(both), "max |run difference| (pp)": agree}
+            "fixed equivalence": v["equivalence"], "seeds checked": len(both), "max |run difference| (pp)": agree,
+            "t on its seeds lo": same.lo, "t on its seeds hi": same.hi}
 
 
 def _cell(lo, hi) -> str:
@@ -64,13 +67,15 @@ def _cell(lo, hi) -> str:
 
 def markdown(df: pd.DataFrame) -> str:
     rows = ["| comparison | sequential: rounds, seeds per arm, runs | anytime-valid 95% | state | fixed 5 seeds: runs "
-            "| paired t 95% | verdict | equivalence (TOST ±5) | same runs (seeds, max diff pp) |",
-            "|---|---|---|---|---|---|---|---|---|"]
+            "| paired t 95% | verdict | equivalence (TOST ±5) | same runs (seeds, max diff pp) | t interval on the "
+            "sequential seeds (reference: not valid after its stop) |",
+            "|---|---|---|---|---|---|---|---|---|---|"]
     for _, r in df.iterrows():
         rows.append(f"| {r['comparison']} | {r['rounds']}, {r['seeds per arm']}, {r['runs (sequential)']} | "
                     f"{r['seq diff']:+.1f} {_cell(r['seq lo'], r['seq hi'])} | {r['seq state']} | {r['runs (fixed)']} | "
                     f"{r['fixed diff']:+.1f} {_cell(r['fixed lo'], r['fixed hi'])} | {r['fixed verdict']} | "
-                    f"{r['fixed equivalence']} | {r['seeds checked']}, {r['max |run difference| (pp)']:.2g} |")
+                    f"{r['fixed equivalence']} | {r['seeds checked']}, {r['max |run difference| (pp)']:.2g} | "
+                    f"{_cell(r['t on its seeds lo'], r['t on its seeds hi'])} |")
     return "\n".join(rows) + "\n"
 
 
