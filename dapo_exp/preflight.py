@@ -169,7 +169,7 @@ def _check_sequential(first: Any, jobs: list[list[str]]) -> None:
     sweeper = first.hydra.sweeper
     if not str(sweeper.get("_target_", "")).endswith("SequentialSweeper"):
         return
-    from dapo_exp.analysis.sequential_sweep import Rule
+    from dapo_exp.analysis.sequential_sweep import ONE_CONFIGURATION, SEEDS_REFUSED, Rule
 
     kinds = {"alpha": float, "margin": float, "phi": float, "first_seeds": int, "max_seeds": int}
     values = {k: OmegaConf.select(sweeper, k) for k in kinds}
@@ -183,10 +183,9 @@ def _check_sequential(first: Any, jobs: list[list[str]]) -> None:
     except ValueError as exc:
         raise ConfigError(str(exc)) from None
     if any(o.split("=", 1)[0].lstrip("+~") == "seed" for job in jobs for o in job):
-        raise ConfigError("hydra/sweeper=sequential chooses the seeds itself (0, 1, 2, ... up to "
-                          "hydra.sweeper.max_seeds): drop seed= from the command line")
+        raise ConfigError(SEEDS_REFUSED)
     if len(jobs) < 2:
-        raise ConfigError("hydra/sweeper=sequential compares configurations: sweep at least two (e.g. fixes=grpo,clip)")
+        raise ConfigError(ONE_CONFIGURATION)
 
 
 def _precheck(rest: list[str], multirun: bool, config_dir: str, launch: bool, machine: bool) -> None:

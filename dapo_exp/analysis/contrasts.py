@@ -74,7 +74,11 @@ def configuration_switches(data: RunSet | pd.DataFrame) -> dict[str, frozenset[s
 def ladder(data: RunSet | pd.DataFrame) -> list[str] | None:
     """The configurations ordered as a ladder (each one's switch set strictly contains the previous
     one's), or None when they are not one (fewer than two, or two with the same switches)."""
-    sets = configuration_switches(data)
+    return ladder_order(configuration_switches(data))
+
+
+def ladder_order(sets: dict[str, frozenset[str]]) -> list[str] | None:
+    """The labels of ``sets`` (label -> enabled switches) ordered as a ladder, or None (:func:`ladder`)."""
     if len(sets) < 2:
         return None
     order = sorted(sets, key=lambda lbl: len(sets[lbl]))  # stable: the table's order among equal sizes

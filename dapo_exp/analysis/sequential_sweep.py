@@ -28,6 +28,10 @@ from dapo_exp.analysis import sequential as seq
 
 RECORD = seq.RECORD
 record_of = seq.record_of
+# what the sweeper refuses (run.py's preflight refuses the same, in one line, before anything runs)
+SEEDS_REFUSED = ("hydra/sweeper=sequential chooses the seeds itself (0, 1, 2, ... up to hydra.sweeper.max_seeds): "
+                 "drop seed= from the command line")
+ONE_CONFIGURATION = "hydra/sweeper=sequential compares configurations: sweep at least two (e.g. fixes=grpo,clip)"
 
 
 @dataclass(frozen=True)
@@ -98,11 +102,12 @@ class Comparison:
 def pairs(labels: list[str], switches: list[frozenset[str]]) -> list[tuple[int, int]]:
     """The comparisons (a, b) over configurations with these labels and switch sets: the ladder's rungs
     (each against the one below) when they form one, else each against the baseline."""
+    from dapo_exp.analysis.contrasts import ladder_order
     from dapo_exp.analysis.table import baseline_label
 
-    order = sorted(range(len(labels)), key=lambda i: len(switches[i]))
-    if len(labels) > 1 and all(switches[a] < switches[b] for a, b in zip(order, order[1:])):
-        return [(b, a) for a, b in zip(order, order[1:])]
+    order = ladder_order(dict(zip(labels, switches))) if len(set(labels)) == len(labels) else None
+    if order is not None:
+        return [(labels.index(hi), labels.index(lo)) for lo, hi in zip(order, order[1:])]
     base = baseline_label(labels)
     ref = labels.index(base) if base is not None else 0
     return [(i, ref) for i in range(len(labels)) if i != ref]

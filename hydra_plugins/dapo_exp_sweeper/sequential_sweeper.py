@@ -59,15 +59,15 @@ class SequentialSweeper(Sweeper):
         from hydra._internal.core_plugins.basic_sweeper import BasicSweeper
         from hydra.core.override_parser.overrides_parser import OverridesParser
 
+        from dapo_exp.analysis.sequential_sweep import ONE_CONFIGURATION, SEEDS_REFUSED
+
         parser = OverridesParser.create(config_loader=self.hydra_context.config_loader)
         overrides = parser.parse_overrides([f"{k}={v}" for k, v in self.params.items()] + list(arguments))
         if any(o.get_key_element().lstrip("+~") == "seed" for o in overrides):
-            raise HydraException("hydra/sweeper=sequential chooses the seeds itself (0, 1, 2, ... up to "
-                                 "hydra.sweeper.max_seeds): drop seed= from the command line")
+            raise HydraException(SEEDS_REFUSED)
         configs = BasicSweeper.split_arguments(overrides, None)[0]
         if len(configs) < 2:
-            raise HydraException("hydra/sweeper=sequential compares configurations: sweep at least two "
-                                 "(e.g. fixes=grpo,clip)")
+            raise HydraException(ONE_CONFIGURATION)
         return configs
 
     def _per_round(self, active: int) -> int:
