@@ -386,7 +386,8 @@ class SlurmConfig:
     max_requeues: int = 20
     # port of the Ray head (its GCS) on the job's first node
     ray_port: int = 6379
-    # seconds to wait for every node's GPUs to join the Ray cluster before the job fails
+    # seconds to wait for every node's GPUs to join the Ray cluster before the job fails (a node whose
+    # `ray start` exits fails it at once)
     ray_wait_s: int = 600
     # shell lines run first in the job, e.g. ["module load cuda/12.4"]
     setup: list[str] = field(default_factory=list)

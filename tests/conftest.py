@@ -1,5 +1,6 @@
 """Shared fixtures: a small, fast config of the toy and a warm-start cache for the session."""
 
+import contextlib
 import os
 from pathlib import Path
 
@@ -53,6 +54,32 @@ def wait_for_verl_install(timeout: float = 1800.0, pending: Path | None = None) 
             return
         time.sleep(2.0)
     raise TimeoutError(f"{pending}: .venv-verl's install did not end within {timeout:.0f} s")
+
+
+@contextlib.contextmanager
+def ray_to_itself(timeout: float = 1800.0):
+    """Hold this machine's lock for a test that starts a Ray cluster (verl's trainer), so that no two run at
+    once from the test workers: two Ray clusters on one host contend for the same default ports (the
+    dashboard's 8265, its agent's) and, on 2 cores, starve each other's start-up (a ``ray start`` beside
+    another verl job timed out after 30 s in CI). A lock file in the temporary directory, any checkout."""
+    import fcntl
+    import tempfile
+    import time
+
+    with open(Path(tempfile.gettempdir()) / "dapo-exp-ray-tests.lock", "a") as lock:
+        deadline = time.monotonic() + timeout
+        while True:
+            try:
+                fcntl.flock(lock, fcntl.LOCK_EX | fcntl.LOCK_NB)
+                break
+            except BlockingIOError:
+                if time.monotonic() > deadline:
+                    raise TimeoutError(f"{lock.name}: another test held Ray for over {timeout:.0f} s") from None
+                time.sleep(2.0)
+        try:
+            yield
+        finally:
+            fcntl.flock(lock, fcntl.LOCK_UN)
 
 
 @pytest.fixture(scope="session")

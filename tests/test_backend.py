@@ -369,7 +369,9 @@ exec "$@"
 exit 0
 """,
     # ray: records `ray start ...` with its pid; --block stays up like a Ray node until it is stopped
-    "ray": """echo "ray $* pid=$$" >> "$FAKE_LOG"
+    # (FAKE_RAY_HEAD_RC: the head fails to start, as a raylet that times out)
+    "ray": """case " $* " in *" --head "*) [ -n "${FAKE_RAY_HEAD_RC:-}" ] && { echo "raylet timed out"; exit "$FAKE_RAY_HEAD_RC"; };; esac
+echo "ray $* pid=$$" >> "$FAKE_LOG"
 case " $* " in *" --block "*) exec sleep 300;; esac
 """,
     # verl's interpreter: the script's Ray probe (-c) gets the GPUs the fake nodes announced; the rest is verl
@@ -478,6 +480,20 @@ def test_the_sbatch_job_exits_with_verls_exit_code(fake_slurm):
     summary = rundir.read_summary(out)
     assert summary["status"] == "failed" and "verl exited with 3" in summary["error"]
     assert _ray_pids_gone(log)
+
+
+def test_a_ray_head_that_dies_ends_the_job_at_once_naming_it(fake_slurm):
+    """A head whose ``ray start`` fails (a port taken, a raylet that times out) ends the job within
+    seconds, not after backend.slurm.ray_wait_s (600 s) or the time limit; verl never starts."""
+    run, out, log = fake_slurm
+    started = time.monotonic()
+    proc = run(FAKE_RAY_HEAD_RC="1")
+    assert proc.returncode == 1 and time.monotonic() - started < 60
+    output = proc.stdout.read()
+    assert "the Ray head exited (exit 1)" in output, output
+    summary = rundir.read_summary(out)
+    assert summary["status"] == "failed" and "the Ray head exited" in summary["error"]
+    assert "trainer" not in log.read_text().splitlines()
 
 
 def _usr1_while_verl_runs(run, out: Path, **env: str) -> int:

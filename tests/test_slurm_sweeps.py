@@ -26,7 +26,7 @@ import time
 from pathlib import Path
 
 import pytest
-from conftest import SMALL
+from conftest import SMALL, ray_to_itself
 
 from dapo_exp import rundir
 
@@ -201,13 +201,14 @@ def test_a_verl_job_runs_to_its_end_under_slurm_and_reaches_the_table(slurm, tmp
            "algo.overlong_cache_len=8", "task.arith_n_eval=16", "eval.k=2", "logger=none", "seed=0",
            "backend.nnodes=1", "backend.gpus_per_node=1", "backend.slurm.time=00:20:00", f"hydra.run.dir={run}"]
     env = {**slurm, "PYTHONPATH": str(ROOT)}
-    out = subprocess.run(cmd, cwd=tmp_path, env=env, capture_output=True, text=True, timeout=300)
-    assert out.returncode == 0 and "as SLURM job" in out.stdout, out.stdout[-3000:] + out.stderr[-3000:]
-    job = re.search(r"as SLURM job (\d+)", out.stdout).group(1)
-    deadline = time.monotonic() + 900
-    while subprocess.run(["squeue", "-h", "-j", job], env=slurm, capture_output=True, text=True).stdout.strip():
-        assert time.monotonic() < deadline, (run / "verl.log").read_text()[-3000:]
-        time.sleep(5)
+    with ray_to_itself():  # no other test's Ray cluster beside this job's (conftest)
+        out = subprocess.run(cmd, cwd=tmp_path, env=env, capture_output=True, text=True, timeout=300)
+        assert out.returncode == 0 and "as SLURM job" in out.stdout, out.stdout[-3000:] + out.stderr[-3000:]
+        job = re.search(r"as SLURM job (\d+)", out.stdout).group(1)
+        deadline = time.monotonic() + 900
+        while subprocess.run(["squeue", "-h", "-j", job], env=slurm, capture_output=True, text=True).stdout.strip():
+            assert time.monotonic() < deadline, (run / "verl.log").read_text()[-3000:]
+            time.sleep(5)
     logs = "".join(p.read_text() for p in run.glob("slurm-*.out"))
     summary = rundir.read_summary(run)
     assert summary and summary["status"] == "finished", logs[-3000:]

@@ -24,6 +24,7 @@ import time
 from pathlib import Path
 
 import pytest
+from conftest import ray_to_itself
 from omegaconf import OmegaConf
 
 from dapo_exp import rundir
@@ -77,7 +78,12 @@ def _kill_verl_of(run: Path) -> None:
 def sweep(tmp_path_factory):
     if why := _verl_with_vllm():
         pytest.skip(why)
-    cwd = tmp_path_factory.mktemp("verl_sweep")
+    with ray_to_itself():  # no other test's Ray cluster beside this one (conftest)
+        return _killed_and_rerun(tmp_path_factory.mktemp("verl_sweep"))
+
+
+def _killed_and_rerun(cwd: Path) -> dict:
+    """The sweep, killed (SIGKILL) once the second job has checkpointed step 1, and the same command again."""
     cmd = [sys.executable, str(ROOT / "run.py"), "-m", *SWEEP]
     env = {**os.environ, "PYTHONPATH": str(ROOT)}
     log = open(cwd / "first_attempt.log", "w")  # a file: an undrained pipe would block the sweep when full
