@@ -233,7 +233,15 @@ def cache_problem(target: Path) -> str | None:
 
 
 # the shipped warm starts' weights, held by the code: a manifest re-hashed after the weights changed is caught
-SHIPPED_SHA256 = {"tiny-e5562a88c7a049a3": "695a51a911491fb83efcd2f21df0efe2333c9722443c659090394bac5b31f884"}
+SHIPPED_SHA256 = {
+    "tiny-e5562a88c7a049a3": "695a51a911491fb83efcd2f21df0efe2333c9722443c659090394bac5b31f884",  # the default
+    # the testbed's regimes with a base policy of their own (experiment=toy_clip, toy_dapo, toy_degeneration,
+    # toy_overlong): python -m dapo_exp.tasks.arith_warmstart --ship experiment=<regime>
+    "tiny-adf1668cc05b5183": "f8027c5dd96896392d69d8d31c5afeb9d35f4fd4aa1896a8cf3b2102f0e5f8d6",  # toy_clip
+    "tiny-cb7d6deed6a5fd7c": "a2211fcceb02b102104bc19079a5bf98c18b7d08bfde321e31953f004c9a98f1",  # toy_dapo
+    "tiny-5df2dcbfddf8caa0": "fda7169776a028659b8d7d278e5dadf07bc44dd6e8f94f3961f9f0101dbb03b8",  # toy_degeneration
+    "tiny-30715767c50a01fa": "1db875968682bd2e684945be228ff0657f437eb0cf78eab1e63d377e910193e6",  # toy_overlong
+}
 
 
 def _listed_sha256(target: Path) -> str | None:
