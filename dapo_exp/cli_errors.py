@@ -266,17 +266,3 @@ def exit_if_config_error(exc: BaseException, config_dir: str | os.PathLike) -> N
     if message is not None:
         print(f"error: {message}", file=sys.stderr)
         raise SystemExit(EXIT_CODE) from None
-
-
-def remove_if_empty(run_dir: str | os.PathLike) -> bool:
-    """Remove a job directory that holds nothing but Hydra's own files (``.hydra/``, the job's
-    ``.log``): what a command that failed before doing anything leaves. Returns True if removed."""
-    import shutil
-
-    path = Path(run_dir)
-    if not path.is_dir():
-        return False
-    if any(p.name not in (".hydra", ".lock") and p.suffix != ".log" for p in path.iterdir()):
-        return False
-    shutil.rmtree(path, ignore_errors=True)
-    return True

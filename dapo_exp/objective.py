@@ -187,8 +187,9 @@ def loss_normaliser(
         max_len: the constant ``L_max`` of ``seq-mean-token-sum-norm`` (defaults to ``T``).
 
     Returns:
-        ``(B,)`` float weights. Rows whose mask is all zero get weight 0; modes
-        that average over sequences count only rows with at least one token.
+        ``(B,)`` float64 weights (exact for any loss dtype: :func:`weighted_token_sum` casts them to
+        the loss's, so a float64 loss is not normalised in float32). Rows whose mask is all zero get
+        weight 0; modes that average over sequences count only rows with at least one token.
 
     Modes (``|o_i|`` = ``mask[i].sum()``, ``B'`` = rows with ``|o_i| > 0``):
         - ``seq-mean-token-mean``: ``w_i = 1 / (B' |o_i|)`` (GRPO, Eq. 9 aggregation)
@@ -198,7 +199,7 @@ def loss_normaliser(
           mean inside each prompt group, then mean over the ``N'`` groups with tokens.
     """
     _check_choice("loss_agg mode", mode, LOSS_AGG_MODES)
-    mask = mask.float()
+    mask = mask.to(torch.float64)
     lengths = mask.sum(dim=1)
     has_tokens = lengths > 0
     zeros = torch.zeros_like(lengths)

@@ -118,6 +118,17 @@ def test_top_entropy_excludes_the_sequence_losses(small_cfg, tmp_path):
         preflight(small_cfg(tmp_path, f"fixes={other}", "top_entropy=enabled", "rollout_correction=icepop"))
 
 
+@pytest.mark.parametrize("normaliser", ["token_level_loss", "dr_grpo_norm"])
+def test_gmpo_refuses_a_normaliser_that_weights_its_responses_by_length(small_cfg, tmp_path, normaliser):
+    """GMPO's objective is the mean over responses of one loss per response (GRPO's aggregation); under a
+    token-level or constant normaliser it would be neither GMPO's nor verl's: refused before compute, why named."""
+    with pytest.raises(ConfigError, match=rf"fixes (gmpo and {normaliser}|{normaliser} and gmpo) cannot be combined "
+                                          r"\(GMPO's objective is a mean over responses of one loss each; a "
+                                          r"token-level or constant normaliser would weight each response by its length"):
+        preflight(small_cfg(tmp_path, "fixes=grpo", "gmpo=enabled", f"{normaliser}=enabled"))
+    preflight(small_cfg(tmp_path, "fixes=gmpo"))  # GMPO as its preset composes it: GRPO's aggregation
+
+
 @pytest.mark.parametrize("a,b", [("gspo", "cispo"), ("gmpo", "kl_cov"), ("clip_cov", "gspo")])
 def test_two_surrogates_fail_before_compute_naming_both(small_cfg, tmp_path, a, b):
     with pytest.raises(ConfigError, match=rf"fixes ({a} and {b}|{b} and {a}) cannot be combined \(both fill the "

@@ -193,6 +193,35 @@ def _clip(eps_low, eps_high, dual_clip=None):
     return functools.partial(obj.clipped_surrogate, eps_low=eps_low, eps_high=eps_high, dual_clip=dual_clip)
 
 
+@pytest.mark.parametrize("mode", obj.LOSS_AGG_MODES)
+def test_the_normaliser_is_exact_for_a_float64_loss_and_unchanged_for_float32(mode):
+    """The weights are computed in float64 and cast to the loss's dtype: a float64 loss is normalised to
+    float64 precision (in float32, 1/3 is off by 1e-8 absolute, 3e-8 relative), a float32 loss exactly as
+    before (1/n of integers rounds the same from float64 as computed in float32)."""
+    lengths = torch.tensor([3, 7, 1, 6, 0, 5])
+    mask = (torch.arange(7)[None, :] < lengths[:, None]).to(torch.float64)
+    groups = torch.tensor([0, 0, 1, 1, 2, 2])
+    loss = torch.rand(6, 7, dtype=torch.float64, generator=torch.Generator().manual_seed(0))
+    weights = obj.loss_normaliser(mask, mode, groups, max_len=7)
+    assert weights.dtype == torch.float64
+    rows = (loss * mask).sum(dim=1)
+    n, tokens = int((lengths > 0).sum()), float(lengths.sum())
+    exact = {"token-mean": rows.sum() / tokens, "seq-mean-token-sum-norm": rows.sum() / (6 * 7),
+             "seq-mean-token-mean": sum(rows[i] / lengths[i] for i in range(6) if lengths[i]) / n,
+             "group-token-mean": sum(rows[2 * g:2 * g + 2].sum() / lengths[2 * g:2 * g + 2].sum() for g in range(3)) / 3}
+    assert abs(float(obj.aggregate_loss(loss, mask, weights=weights)) - float(exact[mode])) < 1e-15
+    in_float32 = torch.where(lengths > 0, 1.0, 0.0).float()  # the float32 computation it replaced, per mode
+    if mode == "token-mean":
+        in_float32 = in_float32 / lengths.float().sum()
+    elif mode == "seq-mean-token-mean":
+        in_float32 = in_float32 / (n * lengths.float().clamp(min=1.0))
+    elif mode == "seq-mean-token-sum-norm":
+        in_float32 = torch.full((6,), 1.0 / 42, dtype=torch.float32)
+    else:  # a group's weight on each of its rows (an empty row included: its tokens sum to 0)
+        in_float32 = 1.0 / (3 * torch.tensor([10.0, 10.0, 7.0, 7.0, 5.0, 5.0]))
+    assert torch.equal(weights.float(), in_float32)
+
+
 def _accumulated_grad(theta, old, adv, mask, groups, mode, micro, L):
     theta.grad = None
     weights = obj.loss_normaliser(mask, mode, groups, max_len=L)

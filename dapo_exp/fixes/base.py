@@ -112,6 +112,7 @@ class Fix:
     metrics: tuple[str, ...] = ()  # what it logs (checked in the first trained step's row)
     check: Callable[[Any, RunInfo], None] | None = None  # its values' checks, before any compute
     excludes: tuple[str, ...] = ()  # fixes it cannot be combined with
+    why_excluded: tuple[tuple[str, str], ...] = ()  # (fix, why) for an exclusion the error message explains
     options: tuple[str, ...] = ("disabled", "enabled")  # its config group's options
 
     def describe(self) -> str:
@@ -160,7 +161,8 @@ def incompatibility(a: Fix, b: Fix) -> str | None:
     if shared:
         return f"both fill the {shared[0]} slot"
     if b.name in a.excludes or a.name in b.excludes:
-        return "they exclude each other"
+        why = dict(a.why_excluded).get(b.name) or dict(b.why_excluded).get(a.name)
+        return why or "they exclude each other"
     return None
 
 
