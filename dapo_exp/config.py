@@ -58,7 +58,8 @@ class AlgoConfig:
     eps_high: float = 0.2
     # dual-clip bound c > 1 on the loss of A < 0 tokens, null = off (released script: 10)
     dual_clip: float | None = None
-    # loss aggregation, LOSS_AGG_MODES (GRPO: seq-mean-token-mean; DAPO: token-mean)   [group token_level_loss]
+    # loss aggregation (GRPO: seq-mean-token-mean; DAPO: token-mean; group-token-mean; Dr. GRPO's
+    # seq-mean-token-sum-norm is the dr_grpo_norm switch, refused here)   [group token_level_loss]
     loss_agg: str = "seq-mean-token-mean"
     # KL penalty coefficient against the initial policy, 0 = off (DAPO: removed)
     kl_coef: float = 0.0

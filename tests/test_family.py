@@ -118,6 +118,18 @@ def test_top_entropy_excludes_the_sequence_losses(small_cfg, tmp_path):
         preflight(small_cfg(tmp_path, f"fixes={other}", "top_entropy=enabled", "rollout_correction=icepop"))
 
 
+def test_dr_grpos_normaliser_has_one_label(small_cfg, tmp_path):
+    """algo.loss_agg=seq-mean-token-sum-norm trained Dr. GRPO's normaliser under the token-level loss's label
+    (``tl``); it is refused, naming the switch that is that behaviour, which composes as before."""
+    with pytest.raises(ConfigError, match=r"algo\.loss_agg=seq-mean-token-sum-norm is Dr\. GRPO's constant normaliser, "
+                                          r"the dr_grpo_norm switch: use dr_grpo_norm=enabled token_level_loss=disabled"):
+        preflight(small_cfg(tmp_path, "fixes=grpo", "algo.loss_agg=seq-mean-token-sum-norm"))
+    with pytest.raises(ConfigError, match=r"algo\.loss_agg='per-token' is not valid; choose one of: "
+                                          r"seq-mean-token-mean, token-mean, group-token-mean$"):
+        preflight(small_cfg(tmp_path, "fixes=grpo", "algo.loss_agg=per-token"))
+    preflight(small_cfg(tmp_path, "fixes=grpo", "dr_grpo_norm=enabled"))
+
+
 @pytest.mark.parametrize("normaliser", ["token_level_loss", "dr_grpo_norm"])
 def test_gmpo_refuses_a_normaliser_that_weights_its_responses_by_length(small_cfg, tmp_path, normaliser):
     """GMPO's objective is the mean over responses of one loss per response (GRPO's aggregation); under a

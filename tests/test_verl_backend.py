@@ -250,7 +250,7 @@ def test_the_paper_dry_runs_dapo_row_has_the_papers_32b_hyperparameters(paper_jo
 def test_gpu_free_values_that_verl_treats_specially():
     """dual_clip null, grad_clip 0 and Dr.GRPO's sum-norm reach verl as values with the same meaning."""
     c = verl_config("qwen0.5b_gsm8k", "full", "algo.dual_clip=null", "optim.grad_clip=0",
-                    "algo.loss_agg=seq-mean-token-sum-norm", "algo.adv_norm_std=false", "train.token_budget=8192",
+                    "token_level_loss=disabled", "dr_grpo_norm=enabled", "algo.adv_norm_std=false", "train.token_budget=8192",
                     "algo.kl_coef=0.001", "algo.kl_estimator=k2")
     a = c.actor_rollout_ref.actor
     assert a.clip_ratio_c == vb.NO_DUAL_CLIP and a.optim.clip_grad == math.inf
@@ -443,7 +443,7 @@ def test_gspo_sequence_form_is_refused_on_verl_naming_the_key():
 
 
 def test_seq_mean_token_sum_norm_is_the_same_with_verls_loss_scale_factor():
-    cfg, c = _ours_and_verl("paper_2_of", "algo.loss_agg=seq-mean-token-sum-norm", "rollout.max_response_len=12",
+    cfg, c = _ours_and_verl("paper_2_of", "dr_grpo_norm=enabled", "rollout.max_response_len=12",
                             "algo.overlong_cache_len=4", "eval.max_response_len=null", experiment="qwen0.5b_gsm8k")
     d = batch()
     _, loss, _ = our_side(cfg, d)

@@ -240,8 +240,8 @@ def _loss_agg(v: str, ctx: Context) -> dict[str, Any]:
         return {}
     if v in ("token-mean", "seq-mean-token-mean"):
         return {_A + "loss_agg_mode": v}
-    if v == "seq-mean-token-sum-norm":  # our normaliser B * L_max: verl's global batch x loss_scale_factor
-        return {_A + "loss_agg_mode": v, _A + "loss_scale_factor": ctx.cfg.rollout.max_response_len}
+    if v == "seq-mean-token-sum-norm":
+        _fail("algo.loss_agg", v, "Dr. GRPO's constant normaliser is the dr_grpo_norm switch (dr_grpo_norm=enabled)")
     _fail("algo.loss_agg", v, "verl's agg_loss has no per-prompt-group mode")
 
 
@@ -321,8 +321,8 @@ FIX_RULES: dict[str, Rule] = {
     "algo.ds_surplus": Rule("none (only `discard`: verl discards surplus groups)", _ds(_ds_surplus)),
     "algo.ds_oversample": Rule(f"`{_FG}max_inflight_gen_batches` (integers only; verl bounds the prompts in flight "
                                "instead of sizing rounds)", _ds(_ds_oversample)),
-    "algo.loss_agg": Rule(f"`{_A}loss_agg_mode` (`seq-mean-token-sum-norm` also sets `{_A}loss_scale_factor` = "
-                          "`rollout.max_response_len`; `group-token-mean` fails)", _loss_agg),
+    "algo.loss_agg": Rule(f"`{_A}loss_agg_mode` (`token-mean`, `seq-mean-token-mean`; `group-token-mean` fails; "
+                          "Dr. GRPO's `seq-mean-token-sum-norm` is `algo.dr_grpo_norm`)", _loss_agg),
     "algo.overlong_punishment": Rule(f"`reward.reward_manager.name=dapo`'s `{_OB[1:]}enable` (+`log`; only `none`, "
                                      "`soft`)", _punishment),
     "algo.overlong_cache_len": Rule(f"`{_OB[1:]}len`", _soft(_cache_len)),

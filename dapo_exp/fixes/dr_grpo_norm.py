@@ -11,9 +11,8 @@ so it excludes the Token-level Loss, which fills the same slot.
 from __future__ import annotations
 
 from dapo_exp.fixes.base import Fix, register_fix
+from dapo_exp.fixes.token_level_loss import DR_GRPO_MODE as MODE
 from dapo_exp.fixes.token_level_loss import normaliser
-
-MODE = "seq-mean-token-sum-norm"
 
 FIX = register_fix(Fix(
     name="dr_grpo_norm", short="cnorm", title="Dr. GRPO constant normaliser", paper="Dr. GRPO §3.1, Eq. 4",

@@ -4,8 +4,9 @@ GRPO averages inside each response, then over responses (``seq-mean-token-mean``
 token of a long response weighs less than one of a short response. ``token-mean`` divides
 the mini-batch's summed token losses by its token count. It fills the ``normaliser`` slot
 with :func:`dapo_exp.objective.loss_normaliser` in the mode ``algo.loss_agg`` (also
-``seq-mean-token-sum-norm``, Dr.GRPO's constant ``B * L_max``, and ``group-token-mean``,
-Eq. 12 read per prompt group). The normaliser is the whole mini-batch's, so how a
+``group-token-mean``, Eq. 12 read per prompt group). Dr. GRPO's constant ``B * L_max``
+(``seq-mean-token-sum-norm``) is refused here: it is the ``dr_grpo_norm`` switch, and one
+behaviour has one label, so that a run's switches say what it trained with. The normaliser is the whole mini-batch's, so how a
 mini-batch is split into micro-batches never changes the gradient.
 """
 
@@ -19,6 +20,7 @@ from dapo_exp.config import ConfigError
 from dapo_exp.fixes.base import Fix, RunInfo, register_fix
 
 GRPO_MODE = "seq-mean-token-mean"  # the off state: GRPO's sample-level loss
+DR_GRPO_MODE = "seq-mean-token-sum-norm"  # Dr. GRPO's constant normaliser: the dr_grpo_norm switch's, not this one's
 
 
 def normaliser(mode: str, run: RunInfo) -> Callable:
@@ -35,8 +37,13 @@ def _weights(fn: Callable, mode: str, max_len: int, mask: Any, group_index: Any)
 def _check(algo: Any, run: RunInfo) -> None:
     from dapo_exp.objective import LOSS_AGG_MODES
 
+    if algo.loss_agg == DR_GRPO_MODE:
+        raise ConfigError(f"algo.loss_agg={DR_GRPO_MODE} is Dr. GRPO's constant normaliser, the dr_grpo_norm switch: "
+                          "use dr_grpo_norm=enabled token_level_loss=disabled (one behaviour, one label in the run's "
+                          "switches and the table)")
     if algo.loss_agg not in LOSS_AGG_MODES:
-        raise ConfigError(f"algo.loss_agg={algo.loss_agg!r} is not valid; choose one of: {', '.join(LOSS_AGG_MODES)}")
+        raise ConfigError(f"algo.loss_agg={algo.loss_agg!r} is not valid; choose one of: "
+                          f"{', '.join(m for m in LOSS_AGG_MODES if m != DR_GRPO_MODE)}")
 
 
 FIX = register_fix(Fix(
