@@ -61,25 +61,25 @@ def ray_to_itself(timeout: float = 1800.0):
     """Hold this machine's lock for a test that starts a Ray cluster (verl's trainer), so that no two run at
     once from the test workers: two Ray clusters on one host contend for the same default ports (the
     dashboard's 8265, its agent's) and, on 2 cores, starve each other's start-up (a ``ray start`` beside
-    another verl job timed out after 30 s in CI). A lock file in the temporary directory, any checkout."""
-    import fcntl
+    another verl job timed out after 30 s in CI). A lock file in the temporary directory, any checkout (filelock,
+    as the warm-start cache uses it: filelock.Timeout after ``timeout`` seconds)."""
     import tempfile
-    import time
 
-    with open(Path(tempfile.gettempdir()) / "dapo-exp-ray-tests.lock", "a") as lock:
-        deadline = time.monotonic() + timeout
-        while True:
-            try:
-                fcntl.flock(lock, fcntl.LOCK_EX | fcntl.LOCK_NB)
-                break
-            except BlockingIOError:
-                if time.monotonic() > deadline:
-                    raise TimeoutError(f"{lock.name}: another test held Ray for over {timeout:.0f} s") from None
-                time.sleep(2.0)
-        try:
-            yield
-        finally:
-            fcntl.flock(lock, fcntl.LOCK_UN)
+    from filelock import FileLock
+
+    with FileLock(str(Path(tempfile.gettempdir()) / "dapo-exp-ray-tests.lock"), timeout=timeout):
+        yield
+
+
+def shipped_default_model() -> Path:
+    """The default toy's warm start as the package ships it (a model directory ``model.path`` can name)."""
+    from dapo_exp.hydra_setup import compose_config
+    from dapo_exp.tasks.arith_warmstart import _warmstart_key, shipped_checkpoint
+
+    cfg = compose_config([])
+    shipped = shipped_checkpoint(_warmstart_key(cfg.model, cfg.task, cfg.rollout.max_response_len))
+    assert shipped is not None, "the default toy's warm start is not shipped (dapo_exp/assets/warmstart/)"
+    return shipped
 
 
 @pytest.fixture(scope="session")

@@ -237,9 +237,11 @@ def test_every_shipped_warm_start_is_vouched_for_by_the_code():
 
 
 def _shipped_copy(tmp_path, monkeypatch):
+    from conftest import shipped_default_model
+
     import dapo_exp.tasks.arith_warmstart as W
 
-    real = W.SHIPPED_DIR / next(iter(W.SHIPPED_SHA256))  # the default toy's (listed first)
+    real = shipped_default_model()
     copy = tmp_path / "shipped" / real.name
     shutil.copytree(real, copy)
     monkeypatch.setattr(W, "SHIPPED_DIR", copy.parent)

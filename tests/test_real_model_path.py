@@ -217,9 +217,9 @@ def test_damaged_weights_in_a_model_directory_are_one_line_naming_the_file(tmp_p
     import subprocess
     import sys
 
-    from dapo_exp.tasks.arith_warmstart import SHIPPED_DIR, SHIPPED_SHA256
+    from conftest import shipped_default_model
 
-    shipped = SHIPPED_DIR / next(iter(SHIPPED_SHA256))  # the default toy's (listed first)
+    shipped = shipped_default_model()
     model = tmp_path / "model"
     shutil.copytree(shipped, model)
     (model / "model.safetensors").write_bytes(b"#!/bin/sh\necho not weights\n" * 40)

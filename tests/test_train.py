@@ -83,12 +83,10 @@ def test_overlong_filtering_masks_truncated_responses(tmp_path, small_cfg):
     # no token is left in the loss, so the gradient is exactly zero. The policy is the shipped default warm
     # start, loaded as a model directory: model.path=tiny would build another warm start for a 6-token cap
     # (the cap is part of its key), 1.5-5 minutes of CI
-    from dapo_exp.tasks.arith_warmstart import _warmstart_key, shipped_checkpoint
+    from conftest import shipped_default_model
 
-    default = small_cfg(tmp_path / "default")
-    shipped = shipped_checkpoint(_warmstart_key(default.model, default.task, default.rollout.max_response_len))
-    assert shipped is not None
-    common = ("rollout.max_response_len=6", "algo.overlong_cache_len=2", "train.steps=1", f"model.path={shipped}")
+    common = ("rollout.max_response_len=6", "algo.overlong_cache_len=2", "train.steps=1",
+              f"model.path={shipped_default_model()}")
     train(small_cfg(tmp_path / "on", "fixes=paper_2_of", *common))
     train(small_cfg(tmp_path / "off", "fixes=grpo", *common))
     on = [r for r in metrics(tmp_path / "on") if "reward/mean" in r][0]

@@ -101,21 +101,26 @@ def agree(ours, theirs, batches, rtol=1e-7, atol=1e-10):
     return True
 
 
-def verl_loss(name, cfg, mode="token-mean"):
+def verl_loss(name, cfg, mode="token-mean", weighted=False):
+    """verl's registered loss; ``weighted``: with the batch's ``rollout_is_weights`` ``c["w"]``, which each of
+    verl's losses applies to its own per-token (or row) loss."""
     fn = core_algos.get_policy_loss_fn(name)
 
     def run(c, logp):
+        extra = {"rollout_is_weights": c["w"]} if weighted else {}
         loss, _ = fn(old_log_prob=c["old"], log_prob=logp, advantages=c["adv"], response_mask=c["mask"],
-                     loss_agg_mode=mode, config=cfg)
+                     loss_agg_mode=mode, config=cfg, **extra)
         return loss
 
     return run
 
 
-def ours_loss(surrogate, mode="token-mean", needs_mask=True, scale=1.0):
+def ours_loss(surrogate, mode="token-mean", needs_mask=True, scale=1.0, weighted=False):
+    """Ours; ``weighted``: as the trainer applies a rollout weight ``c["w"]`` (dapo_exp.steps.token_advantages),
+    multiplying each token's advantage before the surrogate."""
     def run(c, logp):
         f = functools.partial(surrogate, mask=c["mask"]) if needs_mask else surrogate
-        out = f(logp, c["old"], c["adv"])
+        out = f(logp, c["old"], c["adv"] * c["w"] if weighted else c["adv"])
         return obj.aggregate_loss(out.loss, c["mask"], mode, max_len=c["mask"].shape[1]) * scale
 
     return run
@@ -199,28 +204,6 @@ def weighted_cases(seed: int = 77):
         yield {**c, "w": w * c["mask"]}
 
 
-def verl_weighted(name, cfg, mode="token-mean"):
-    """verl's loss with ``rollout_is_weights``: each loss applies them to its own per-token (or row) loss."""
-    fn = core_algos.get_policy_loss_fn(name)
-
-    def run(c, logp):
-        loss, _ = fn(old_log_prob=c["old"], log_prob=logp, advantages=c["adv"], response_mask=c["mask"],
-                     loss_agg_mode=mode, config=cfg, rollout_is_weights=c["w"])
-        return loss
-
-    return run
-
-
-def ours_weighted(surrogate, mode="token-mean", needs_mask=True):
-    """Ours as the trainer applies a rollout weight (dapo_exp.steps.token_advantages): it multiplies the
-    token's advantage before the surrogate."""
-    def run(c, logp):
-        f = functools.partial(surrogate, mask=c["mask"]) if needs_mask else surrogate
-        return obj.aggregate_loss(f(logp, c["old"], c["adv"] * c["w"]).loss, c["mask"], mode)
-
-    return run
-
-
 @pytest.mark.parametrize("mode", MODES)
 def test_a_rollout_weight_on_the_advantage_is_verls_on_the_loss_for_the_homogeneous_surrogates(mode):
     """PPO's clip (dual clip included), GSPO and CISPO are positively homogeneous in the advantage, so weighting
@@ -230,15 +213,18 @@ def test_a_rollout_weight_on_the_advantage_is_verls_on_the_loss_for_the_homogene
     # weights' cancellation between rows leaves above RTOL on a loss near 0: 2.6e-9 on 6.5e-4 once)
     tol = dict(rtol=RTOL[mode], atol=1e-8 if mode == "seq-mean-token-mean" else 1e-10)
     ppo = functools.partial(obj.clipped_surrogate, eps_low=0.2, eps_high=0.28, dual_clip=3.0)
-    assert agree(ours_weighted(ppo, mode), verl_weighted("vanilla", actor("vanilla", 0.2, 0.28), mode), batches, **tol)
     gspo = functools.partial(obj.gspo_surrogate, eps_low=3e-4, eps_high=4e-4)
-    assert agree(ours_weighted(gspo, mode), verl_weighted("gspo", actor("gspo", 3e-4, 4e-4), mode), batches, **tol)
     cispo = functools.partial(obj.cispo_surrogate, eps_low=1.0, eps_high=4.0)
-    assert agree(ours_weighted(cispo, mode, needs_mask=False), verl_weighted("cispo", actor("cispo", 1.0, 4.0), mode),
-                 batches, **tol)
+    for ours, theirs in ((ours_loss(ppo, mode, weighted=True), verl_loss("vanilla", actor("vanilla", 0.2, 0.28), mode,
+                                                                         weighted=True)),
+                         (ours_loss(gspo, mode, weighted=True), verl_loss("gspo", actor("gspo", 3e-4, 4e-4), mode,
+                                                                          weighted=True)),
+                         (ours_loss(cispo, mode, needs_mask=False, weighted=True),
+                          verl_loss("cispo", actor("cispo", 1.0, 4.0), mode, weighted=True))):
+        assert agree(ours, theirs, batches, **tol)
     # the weights do act: unweighted, the same losses differ from verl's weighted ones
-    assert not agree(ours_loss(cispo, mode, needs_mask=False), verl_weighted("cispo", actor("cispo", 1.0, 4.0), mode),
-                     batches, **tol)
+    assert not agree(ours_loss(cispo, mode, needs_mask=False),
+                     verl_loss("cispo", actor("cispo", 1.0, 4.0), mode, weighted=True), batches, **tol)
 
 
 def test_a_rollout_weight_under_gmpo_and_kl_cov_differs_from_verls_documented():
@@ -249,8 +235,8 @@ def test_a_rollout_weight_under_gmpo_and_kl_cov_differs_from_verls_documented():
     batches = list(weighted_cases())
     gmpo = functools.partial(obj.gmpo_surrogate, eps_low=0.4, eps_high=0.4)
     full = [c for c in batches if (c["mask"].sum(1) > 0).all()]  # (verl's mean over all rows aside)
-    assert full and not agree(ours_weighted(gmpo, "seq-mean-token-mean"),
-                              verl_weighted("geo_mean", actor("geo_mean", 0.4, 0.4)), full, rtol=1e-6)
+    assert full and not agree(ours_loss(gmpo, "seq-mean-token-mean", weighted=True),
+                              verl_loss("geo_mean", actor("geo_mean", 0.4, 0.4), weighted=True), full, rtol=1e-6)
 
     def verl_rule(c, logp):  # verl's rule, written with ours: the row loss times the geometric mean of the weights
         out = gmpo(logp, c["old"], c["adv"], mask=c["mask"])
@@ -258,10 +244,10 @@ def test_a_rollout_weight_under_gmpo_and_kl_cov_differs_from_verls_documented():
         seq_w = torch.exp((torch.log(c["w"] + 1e-10) * m).sum(1) / (m.sum(1) + 1e-8))
         return obj.aggregate_loss(out.loss * seq_w[:, None], m, "seq-mean-token-mean")
 
-    assert agree(verl_rule, verl_weighted("geo_mean", actor("geo_mean", 0.4, 0.4)), full, rtol=1e-6)
+    assert agree(verl_rule, verl_loss("geo_mean", actor("geo_mean", 0.4, 0.4), weighted=True), full, rtol=1e-6)
     kl_cov = functools.partial(obj.kl_cov_surrogate, k_ratio=0.05, kl_coef=1.0)
-    assert not agree(ours_weighted(kl_cov), verl_weighted("kl_cov", actor("kl_cov", kl_cov_ratio=0.05,
-                                                                              ppo_kl_coef=1.0)), batches)
+    assert not agree(ours_loss(kl_cov, weighted=True), verl_loss("kl_cov", actor("kl_cov", kl_cov_ratio=0.05,
+                                                                              ppo_kl_coef=1.0), weighted=True), batches)
 
 
 # --------------------------------------------------------------------------- #
