@@ -1,6 +1,6 @@
 """A run's pieces, built from its config: device, policy, prompts, reference, engine, optimizer.
 
-:func:`build_run` is the set-up half of the composition (the other half, the fixes' hooks,
+:func:`build_run` is the set-up half of the composition (the other half, the fixes' plan,
 is :mod:`dapo_exp.compose`); :class:`Run` is everything the loop (:mod:`dapo_exp.train`)
 holds for one run. Old log-probs are the trainer's (``ResponseForward``); master weights stay
 float32 whatever ``model.dtype`` says (at the paper's lr 1e-6 an AdamW update is far below
@@ -22,7 +22,7 @@ import torch
 from omegaconf import DictConfig
 
 from dapo_exp import rundir
-from dapo_exp.compose import Hooks
+from dapo_exp.compose import Plan
 from dapo_exp.logprobs import ResponseForward
 
 log = logging.getLogger(__name__)
@@ -124,7 +124,7 @@ class Run:
     """Everything the loop holds for one run."""
 
     cfg: DictConfig
-    hooks: Hooks  # the fixes' bound hooks (dapo_exp.compose)
+    plan: Plan  # the fixes composed into the run's pipeline (dapo_exp.compose)
     out: Path
     label: str
     device: torch.device
@@ -160,7 +160,7 @@ def _render_prompts(problems: list, tokenizer: Any, use_chat: bool, max_len: int
     return prompts
 
 
-def build_run(cfg: DictConfig, hooks: Hooks, out: Path, label: str, cleanup: list) -> Run:
+def build_run(cfg: DictConfig, plan: Plan, out: Path, label: str, cleanup: list) -> Run:
     """Task, policy (float32 master weights), verifier, prompts, reference, engine and optimizer."""
     from dapo_exp.models import load_policy
     from dapo_exp.rollout import make_engine
@@ -194,7 +194,7 @@ def build_run(cfg: DictConfig, hooks: Hooks, out: Path, label: str, cleanup: lis
                           autocast_dtype(cfg, device),
                           # a compiled decoder forward would recompile for every micro-batch's two shapes
                           share_prompts=cfg.train.share_prompt_forward and not cfg.train.torch_compile)
-    return Run(cfg=cfg, hooks=hooks, out=out, label=label, device=device, task=task, tokenizer=tokenizer, model=model,
+    return Run(cfg=cfg, plan=plan, out=out, label=label, device=device, task=task, tokenizer=tokenizer, model=model,
                model_path=model_path, ref_model=ref_model, verifier=verifier, engine=engine,
                train_prompts=train_prompts, eval_prompts=eval_prompts, answers=[p.answer for p in task.train],
                optimizer=optimizer, scheduler=scheduler, fwd=fwd)

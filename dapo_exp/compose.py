@@ -1,61 +1,135 @@
-"""The composition layer: the run's config bound once into the plain callables the steps take.
+"""The composition layer: the run's fixes bound once into one plan that the steps call.
 
-:func:`compose` reads ``algo`` (and the few run values a fix binds, :class:`RunInfo`),
-checks every fix's values and the combination of the fixes that are on, and returns
-:class:`Hooks`: each slot of :data:`dapo_exp.fixes.SLOTS` filled by the fixes that are on,
-or by GRPO's own piece where none is. Below this layer (``steps``, ``rollout``,
-``objective``) nothing sees a config object.
+:func:`compose` reads ``algo`` (and the few run values a fix binds, :class:`RunInfo`), checks
+GRPO's values, every fix's values and the combination of the fixes that are on, and returns a
+:class:`Plan`: one method per point of the pipeline where a fix acts (reward, advantage, group
+filter, token mask, weights, token weights, update mask, loss), each with GRPO's own piece
+(:mod:`dapo_exp.fixes.grpo`) where no fix that is on fills the slot. Below this layer (``steps``,
+``rollout``, ``objective``) nothing sees a config object, and nothing but the plan sees a hook.
+
+Adding a slot is its declaration in :data:`dapo_exp.fixes.SLOTS`, its field and method here and
+the one call site in :mod:`dapo_exp.steps` (docs: how-to/extend.md).
 
 GRPO's own pieces, chosen by name:
 
 - :data:`ADVANTAGE_ESTIMATORS` (``algo.adv_estimator``): ``fn(algo) -> (rewards (N, G) -> (N, G))``;
-  ``grpo`` is :func:`dapo_exp.objective.group_advantages` (DAPO Eq. 9; Dr. GRPO's advantage is
-  the fix ``dr_grpo_adv``, an ``advantage`` transform).
+  ``grpo`` is :func:`dapo_exp.fixes.grpo.advantage` (DAPO Eq. 9).
 - :data:`POLICY_LOSSES` (``algo.policy_loss``): ``fn(algo) -> surrogate``, the surrogate when no
-  fix fills the slot; ``clipped`` is PPO's clipped surrogate (:func:`dapo_exp.fixes.clip_higher.ppo_clip`).
+  fix fills the slot; ``clipped`` is :func:`dapo_exp.fixes.grpo.surrogate`.
 - The normaliser when no fix fills the slot: GRPO's ``seq-mean-token-mean``.
 """
 
 from __future__ import annotations
 
-import functools
-from collections.abc import Callable
-from dataclasses import dataclass
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass, field
 from typing import Any
 
 from dapo_exp import fixes, objective
 from dapo_exp.config import ConfigError
-from dapo_exp.fixes import clip_higher, token_level_loss
-from dapo_exp.fixes.base import GroupFilter, RunInfo
+from dapo_exp.fixes import grpo
+from dapo_exp.fixes.base import GroupFilter, Out, RunInfo, unpack
 from dapo_exp.registry import Registry
 
 ADVANTAGE_ESTIMATORS: Registry[Callable[[Any], Callable]] = Registry("advantage estimator", "algo.adv_estimator")
 POLICY_LOSSES: Registry[Callable[[Any], Callable]] = Registry("policy loss", "algo.policy_loss")
-
-
-@ADVANTAGE_ESTIMATORS.register("grpo")
-def grpo_advantages(algo: Any) -> Callable:
-    """Group-relative advantages (DAPO Eq. 9); Dr. GRPO's (no std) is a fix (``dr_grpo_adv``)."""
-    return functools.partial(objective.group_advantages, norm_std=True, eps=algo.adv_eps)
-
-
-POLICY_LOSSES.register("clipped", clip_higher.ppo_clip)
+ADVANTAGE_ESTIMATORS.register("grpo", grpo.advantage)
+POLICY_LOSSES.register("clipped", grpo.surrogate)
+LOSS_TERM_METRIC = "loss_term:"  # prefix of a loss term's metric in the update's sums (dapo_exp.steps)
 
 
 @dataclass(frozen=True)
-class Hooks:
-    """The slots of one run, bound: what the loop hands to the steps."""
+class Plan:
+    """One run's pipeline: GRPO's pieces and the hooks of the fixes that are on, behind one method per point.
 
-    reward_terms: dict[str, Callable]  # fix name -> (*, lengths, correct) -> (B,), the fixes on
-    reward_metrics: dict[str, str]  # fix name -> its metric, every registered reward fix (0 when off)
-    advantage: Callable  # rewards (N, G) -> advantages (N, G)
-    group_filter: GroupFilter | None  # None: every group is kept
-    token_mask: Callable | None  # (mask (B, T), truncated (B,)) -> (B, T); None: every response token
-    surrogate: Callable  # (logp, old_logp, advantages, *, mask) -> objective.SurrogateOut
-    normaliser: Callable  # (mask (B, T), group_index (B,)) -> (B,)
-    metrics: dict[str, tuple[str, ...]]  # fix name -> the metrics it declares, the fixes on
-    update_mask: Callable | None = None  # (entropy (B, T), mask (B, T)) -> (B, T) bool; None: every token
-    rollout_weight: Callable | None = None  # (old_logp, engine_logp, mask) -> (B, T) x advantages; None: 1
+    Fields hold what :func:`compose` bound (tests build a plan directly); the steps call the methods.
+    """
+
+    surrogate: Callable  # (logp, old_logp, advantages, *, mask) -> objective.SurrogateOut, one slot's
+    normaliser: Callable  # (mask (B, T), group_index (B,)) -> (B,) weights of a mini-batch
+    estimator: Callable = objective.group_advantages  # rewards (N, G) -> advantages (N, G)
+    advantage_transforms: tuple[Callable, ...] = ()  # (advantages, rewards) -> (N, G) | Out, in registry order
+    reward_terms: Mapping[str, Callable] = field(default_factory=dict)  # fix -> (*, lengths, correct) -> (B,)
+    reward_metrics: Mapping[str, str] = field(default_factory=dict)  # every registered reward fix -> its metric
+    group_filter: GroupFilter | None = None  # None: every group is kept
+    token_masks: tuple[Callable, ...] = ()  # (mask, truncated) -> (B, T) | Out, chained
+    update_masks: tuple[Callable, ...] = ()  # (entropy, mask) -> (B, T) bool, and-ed
+    rollout_weight: Callable | None = None  # (old_logp, engine_logp, mask) -> (B, T), the slot's
+    tis_cap: float | None = None  # truncated importance sampling against the engine's log-probs
+    loss_terms: Mapping[str, Callable] = field(default_factory=dict)  # fix -> (*, logp, ...) -> scalar | Out
+    kl_coef: float = 0.0  # GRPO's KL penalty against the reference (0: off)
+    kl_estimator: str = "k3"
+    declared: Mapping[str, tuple[str, ...]] = field(default_factory=dict)  # fix on -> the metrics it declares
+
+    def advantage(self, rewards: Any) -> Out:
+        """``(N, G)`` advantages: GRPO's estimator, then each fix's transform; and their metrics."""
+        adv, metrics = self.estimator(rewards), {}
+        for transform in self.advantage_transforms:
+            adv, m = unpack(transform(adv, rewards))
+            metrics.update(m)
+        return Out(adv, metrics)
+
+    def token_mask(self, mask: Any, truncated: Any) -> Out:
+        """``(B, T)`` tokens that count in the loss (``mask`` itself when no fix masks); and their metrics."""
+        metrics: dict[str, Any] = {}
+        for hook in self.token_masks:
+            mask, m = unpack(hook(mask, truncated))
+            metrics.update(m)
+        return Out(mask, metrics)
+
+    def weights(self, mask: Any, group_index: Any) -> Any:
+        """``(B,)`` loss weights of a mini-batch (the normaliser)."""
+        return self.normaliser(mask, group_index)
+
+    @property
+    def masks_updates(self) -> bool:
+        return bool(self.update_masks)
+
+    def keep(self, entropy: Any, mask: Any) -> Any:
+        """``(B, T)`` bool: of ``mask``'s tokens those whose policy-gradient term counts (every update mask's)."""
+        keep = mask.bool()
+        for hook in self.update_masks:
+            keep = keep & hook(entropy, mask).bool()
+        return keep
+
+    @property
+    def weighs_tokens(self) -> bool:
+        return self.tis_cap is not None or self.rollout_weight is not None
+
+    def token_weight(self, old_logp: Any, engine_logp: Any, mask: Any) -> Any:
+        """``(B, T)`` detached weights multiplied into the per-token advantages (truncated IS, rollout weight)."""
+        w = None
+        if self.tis_cap is not None:
+            w = objective.truncated_is_weights(old_logp, engine_logp, self.tis_cap)
+        if self.rollout_weight is not None:
+            rw = self.rollout_weight(old_logp, engine_logp, mask)
+            w = rw if w is None else w * rw.to(w.dtype)
+        return w
+
+    @property
+    def needs_entropy(self) -> bool:
+        """Does the loss read the policy's per-token entropy (with its gradient)?"""
+        return bool(self.loss_terms)
+
+    def loss(self, *, logp: Any, old_logp: Any, entropy: Any, advantages: Any, mask: Any, weights: Any,
+             ref_logp: Any = None, keep: Any = None) -> tuple[Any, dict[str, Any]]:
+        """A micro-batch's share of the mini-batch loss and its statistics: the surrogate's policy-gradient
+        term and GRPO's KL term (:func:`dapo_exp.objective.policy_loss`) plus the fixes' loss terms, whose
+        metrics come back as ``LOSS_TERM_METRIC + name`` (summed over micro-batches by the update)."""
+        loss, stats = objective.policy_loss(
+            logp=logp, old_logp=old_logp, advantages=advantages, mask=mask, weights=weights, surrogate=self.surrogate,
+            kl_coef=self.kl_coef, kl_estimator=self.kl_estimator, ref_logp=ref_logp, keep=keep)
+        for term in self.loss_terms.values():
+            value, metrics = unpack(term(logp=logp, old_logp=old_logp, entropy=entropy, mask=mask, weights=weights))
+            loss = loss + value
+            stats.update({LOSS_TERM_METRIC + k: v.detach() if hasattr(v, "detach") else v for k, v in metrics.items()})
+        return loss, stats
+
+    def check_logged(self, row: dict[str, Any]) -> None:
+        """Refuse a trained step's metrics ``row`` that lacks a metric a fix that is on declares."""
+        missing = [f"{m} (fix {name})" for name, ms in self.declared.items() for m in ms if m not in row]
+        if missing:
+            raise RuntimeError(f"metrics declared by a fix that is on were not logged: {', '.join(missing)}")
 
 
 def run_info(cfg: Any) -> RunInfo:
@@ -63,7 +137,9 @@ def run_info(cfg: Any) -> RunInfo:
 
 
 def check(algo: Any, run: RunInfo) -> None:
-    """Every fix's own checks (on or off: its values must be valid), extension keys, the combination."""
+    """GRPO's values, every fix's own checks (on or off: its values must be valid), extension keys, the
+    combination."""
+    grpo.check(algo, run)
     for fix in fixes.FIXES.values():
         if fix.check is not None:
             fix.check(algo, run)
@@ -77,8 +153,9 @@ def check(algo: Any, run: RunInfo) -> None:
     fixes.check_combination(algo)
 
 
-def compose(algo: Any, run: RunInfo) -> Hooks:
-    """Check, then bind the hooks of the fixes that are on (GRPO's pieces in the slots none fills)."""
+def compose(algo: Any, run: RunInfo) -> Plan:
+    """Check, then bind the hooks of the fixes that are on into the run's :class:`Plan` (GRPO's pieces in the
+    slots none fills)."""
     check(algo, run)
     bound: dict[str, list[tuple[str, Any]]] = {slot: [] for slot in fixes.SLOTS}
     for fix in fixes.active(algo):
@@ -87,65 +164,21 @@ def compose(algo: Any, run: RunInfo) -> Hooks:
             raise ValueError(f"fix {fix.name!r} declares slots {sorted(fix.slots)} but bound {sorted(hooks)}")
         for slot, hook in hooks.items():
             bound[slot].append((fix.name, hook))
-    estimator = ADVANTAGE_ESTIMATORS.pick(algo.adv_estimator)(algo)
-    return Hooks(
+
+    def one(slot: str, default: Any) -> Any:
+        return bound[slot][0][1] if bound[slot] else default  # exclusive slots hold one (check_combination)
+
+    def chain(slot: str) -> tuple[Callable, ...]:
+        return tuple(h for _, h in bound[slot])
+
+    return Plan(
+        surrogate=one("surrogate", POLICY_LOSSES.pick(algo.policy_loss)(algo)),
+        normaliser=one("normaliser", grpo.normaliser(grpo.MODE, run)),
+        estimator=ADVANTAGE_ESTIMATORS.pick(algo.adv_estimator)(algo), advantage_transforms=chain("advantage"),
         reward_terms=dict(bound["reward"]),
         reward_metrics={f.name: f.metrics[0] for f in fixes.FIXES.values() if "reward" in f.slots},
-        advantage=_chain_advantages(estimator, [h for _, h in bound["advantage"]]),
-        group_filter=_one(bound["group_filter"], None),
-        token_mask=_chain_masks([h for _, h in bound["token_mask"]]),
-        surrogate=_one(bound["surrogate"], POLICY_LOSSES.pick(algo.policy_loss)(algo)),
-        normaliser=_one(bound["normaliser"], token_level_loss.normaliser(token_level_loss.GRPO_MODE, run)),
-        metrics={f.name: f.metrics for f in fixes.active(algo)},
-        update_mask=_and_masks([h for _, h in bound["update_mask"]]),
-        rollout_weight=_one(bound["rollout_weight"], None),
+        group_filter=one("group_filter", None), token_masks=chain("token_mask"), update_masks=chain("update_mask"),
+        rollout_weight=one("rollout_weight", None), tis_cap=algo.tis_cap, loss_terms=dict(bound["loss_term"]),
+        kl_coef=algo.kl_coef, kl_estimator=algo.kl_estimator,
+        declared={f.name: f.metrics for f in fixes.active(algo)},
     )
-
-
-def _one(hooks: list[tuple[str, Any]], default: Any) -> Any:
-    return hooks[0][1] if hooks else default  # exclusive slots hold one (check_combination)
-
-
-def _chain_advantages(estimator: Callable, transforms: list[Callable]) -> Callable:
-    if not transforms:
-        return estimator
-
-    def advantage(rewards: Any) -> Any:
-        adv = estimator(rewards)
-        for t in transforms:
-            adv = t(adv, rewards)
-        return adv
-
-    return advantage
-
-
-def _chain_masks(masks: list[Callable]) -> Callable | None:
-    if not masks:
-        return None
-
-    def token_mask(mask: Any, truncated: Any) -> Any:
-        for m in masks:
-            mask = m(mask, truncated)
-        return mask
-
-    return token_mask
-
-
-def _and_masks(masks: list[Callable]) -> Callable | None:
-    if len(masks) <= 1:
-        return masks[0] if masks else None
-
-    def update_mask(entropy: Any, mask: Any) -> Any:
-        keep = mask.bool()
-        for m in masks:
-            keep = keep & m(entropy, mask).bool()
-        return keep
-
-    return update_mask
-
-
-def check_logged(hooks: Hooks, row: dict[str, Any]) -> None:
-    """Refuse a trained step's metrics ``row`` that lacks a metric a fix that is on declares."""
-    missing = [f"{m} (fix {name})" for name, ms in hooks.metrics.items() for m in ms if m not in row]
-    if missing:
-        raise RuntimeError(f"metrics declared by a fix that is on were not logged: {', '.join(missing)}")

@@ -6,7 +6,9 @@ type fails when Hydra composes the config. :func:`validate` then checks values
 (ranges, names, divisibility) and raises :class:`ConfigError` naming the field
 and the valid choices. ``train(cfg)`` calls it first, before a model is built.
 
-This module imports nothing of the project. Names chosen from a registry or from
+This module imports nothing of the project but the fixes, whose modules declare the ``algo`` keys they own
+(:class:`dapo_exp.fixes.Key`; the ``algo`` section is assembled from them), and the config error. Names
+chosen from a registry or from
 a function's modes (``algo.loss_agg``, ``algo.adv_estimator``, ``task.name``,
 ``rollout.engine``, ...) are checked against the code that owns them, by
 ``dapo_exp.train.preflight``, also before any compute; the checks here are the ones
@@ -18,11 +20,13 @@ a test composes the default config (``fixes=grpo``) and checks it equals this sc
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, make_dataclass
 from typing import Any
 
 from hydra.core.config_store import ConfigStore
 from omegaconf import DictConfig, OmegaConf
+
+from dapo_exp.errors import ConfigError
 
 LOGGER_BACKENDS = ("wandb", "none")
 WANDB_MODES = ("offline", "online", "disabled")
@@ -34,111 +38,33 @@ BACKENDS = ("native", "verl")
 LAUNCHES = ("local", "slurm")
 
 
-class ConfigError(ValueError):
-    """A config value is invalid; the message names the field."""
+# The algo section's intro in the config reference (dapo_exp.docs_reference)
+ALGO_INTRO = ("Each fix is a config group under conf/ that sets keys here; its module, dapo_exp/fixes/<name>.py, "
+              "declares them (Fix.schema: type, default, meaning), checks their values and binds them to the functions "
+              "of dapo_exp/objective.py (whose keyword arguments carry the same names). GRPO's own keys come first "
+              "(dapo_exp/fixes/grpo.py).")
 
 
-@dataclass
-class AlgoConfig:
-    # Each fix is a config group under conf/ that sets keys here; its module,
-    # dapo_exp/fixes/<name>.py, declares them, checks their values and binds them to the
-    # functions of dapo_exp/objective.py (whose keyword arguments carry the same names).
-    # advantage estimator, a name in dapo_exp.compose.ADVANTAGE_ESTIMATORS (grpo: DAPO Eq. 9)
-    adv_estimator: str = "grpo"
-    # divide group-centred rewards by the group std (GRPO, DAPO: true; Dr. GRPO: false)   [group dr_grpo_adv]
-    adv_norm_std: bool = True
-    # added to the std in the advantage's denominator
-    adv_eps: float = 1e-6
-    # GRPO's per-token surrogate when no fix fills the slot, a name in dapo_exp.compose.POLICY_LOSSES
-    # (clipped: PPO's clipped surrogate, Eq. 10)
-    policy_loss: str = "clipped"
-    # lower clip range: ratio >= 1 - eps_low for A < 0 (paper: 0.2)   [group clip_higher]
-    eps_low: float = 0.2
-    # upper clip range: ratio <= 1 + eps_high for A > 0 (paper: 0.28; GRPO: 0.2)   [group clip_higher]
-    eps_high: float = 0.2
-    # dual-clip bound c > 1 on the loss of A < 0 tokens, null = off (released script: 10)
-    dual_clip: float | None = None
-    # loss aggregation (GRPO: seq-mean-token-mean; DAPO: token-mean; group-token-mean; Dr. GRPO's
-    # seq-mean-token-sum-norm is the dr_grpo_norm switch, refused here)   [group token_level_loss]
-    loss_agg: str = "seq-mean-token-mean"
-    # KL penalty coefficient against the initial policy, 0 = off (DAPO: removed)
-    kl_coef: float = 0.0
-    # KL estimator: k1 | k2 | k3
-    kl_estimator: str = "k3"
-    # mask truncated responses out of the loss (Table 1 ladder: on; released script: off)   [group overlong_filtering]
-    overlong_filtering: bool = False
-    # length reward term: none | soft (Eq. 13) | linear_ramp | beyond_max   [group overlong_punishment]
-    overlong_punishment: str = "none"
-    # L_cache in tokens, the ramp before L_max (paper: 4096)
-    overlong_cache_len: int = 16
-    # scale of the length term (paper: 1.0)
-    overlong_factor: float = 1.0
-    # L_max of the length term in tokens; null = rollout.max_response_len (paper: 20480, the cap)
-    overlong_max_len: int | None = None
-    # keep only groups with 0 < #correct < G and refill (paper: on)   [group dynamic_sampling]
-    dynamic_sampling: bool = False
-    # filter signal: acc (raw accuracy, verl) | reward (the shaped reward)
-    ds_signal: str = "acc"
-    # generation rounds per step at most, 0 = unlimited (paper: no cap; released script: 10)
-    ds_max_rounds: int = 10
-    # when the cap is hit: error (verl) | partial (train on the groups kept so far)
-    ds_on_cap: str = "error"
-    # kept groups beyond the batch: discard (paper, verl) | carry (to the next step)
-    ds_surplus: str = "discard"
-    # prompts generated per round = ceil(prompts_per_step * ds_oversample) (released script: 3)
-    ds_oversample: float = 1.0
-    # ---- the GRPO family after DAPO (one group each; their modules in dapo_exp/fixes/) ----
-    # Dr. GRPO's constant normaliser: token losses / (responses x rollout.max_response_len)   [group dr_grpo_norm]
-    dr_grpo_norm: bool = False
-    # GSPO: the clipped sequence-level ratio (Zheng et al. 2025)   [group gspo]
-    gspo: bool = False
-    # GSPO's clip range of the sequence ratio (paper: 3e-4 / 4e-4)
-    gspo_eps_low: float = 3e-4
-    gspo_eps_high: float = 4e-4
-    # token (GSPO-token, as verl) | sequence (the paper's Eq. 5); equal with one advantage per response
-    gspo_form: str = "token"
-    # CISPO: the clipped, detached importance weight times log pi (MiniMax-M1)   [group cispo]
-    cispo: bool = False
-    # CISPO's weight bounds: 1 - low (1 = no lower bound, the paper) and 1 + high (4: a cap of 5)
-    cispo_eps_low: float = 1.0
-    cispo_eps_high: float = 4.0
-    # GMPO: the geometric mean of the clipped token ratios (Zhao et al. 2025)   [group gmpo]
-    gmpo: bool = False
-    # GMPO's clip range in log space, (e^-low, e^high) (paper: 0.4 / 0.4)
-    gmpo_eps_low: float = 0.4
-    gmpo_eps_high: float = 0.4
-    # Clip-Cov: detach a random share of tokens with covariance in [lb, ub] (Cui et al. 2025)   [group clip_cov]
-    clip_cov: bool = False
-    # share of tokens detached, and the covariance band (paper: 2e-4, 1, 5)
-    clip_cov_ratio: float = 2e-4
-    clip_cov_lb: float = 1.0
-    clip_cov_ub: float = 5.0
-    # KL-Cov: kappa |logp - old_logp| on the top share of tokens by covariance (Cui et al. 2025)   [group kl_cov]
-    kl_cov: bool = False
-    # share of tokens penalised (paper: 2e-4) and kappa (authors' scripts: 1; verl's default 0.1)
-    kl_cov_ratio: float = 2e-4
-    kl_cov_coef: float = 1.0
-    # top-entropy tokens: the policy gradient only on the top rho of the mini-batch's tokens by
-    # entropy, the rest masked out of the numerator (Wang et al. 2025)   [group top_entropy]
-    top_entropy: bool = False
-    # share of tokens kept (paper: 0.2)
-    top_entropy_rho: float = 0.2
-    # rollout correction: weight (and band-mask) the tokens by the trainer/engine ratio   [group rollout_correction]
-    rollout_correction: bool = False
-    # level of the weight: token | sequence (one weight per response)
-    rc_level: str = "sequence"
-    # sequence weight: product (the likelihood ratio, verl Seq-TIS) | geometric (per-token geometric mean)
-    rc_aggregation: str = "product"
-    # truncation of the weight, null = no weight (band only) (verl's default: 2)
-    rc_cap: float | None = 2.0
-    # weight 0 outside [low, high] of the same level's ratio, null = no band (IcePop: 0.5 / 5)
-    rc_band_low: float | None = None
-    rc_band_high: float | None = None
-    # truncated importance sampling: cap on exp(old_logp - engine_logp) per token, null = off
-    tis_cap: float | None = None
-    # keys of fixes registered outside the package (dapo_exp.fixes.register_fix), set as
-    # +algo.ext.<key>=...; a key that no registered fix declares is refused before any compute
-    ext: dict[str, Any] = field(default_factory=dict)
+def _algo_fields() -> list[tuple[str, Any, Any]]:
+    """The ``algo`` section's fields: GRPO's keys, then each registered fix's schema in registry order, then
+    ``ext`` (the keys of fixes registered outside the package, ``+algo.ext.<key>=...``; a key no registered fix
+    declares is refused before any compute)."""
+    from dapo_exp import fixes
+    from dapo_exp.fixes import grpo
+
+    keys = [*grpo.SCHEMA, *fixes.schema_keys()]
+    seen: dict[str, int] = {}
+    for k in keys:
+        seen[k.name] = seen.get(k.name, 0) + 1
+    twice = sorted(n for n, c in seen.items() if c > 1)
+    if twice:
+        raise ValueError(f"algo keys declared twice (dapo_exp/fixes): {', '.join(twice)}")
+    return [(k.name, k.type, field(default=k.default)) for k in keys] + [
+        ("ext", dict[str, Any], field(default_factory=dict))]
+
+
+AlgoConfig = make_dataclass("AlgoConfig", _algo_fields())
+AlgoConfig.__doc__ = "The algo section, assembled from GRPO's keys and the fixes' declarations (dapo_exp.fixes)."
 
 
 @dataclass

@@ -8,7 +8,9 @@ Sources, each read where it is defined, never copied:
 
 - every key, its type and its default: the dataclasses of :mod:`dapo_exp.config` (the schema);
 - its meaning: the comment block written above the field in ``dapo_exp/config.py`` (a field
-  directly below another one, with no comment of its own, shares that field's comment);
+  directly below another one, with no comment of its own, shares that field's comment); for an
+  ``algo`` key, the meaning its declaration gives (``Fix.schema`` in the fix's module, GRPO's in
+  :mod:`dapo_exp.fixes.grpo`);
 - the value of ``python run.py``: the default composition of ``conf/`` (``fixes=full``, ...);
 - the paper's value: ``experiment=dapo_32b_paper fixes=paper_6_dapo`` composed (the DAPO row of
   the paper's Table 1 at its own scale);
@@ -122,6 +124,29 @@ def _cell(text: str) -> str:
     return text.replace("|", "\\|")
 
 
+def _algo_comments() -> dict[tuple[str, str], str]:
+    """The ``algo`` section's meanings, from where its keys are declared (:data:`dapo_exp.fixes.grpo.SCHEMA` and
+    each fix's ``Fix.schema``); the first key of a fix names its switch."""
+    from dapo_exp.fixes import grpo
+
+    out = {("AlgoConfig", k.name): k.doc for k in grpo.SCHEMA}
+    for name, fix in fixes.FIXES.items():
+        for i, k in enumerate(fix.schema):
+            out[("AlgoConfig", k.name)] = k.doc + (f" (switch `{name}`)" if i == 0 else "")
+    out[("AlgoConfig", "")] = schema.ALGO_INTRO
+    out[("AlgoConfig", "ext")] = ("keys of fixes registered outside the package (dapo_exp.fixes.register_fix), set as "
+                                  "+algo.ext.<key>=...; a key that no registered fix declares is refused before any "
+                                  "compute")
+    return out
+
+
+def _type_name(t: Any) -> str:
+    """A field's type as its source spells it (an annotation string, or the type a fix declared)."""
+    if isinstance(t, str):
+        return t
+    return t.__name__ if isinstance(t, type) and not getattr(t, "__args__", None) else str(t).replace("typing.", "")
+
+
 def _leaves(cls: type, prefix: str, comments: dict[tuple[str, str], str]) -> list[dict[str, Any]]:
     rows: list[dict[str, Any]] = []
     instance = cls()
@@ -131,7 +156,7 @@ def _leaves(cls: type, prefix: str, comments: dict[tuple[str, str], str]) -> lis
         if dataclasses.is_dataclass(value):
             rows.extend(_leaves(type(value), f"{key}.", comments))
             continue
-        rows.append({"key": key, "type": str(f.type), "default": value, "section": prefix.rstrip("."),
+        rows.append({"key": key, "type": _type_name(f.type), "default": value, "section": prefix.rstrip("."),
                      "meaning": comments.get((cls.__name__, f.name), ""),
                      "intro": comments.get((cls.__name__, ""), "")})
     return rows
@@ -139,7 +164,7 @@ def _leaves(cls: type, prefix: str, comments: dict[tuple[str, str], str]) -> lis
 
 def schema_rows() -> list[dict[str, Any]]:
     """One row per leaf key of :class:`dapo_exp.config.Config`: key, type, default, meaning."""
-    comments = _field_comments(CONFIG_SOURCE.read_text())
+    comments = {**_field_comments(CONFIG_SOURCE.read_text()), **_algo_comments()}
     return _leaves(schema.Config, "", comments)
 
 

@@ -3,16 +3,18 @@
 ::
 
     generate + score (rollout.groups.score_groups) -> dynamic sampling (rollout.dynamic_sampling)
-    -> build_batch: advantages, response and loss masks (Overlong Filtering)
+    -> build_batch: advantages, response and loss masks (Overlong Filtering), and their hooks' metrics
     -> old_logprobs: the trainer's log-probs of the samples that the update cannot give itself
        (on_policy_rows: those of the first mini-batch), entropy, reference log-probs
     -> update_policy: mini-batches of whole groups, micro-batch accumulation, optimizer steps;
-       per-token advantages (token_advantages, x truncated IS / rollout_weight weights); with an
-       update_mask hook, a no-grad forward of each mini-batch first (mini_batch_keep: its entropy)
+       per-token advantages (token_advantages, x the plan's token weights: truncated IS, rollout
+       weight); with an update mask, a no-grad forward of each mini-batch first (mini_batch_keep: its
+       entropy); the plan's loss (surrogate, KL, the fixes' loss terms)
     -> rollout_mismatch / step_metrics / sampling_metrics -> evaluate (periodic)
 
-Each step takes plain values, keyword arguments and the hooks the fixes bound
-(:class:`dapo_exp.compose.Hooks`); no step reads a config.
+Each step takes plain values, keyword arguments, the update's sizes (:class:`UpdateSizes`) and the
+run's :class:`dapo_exp.compose.Plan` (the fixes composed, behind one method per point of the
+pipeline); no step reads a config or calls a fix's hook itself.
 """
 
 from __future__ import annotations
@@ -20,15 +22,16 @@ from __future__ import annotations
 import time
 from collections import defaultdict
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 import numpy as np
 import torch
 from torch import Tensor
 
-from dapo_exp import objective, rundir
+from dapo_exp import rundir
 from dapo_exp.batching import microbatches
+from dapo_exp.compose import LOSS_TERM_METRIC, Plan
 from dapo_exp.logprobs import ResponseForward
 from dapo_exp.rollout.dynamic_sampling import CollectStats
 from dapo_exp.rollout.engine import SamplingSpec
@@ -54,6 +57,7 @@ class Batch:
     resp_mask: Tensor  # (B, T) real response tokens
     loss_mask: Tensor  # (B, T) tokens that count in the loss (minus overlong-filtered rows)
     engine_logp: Tensor | None = None  # (B, T) the log-probs the engine sampled with, if it reported them
+    metrics: dict[str, float] = field(default_factory=dict)  # what the advantage and token-mask hooks logged
 
     @property
     def size(self) -> int:
@@ -64,20 +68,18 @@ class Batch:
         return self.resp_mask.shape[1]
 
 
-def build_batch(
-    groups: list[Group], *, group_size: int, advantage: Callable[[Tensor], Tensor],
-    token_mask: Callable[[Tensor, Tensor], Tensor] | None,
-) -> Batch:
-    """Advantages (``advantage(rewards (N, G)) -> (N, G)``) and masks of the kept groups
-    (``token_mask(resp_mask (B, T), truncated (B,)) -> (B, T)``, e.g. Overlong Filtering; None: all tokens)."""
+def build_batch(groups: list[Group], *, group_size: int, plan: Plan) -> Batch:
+    """Advantages (``plan.advantage(rewards (N, G))``) and masks of the kept groups
+    (``plan.token_mask(resp_mask (B, T), truncated (B,))``, e.g. Overlong Filtering), with their metrics."""
     rewards = torch.tensor([g.reward for g in groups], dtype=torch.float32)
-    adv = advantage(rewards).reshape(-1)
+    adv, adv_metrics = plan.advantage(rewards)
+    adv = adv.reshape(-1)
     responses = [resp for g in groups for resp in g.response_ids]
     lengths = [len(x) for x in responses]
     truncated = torch.tensor([tr for g in groups for tr in g.truncated])
     width = max(1, max(lengths))
     resp_mask = (torch.arange(width)[None, :] < torch.tensor(lengths)[:, None]).float()
-    loss_mask = token_mask(resp_mask, truncated) if token_mask is not None else resp_mask
+    loss_mask, mask_metrics = plan.token_mask(resp_mask, truncated)
     return Batch(
         groups=groups, rewards=rewards, advantages=adv,
         prompts=[g.prompt_ids for g in groups for _ in range(group_size)], responses=responses,
@@ -85,6 +87,7 @@ def build_batch(
         resp_mask=resp_mask, loss_mask=loss_mask,
         engine_logp=None if groups[0].sampled_logprobs is None
         else pad_logprobs([lp for g in groups for lp in g.sampled_logprobs], width),
+        metrics={k: float(v) for k, v in {**adv_metrics, **mask_metrics}.items()},
     )
 
 
@@ -110,14 +113,14 @@ class OldLogprobs:
     known: Tensor  # (B,) bool: rows whose logp (and entropy) are set
 
 
-def on_policy_rows(n_groups: int, *, spec: UpdateSpec, seed: int) -> list[int]:
+def on_policy_rows(n_groups: int, *, sizes: UpdateSizes, seed: int) -> list[int]:
     """Rows whose update forward sees the very policy that sampled them: the first mini-batch's.
 
     Its forward runs before any optimizer step, so its detached log-probs *are* the old
     log-probs (ratio 1 exactly, as TRL and verl do when a batch gets one update); with one
     mini-batch (``ppo_epochs`` of them or not) that is every row and nothing is recomputed.
     """
-    return minibatch_rows(n_groups, spec=spec, seed=seed)[0]
+    return minibatch_rows(n_groups, sizes=sizes, seed=seed)[0]
 
 
 @torch.no_grad()
@@ -164,26 +167,19 @@ def adopt_update_logprobs(old: OldLogprobs, rows: list[int], logp: Tensor, entro
     old.known[rows] = True
 
 
-def token_advantages(batch: Batch, old_logp: Tensor, rows: list[int] | range, *, tis_cap: float | None,
-                     rollout_weight: Callable[[Tensor, Tensor, Tensor], Tensor] | None = None) -> Tensor:
+def token_advantages(batch: Batch, old_logp: Tensor, rows: list[int] | range, *, plan: Plan) -> Tensor:
     """``(len(rows), w)`` per-token advantages of ``rows`` (``old_logp``: their ``(len(rows), w)`` old log-probs).
 
-    Each token carries its response's advantage; with engine log-probs reported, times its
-    truncated importance weight when ``tis_cap`` is set
-    (:func:`dapo_exp.objective.truncated_is_weights`, trainer's old log-probs vs the engine's), and
-    times ``rollout_weight(old_logp, engine_logp, resp_mask)`` (the ``rollout_weight`` slot) when given.
+    Each token carries its response's advantage; with engine log-probs reported, times the plan's token
+    weight ``plan.token_weight(old_logp, engine_logp, resp_mask)`` (truncated importance sampling,
+    the ``rollout_weight`` slot) when it weighs tokens.
     """
     rows = list(rows)
     w = old_logp.shape[1]
     adv = batch.advantages[rows, None].expand(len(rows), w)
-    if batch.engine_logp is None or (tis_cap is None and rollout_weight is None):
+    if batch.engine_logp is None or not plan.weighs_tokens:
         return adv.clone()
-    engine = batch.engine_logp[rows, :w]
-    if tis_cap is not None:
-        adv = adv * objective.truncated_is_weights(old_logp, engine, tis_cap)
-    if rollout_weight is not None:
-        adv = adv * rollout_weight(old_logp, engine, batch.resp_mask[rows, :w]).to(adv.dtype)
-    return adv
+    return adv * plan.token_weight(old_logp, batch.engine_logp[rows, :w], batch.resp_mask[rows, :w]).to(adv.dtype)
 
 
 def rollout_weight_stats(batch: Batch, old_logp: Tensor, rows: list[int],
@@ -211,8 +207,8 @@ def rollout_mismatch(batch: Batch, old: OldLogprobs) -> dict[str, float]:
 # The update                                                                    #
 # --------------------------------------------------------------------------- #
 @dataclass(frozen=True)
-class UpdateSpec:
-    """How a batch becomes optimizer steps (``train.*``, ``optim.grad_clip`` and the loss's settings)."""
+class UpdateSizes:
+    """How a batch becomes optimizer steps (``train.*`` and ``optim.grad_clip``); what the loss is, is the plan's."""
 
     group_size: int
     mini_batch_size: int
@@ -220,20 +216,13 @@ class UpdateSpec:
     token_budget: int | None
     ppo_epochs: int
     grad_clip: float
-    normaliser: Callable[[Tensor, Tensor], Tensor]  # (mask, group_index) -> (B,) weights of a mini-batch
-    surrogate: Callable  # (logp, old_logp, advantages, *, mask) -> objective.SurrogateOut
-    kl_coef: float
-    kl_estimator: str
-    tis_cap: float | None  # truncated importance sampling against the engine's log-probs, None = off
-    update_mask: Callable | None = None  # (entropy, mask) -> (B, T) bool, tokens whose pg term counts; None = all
-    rollout_weight: Callable | None = None  # (old_logp, engine_logp, mask) -> (B, T) x advantages; None = 1
 
 
-def minibatch_rows(n_groups: int, *, spec: UpdateSpec, seed: int) -> list[list[int]]:
+def minibatch_rows(n_groups: int, *, sizes: UpdateSizes, seed: int) -> list[list[int]]:
     """Rows of each mini-batch: whole groups, in a random order per epoch seeded by ``seed + epoch``."""
-    G, per_mb = spec.group_size, max(1, spec.mini_batch_size // spec.group_size)
+    G, per_mb = sizes.group_size, max(1, sizes.mini_batch_size // sizes.group_size)
     out = []
-    for epoch in range(spec.ppo_epochs):
+    for epoch in range(sizes.ppo_epochs):
         order = torch.randperm(n_groups, generator=torch.Generator().manual_seed(seed + epoch)).tolist()
         out += [[gi * G + j for gi in order[s : s + per_mb] for j in range(G)] for s in range(0, n_groups, per_mb)]
     return out
@@ -241,7 +230,7 @@ def minibatch_rows(n_groups: int, *, spec: UpdateSpec, seed: int) -> list[list[i
 
 def update_policy(
     model: torch.nn.Module, optimizer: torch.optim.Optimizer, batch: Batch, old: OldLogprobs,
-    *, fwd: ResponseForward, spec: UpdateSpec, seed: int,
+    *, fwd: ResponseForward, plan: Plan, sizes: UpdateSizes, seed: int,
 ) -> dict[str, float]:
     """PPO-style updates; each mini-batch is one optimizer step, its gradient accumulated over
     micro-batches with the mini-batch's normaliser (so the split never changes it).
@@ -254,37 +243,36 @@ def update_policy(
     model.train()
     upd: dict[str, float] = defaultdict(float)
     device = fwd.device
-    for rows in minibatch_rows(len(batch.groups), spec=spec, seed=seed):
-        weights = spec.normaliser(batch.loss_mask[rows], batch.group_index[rows])
-        keep = None if spec.update_mask is None else mini_batch_keep(model, batch, rows, fwd=fwd, spec=spec, upd=upd)
+    for rows in minibatch_rows(len(batch.groups), sizes=sizes, seed=seed):
+        weights = plan.weights(batch.loss_mask[rows], batch.group_index[rows])
+        keep = mini_batch_keep(model, batch, rows, fwd=fwd, plan=plan, sizes=sizes, upd=upd) if plan.masks_updates \
+            else None
         lens = row_lengths(batch, rows)
-        for micro in microbatches(lens, spec.micro_batch_size, spec.token_budget):
+        for micro in microbatches(lens, sizes.micro_batch_size, sizes.token_budget):
             sel = [rows[i] for i in micro]
             # padding waste: the tensor is [max prompt | max response] wide
             upd["slots"] += len(sel) * (max(len(batch.prompts[i]) for i in sel) + max(batch.lengths[i] for i in sel))
             upd["real_tokens"] += sum(lens[i] for i in micro)
             on_policy = not bool(old.known[sel].all())
             lp, ent, mk = fwd(model, [batch.prompts[i] for i in sel], [batch.responses[i] for i in sel],
-                              with_entropy=on_policy)
+                              with_entropy=on_policy or plan.needs_entropy)
             w = lp.shape[1]
             if on_policy:
                 adopt_update_logprobs(old, sel, lp, ent * mk, updates_done=int(upd["n_updates"]))
             old_lp = old.logp[sel, :w]
-            loss, st = objective.policy_loss(
-                logp=lp, old_logp=old_lp.to(device),
-                advantages=token_advantages(batch, old_lp, sel, tis_cap=spec.tis_cap,
-                                            rollout_weight=spec.rollout_weight).to(device),
+            loss, st = plan.loss(
+                logp=lp, old_logp=old_lp.to(device), entropy=ent,
+                advantages=token_advantages(batch, old_lp, sel, plan=plan).to(device),
                 mask=batch.loss_mask[sel, :w].to(device), weights=weights[micro].to(device),
-                surrogate=spec.surrogate, kl_coef=spec.kl_coef, kl_estimator=spec.kl_estimator,
                 ref_logp=None if old.ref_logp is None else old.ref_logp[sel, :w].to(device),
                 keep=None if keep is None else keep[micro, :w].to(device),
             )
             loss.backward()
-            if spec.rollout_weight is not None:
-                st = {**st, **rollout_weight_stats(batch, old_lp, sel, spec.rollout_weight)}
+            if plan.rollout_weight is not None:
+                st = {**st, **rollout_weight_stats(batch, old_lp, sel, plan.rollout_weight)}
             for key, v in st.items():
                 upd[key] += float(v)
-        gn = torch.nn.utils.clip_grad_norm_(model.parameters(), spec.grad_clip if spec.grad_clip > 0 else 1e12)
+        gn = torch.nn.utils.clip_grad_norm_(model.parameters(), sizes.grad_clip if sizes.grad_clip > 0 else 1e12)
         upd["grad_norm"] += float(gn)
         optimizer.step()
         optimizer.zero_grad(set_to_none=True)
@@ -295,8 +283,8 @@ def update_policy(
 
 @torch.no_grad()
 def mini_batch_keep(model: torch.nn.Module, batch: Batch, rows: list[int], *, fwd: ResponseForward,
-                    spec: UpdateSpec, upd: dict[str, float]) -> Tensor:
-    """``(len(rows), width)`` bool: the ``update_mask`` slot's choice of the mini-batch's loss-mask tokens.
+                    plan: Plan, sizes: UpdateSizes, upd: dict[str, float]) -> Tensor:
+    """``(len(rows), width)`` bool: the plan's update mask (``plan.keep``) of the mini-batch's loss-mask tokens.
 
     The per-token entropy comes from a no-grad forward of the whole mini-batch under the policy
     about to be updated (in the update's mode, micro-batch by micro-batch), so the selection is
@@ -304,11 +292,11 @@ def mini_batch_keep(model: torch.nn.Module, batch: Batch, rows: list[int], *, fw
     entropy to ``upd["keep_entropy_min"]`` and counts the mini-batch in ``upd["keep_minibatches"]``.
     """
     entropy = torch.zeros(len(rows), batch.width)
-    for micro in microbatches(row_lengths(batch, rows), spec.micro_batch_size, spec.token_budget):
+    for micro in microbatches(row_lengths(batch, rows), sizes.micro_batch_size, sizes.token_budget):
         sel = [rows[i] for i in micro]
         _, ent, mk = fwd(model, [batch.prompts[i] for i in sel], [batch.responses[i] for i in sel], with_entropy=True)
         entropy[micro, : ent.shape[1]] = (ent * mk).float().cpu()
-    keep = spec.update_mask(entropy, batch.loss_mask[rows]).bool() & batch.loss_mask[rows].bool()
+    keep = plan.keep(entropy, batch.loss_mask[rows])
     upd["keep_entropy_min"] += float(entropy[keep].min()) if bool(keep.any()) else 0.0
     upd["keep_minibatches"] += 1
     return keep
@@ -361,6 +349,9 @@ def step_metrics(
     if "rw_tokens" in upd:  # the rollout_weight slot (weight 1 where the engine reported no log-probs)
         m["actor/rollout_weight_mean"] = upd["rw_sum"] / upd["rw_tokens"] if upd["rw_tokens"] else 1.0
         m["actor/rollout_weight_zero_frac"] = upd["rw_zero"] / max(upd["rw_tokens"], 1.0)
+    # the fixes' loss terms' own metrics: each mini-batch's sum over its micro-batches, averaged over the updates
+    m.update({k.removeprefix(LOSS_TERM_METRIC): v / n_upd for k, v in upd.items() if k.startswith(LOSS_TERM_METRIC)})
+    m.update(batch.metrics)  # the advantage and token-mask hooks' own metrics
     return m
 
 

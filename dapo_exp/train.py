@@ -9,7 +9,7 @@ One rollout step, each line a named function (:mod:`dapo_exp.steps` unless noted
                     batches of whole groups, the fix-chosen surrogate and normaliser) -> engine sync
     metrics -> evaluate (every eval.every steps) -> checkpoint (every checkpoint.every steps)
 
-The fixes act only through the hooks :mod:`dapo_exp.compose` binds once per run (``run.hooks``);
+The fixes act only through the plan :mod:`dapo_exp.compose` binds once per run (``run.plan``);
 the run's lifecycle (lock, signals, resume, tracking, summary) is :mod:`dapo_exp.runner`'s, its
 pieces :mod:`dapo_exp.build`'s.
 
@@ -57,10 +57,10 @@ def train(cfg: DictConfig) -> dict[str, Any]:
         return launch(cfg)
     quiet()  # a parallel sweep's worker is another process: third-party noise off here too
     t_start = time.perf_counter()
-    hooks = preflight(cfg)  # every check, before any compute
+    plan = preflight(cfg)  # every check, before any compute
 
     def body(life: runner.Life) -> dict[str, Any]:
-        run = build_run(cfg, hooks, life.out, life.label, life.cleanup)
+        run = build_run(cfg, plan, life.out, life.label, life.cleanup)
         run.stop = life.stop
         runner.resume(run)
         run.sampler = PromptSampler(len(run.train_prompts), cfg.seed, run.state["sampler_position"],
@@ -116,7 +116,7 @@ def loop(run: Run, life: runner.Life) -> dict[str, Any]:
             **steps.gpu_peak(run.device),
         })
         if groups:
-            compose.check_logged(run.hooks, m)  # every fix that is on logs what it declares
+            run.plan.check_logged(m)  # every fix that is on logs what it declares
         runner.log_row(run, step, m)
 
         ev = run_eval(run, step) if (cfg.eval.every and step % cfg.eval.every == 0 or step == t.steps) else {}
@@ -136,8 +136,8 @@ def loop(run: Run, life: runner.Life) -> dict[str, Any]:
 # =========================================================================== #
 # Before any compute                                                            #
 # =========================================================================== #
-def preflight(cfg: DictConfig) -> compose.Hooks:
-    """Every check that needs no model, then the fixes' hooks bound: values
+def preflight(cfg: DictConfig) -> compose.Plan:
+    """Every check that needs no model, then the run's plan (the fixes composed): values
     (:func:`dapo_exp.config.validate`), each fix's own checks and their combination
     (:func:`dapo_exp.compose.compose`), names against the registries that own them, data and model sources."""
     from dapo_exp import objective
@@ -151,12 +151,12 @@ def preflight(cfg: DictConfig) -> compose.Hooks:
     if cfg.algo.kl_estimator not in objective.KL_ESTIMATORS:
         raise ConfigError(f"algo.kl_estimator={cfg.algo.kl_estimator!r} is not valid; choose one of: "
                           f"{', '.join(objective.KL_ESTIMATORS)}")
-    hooks = compose.compose(cfg.algo, compose.run_info(cfg))
+    plan = compose.compose(cfg.algo, compose.run_info(cfg))
     for registry, value in ((TASKS, cfg.task.name), (ENGINES, cfg.rollout.engine), (VERIFIERS, cfg.task.verifier)):
         registry.pick(value)
     check_model_source(cfg.model.path)
     check_task_sources(cfg.task)
-    return hooks
+    return plan
 
 
 # =========================================================================== #
@@ -176,45 +176,40 @@ def rollout_groups(run: Run, step: int) -> tuple[list[Group], Any, dict[str, flo
         counters["gen_seconds"] += gens.stats.get("gen_seconds", 0.0)
         groups, timeouts = score_groups(
             prompt_indices=idx, prompt_ids=prompts, gens=gens, group_size=r.n, answers=[run.answers[i] for i in idx],
-            tokenizer=run.tokenizer, verifier=run.verifier, reward_terms=run.hooks.reward_terms)
+            tokenizer=run.tokenizer, verifier=run.verifier, reward_terms=run.plan.reward_terms)
         counters["verify_timeouts"] += timeouts
         return groups
 
     run.engine.wake()
     groups, run.state["carry"], ds = collect_groups(
-        generate_round, want=cfg.train.prompts_per_step, group_filter=run.hooks.group_filter, carry=run.state["carry"])
+        generate_round, want=cfg.train.prompts_per_step, group_filter=run.plan.group_filter, carry=run.state["carry"])
     run.engine.sleep()
     return groups, ds, counters
 
 
-def update_spec(cfg: DictConfig, hooks: compose.Hooks) -> steps.UpdateSpec:
-    a, t = cfg.algo, cfg.train
-    return steps.UpdateSpec(
-        group_size=cfg.rollout.n, mini_batch_size=t.mini_batch_size, micro_batch_size=t.micro_batch_size,
-        token_budget=t.token_budget, ppo_epochs=t.ppo_epochs, grad_clip=cfg.optim.grad_clip,
-        normaliser=hooks.normaliser, surrogate=hooks.surrogate,
-        kl_coef=a.kl_coef, kl_estimator=a.kl_estimator, tis_cap=a.tis_cap,
-        update_mask=hooks.update_mask, rollout_weight=hooks.rollout_weight,
-    )
+def update_sizes(cfg: DictConfig) -> steps.UpdateSizes:
+    t = cfg.train
+    return steps.UpdateSizes(group_size=cfg.rollout.n, mini_batch_size=t.mini_batch_size,
+                             micro_batch_size=t.micro_batch_size, token_budget=t.token_budget, ppo_epochs=t.ppo_epochs,
+                             grad_clip=cfg.optim.grad_clip)
 
 
 def train_on(run: Run, groups: list[Group], step: int) -> dict[str, float]:
     """Advantages, masks, old log-probs, the update and the engine sync; returns the step's metrics."""
-    cfg, t, hooks = run.cfg, run.cfg.train, run.hooks
-    batch = steps.build_batch(groups, group_size=cfg.rollout.n, advantage=hooks.advantage, token_mask=hooks.token_mask)
-    spec, seed = update_spec(cfg, hooks), cfg.seed * 31 + step * 7
+    cfg, t, plan = run.cfg, run.cfg.train, run.plan
+    batch = steps.build_batch(groups, group_size=cfg.rollout.n, plan=plan)
+    sizes, seed = update_sizes(cfg), cfg.seed * 31 + step * 7
     t_train = time.perf_counter()
     # the first mini-batch's rows (every row with one mini-batch) are scored by the update itself
-    on_policy = [] if t.recompute_old_logprobs else steps.on_policy_rows(len(groups), spec=spec, seed=seed)
+    on_policy = [] if t.recompute_old_logprobs else steps.on_policy_rows(len(groups), sizes=sizes, seed=seed)
     old = steps.old_logprobs(run.model, batch, fwd=run.fwd, ref_model=run.ref_model,
                              micro_batch_size=t.micro_batch_size, token_budget=t.token_budget, on_policy=on_policy)
-    upd = steps.update_policy(run.model, run.optimizer, batch, old, fwd=run.fwd, spec=spec, seed=seed)
+    upd = steps.update_policy(run.model, run.optimizer, batch, old, fwd=run.fwd, plan=plan, sizes=sizes, seed=seed)
     run.engine.sync_weights(run.model)
     t_train = time.perf_counter() - t_train
-    tok_adv = steps.token_advantages(batch, old.logp, range(batch.size), tis_cap=spec.tis_cap,
-                                     rollout_weight=spec.rollout_weight)
+    tok_adv = steps.token_advantages(batch, old.logp, range(batch.size), plan=plan)
     m = {**steps.rollout_mismatch(batch, old),
-         **steps.step_metrics(batch, old, upd, tok_adv, shaping_metrics=hooks.reward_metrics,
+         **steps.step_metrics(batch, old, upd, tok_adv, shaping_metrics=plan.reward_metrics,
                               ppo_epochs=t.ppo_epochs, t_train=t_train)}
     m.update(steps.sample_diagnostics(groups, run.task.train, _diagnostics(cfg)))
     runner.check_finite(run, step, m)  # a diverged step stops the run before it is logged or checkpointed

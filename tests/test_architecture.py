@@ -37,7 +37,7 @@ GRAPH = {m: _imports(p) - {m} for m, p in MODULES.items()}
 LAYERS = [
     # 0: the bottom: pure functions, the schema, run files; the fixes (their registry and modules,
     # which reach only the objective and the schema's error)
-    {"dapo_exp.objective", "dapo_exp.config", "dapo_exp.fixes*", "dapo_exp.rundir", "dapo_exp.evaluation",
+    {"dapo_exp.errors", "dapo_exp.objective", "dapo_exp.config", "dapo_exp.fixes*", "dapo_exp.rundir", "dapo_exp.evaluation",
      "dapo_exp.batching", "dapo_exp.logprobs", "dapo_exp.tracking", "dapo_exp.checkpoint", "dapo_exp.models",
      "dapo_exp.console", "dapo_exp.keyed", "dapo_exp.quiet"},
     # 1: registries and what they choose from: tasks, rollout; the composition of the fixes' hooks;
@@ -72,14 +72,20 @@ def test_imports_go_down_the_layers(module):
     assert not up, f"{module} (layer {_layer(module)}) imports from above: {sorted(up)}"
 
 
-@pytest.mark.parametrize("module", ["dapo_exp.objective", "dapo_exp.config", "dapo_exp.rundir"])
+@pytest.mark.parametrize("module", ["dapo_exp.errors", "dapo_exp.objective", "dapo_exp.rundir"])
 def test_the_bottom_imports_nothing_of_the_project(module):
     assert GRAPH[module] == set()
 
 
+def test_the_schema_reaches_only_the_fixes_and_the_error():
+    """The ``algo`` section is assembled from the fixes' declarations: the schema imports them and nothing else."""
+    fixes_pkg = {m for m in MODULES if m.startswith("dapo_exp.fixes")}
+    assert GRAPH["dapo_exp.config"] <= fixes_pkg | {"dapo_exp.errors"}, sorted(GRAPH["dapo_exp.config"])
+
+
 @pytest.mark.parametrize("module", sorted(m for m in MODULES if m.startswith("dapo_exp.fixes")))
 def test_a_fix_reaches_only_the_objective_and_the_registry(module):
-    allowed = {"dapo_exp.objective", "dapo_exp.config"} | {m for m in MODULES if m.startswith("dapo_exp.fixes")}
+    allowed = {"dapo_exp.objective", "dapo_exp.errors"} | {m for m in MODULES if m.startswith("dapo_exp.fixes")}
     assert GRAPH[module] <= allowed, sorted(GRAPH[module] - allowed)
 
 

@@ -2,15 +2,18 @@
 file alone (one Python object + one config group, here written to a temporary search path),
 trains two CPU steps and reaches the run label, the summary's switches and the analysis table."""
 
+import functools
 import json
+import os
 from types import SimpleNamespace
 
 import pytest
 import torch
+from conftest import SMALL
 
 from dapo_exp import fixes, objective, rundir
 from dapo_exp.config import ConfigError
-from dapo_exp.fixes.base import Fix, GroupFilter
+from dapo_exp.fixes.base import Fix, GroupFilter, Out
 from dapo_exp.train import train
 
 CALLS: dict[str, list] = {}
@@ -30,13 +33,27 @@ def _plain_pg(logp, old_logp, advantages, *, mask):
     return objective.SurrogateOut(-ratio * adv, ratio, never, never, never)
 
 
+def _entropy_bonus(*, logp, old_logp, entropy, mask, weights, coef):
+    """An entropy bonus, ``-coef x`` the policy's entropy under the run's normaliser, logging that entropy as a
+    metric of its own (no step of the loop names it)."""
+    _record("loss_term", tuple(entropy.shape))
+    assert entropy.requires_grad  # the policy's entropy, with its gradient
+    ent = objective.aggregate_loss(entropy, mask, weights=weights)
+    return Out(-coef * ent, {"actor/entropy_bonus": ent})
+
+
+def _scaled(adv, rewards, *, factor):
+    """Scale the advantages, logging the scale as a metric of its own."""
+    _record("advantage", adv * factor)
+    return Out(adv * factor, {"actor/adv_scale": factor})
+
+
 # name, short, slot, its hook (bound from the ext value), a metric it logs
 EXTENSIONS = [
     ("const_bonus", "bonus", "reward",
      lambda v: lambda *, lengths, correct: _record("reward", torch.full_like(lengths, float(v))),
      "reward/const_bonus_mean"),
-    ("adv_scale", "advx", "advantage", lambda v: lambda adv, rewards: _record("advantage", adv * float(v)),
-     "actor/effective_batch_frac"),
+    ("adv_scale", "advx", "advantage", lambda v: functools.partial(_scaled, factor=float(v)), "actor/adv_scale"),
     ("keep_all", "keep", "group_filter",
      lambda v: GroupFilter(keep=lambda correct, reward: _record("group_filter", torch.ones(len(correct), dtype=bool)),
                            max_rounds=int(v)),
@@ -54,6 +71,8 @@ EXTENSIONS = [
     ("const_weight", "cweight", "rollout_weight",
      lambda v: lambda old_logp, engine_logp, mask: _record("rollout_weight", torch.full_like(old_logp, float(v))),
      "actor/rollout_weight_mean"),
+    ("entropy_bonus", "entb", "loss_term", lambda v: functools.partial(_entropy_bonus, coef=float(v)),
+     "actor/entropy_bonus"),
 ]
 
 
@@ -64,7 +83,7 @@ def _fix(name, short, slot, hook, metric):
 
 
 VALUES = {"const_bonus": 0.5, "adv_scale": 2.0, "keep_all": 3, "first_tokens": 2, "plain_pg": 1, "sum_norm": 100.0,
-          "keep_first": 2, "const_weight": 0.5}
+          "keep_first": 2, "const_weight": 0.5, "entropy_bonus": 0.1}
 
 
 @pytest.fixture
@@ -119,7 +138,14 @@ def test_a_fix_of_each_slot_from_outside_the_package(tmp_path, small_cfg, extens
             assert all(r["actor/rollout_weight_mean"] == 0.5 for r in trained)
         if slot == "surrogate":
             assert all(r["actor/pg_clipfrac_higher"] == 0 and r["actor/pg_clipfrac_lower"] == 0 for r in trained)
+        if slot == "advantage":
+            assert all(r["actor/adv_scale"] == 2.0 for r in trained)
+        if slot == "loss_term":  # the entropy the term saw: per-token entropies of a few nats, > 0
+            assert all(0 < r["actor/entropy_bonus"] < 20 for r in trained)
     train(small_cfg(runs / "grpo", "fixes=grpo"))
+    first = {name: next(r for r in _rows(runs / name) if "reward/mean" in r) for name in ("grpo", "entropy_bonus")}
+    assert first["entropy_bonus"]["reward/mean"] == first["grpo"]["reward/mean"]  # step 1: the same rollouts
+    assert first["entropy_bonus"]["actor/grad_norm"] != first["grpo"]["actor/grad_norm"]  # the bonus has a gradient
     data = A.load_runs(runs)
     labels = {short for _, short, *_ in EXTENSIONS} | {"grpo"}
     assert set(data.runs["label"]) == labels
@@ -142,3 +168,95 @@ def test_unregistered_names_fail_listing_the_choices(tmp_path, small_cfg):
     with pytest.raises(ConfigError, match="algo.ext.const_bonus is read by no registered fix"):
         train(small_cfg(tmp_path, "+algo.ext.const_bonus=0.5"))
     assert not (tmp_path / rundir.SUMMARY).exists()  # refused before the run directory was touched
+
+
+def test_a_metric_a_fix_declares_and_nothing_logs_is_refused():
+    from dapo_exp.compose import Plan
+
+    plan = Plan(surrogate=objective.clipped_surrogate, normaliser=None, declared={"mine": ("actor/mine",)})
+    plan.check_logged({"actor/mine": 1.0})
+    with pytest.raises(RuntimeError, match=r"not logged: actor/mine \(fix mine\)"):
+        plan.check_logged({"actor/pg_loss": 0.1})
+
+
+def test_the_plan_merges_its_hooks_metrics_and_chains_the_transforms_in_order():
+    """Advantage transforms apply in registry order to what the one before gave (never a recompute), and
+    Dr. GRPO's transform after a scaling keeps the scaling: ``2 x (R - mean)``."""
+    from dapo_exp.compose import Plan
+
+    rewards = torch.tensor([[1.0, -1.0, -1.0, 1.0], [1.0, 1.0, 1.0, -1.0]])
+    plan = Plan(surrogate=None, normaliser=None, advantage_transforms=(
+        functools.partial(_scaled, factor=2.0), functools.partial(objective.without_std, eps=1e-6)))
+    adv, metrics = plan.advantage(rewards)
+    centred = objective.group_advantages(rewards, norm_std=False)
+    torch.testing.assert_close(adv, 2 * centred, rtol=1e-6, atol=1e-6)
+    assert metrics == {"actor/adv_scale": 2.0}
+
+
+ADV_CLIP = '''"""Advantage clipping: each advantage clipped to [-adv_clip, adv_clip] (an advantage transform)."""
+
+from __future__ import annotations
+
+import functools
+
+from dapo_exp.fixes.base import Fix, Key, Out, check_range, register_fix
+
+
+def _clip(advantages, rewards, *, bound):
+    clipped = advantages.clamp(-bound, bound)
+    return Out(clipped, {"actor/adv_clipped_frac": float((clipped != advantages).float().mean())})
+
+
+FIX = register_fix(Fix(
+    name="adv_clip", short="aclip", title="Advantage clipping", paper="(practice)",
+    schema=(Key("adv_clip", float | None, None, "clip each advantage to [-adv_clip, adv_clip], null = off"),),
+    is_on=lambda a: a.adv_clip is not None, slots=("advantage",),
+    bind=lambda algo, run: {"advantage": functools.partial(_clip, bound=algo.adv_clip)},
+    check=lambda algo, run: check_range(algo, ("adv_clip", "> 0 or null", lambda v: v is None or v > 0)),
+    metrics=("actor/adv_clipped_frac",),
+))
+'''
+
+VERL_REFUSAL = ("from dapo_exp.backends import verl\nfrom dapo_exp.hydra_setup import compose_config\n"
+                "try:\n    verl.translate(compose_config(['backend=verl', 'adv_clip=enabled']), label='x')\n"
+                "except verl.Untranslatable as e:\n    print(e)\n")
+
+
+@pytest.mark.slow
+def test_a_fix_inside_the_package_is_its_module_its_config_group_and_one_defaults_line(tmp_path, warm_cache):
+    """docs/how-to/extend.md's three files, added to a copy of the package and conf/ (nothing else edited):
+    the schema has the fix's key, a bad value is refused naming it, and a run with it on trains, logs the
+    fix's own metric and carries its switch and label; a verl job with it on is refused naming the fix."""
+    import shutil
+    import subprocess
+    import sys
+    from pathlib import Path
+
+    src, repo = Path(__file__).resolve().parents[1], tmp_path / "repo"
+    for part in ("dapo_exp", "conf", "hydra_plugins"):
+        shutil.copytree(src / part, repo / part, ignore=shutil.ignore_patterns("__pycache__"))
+    shutil.copy(src / "run.py", repo)
+    (repo / "dapo_exp/fixes/adv_clip.py").write_text(ADV_CLIP)  # 1: the module
+    (repo / "conf/adv_clip").mkdir()  # 2: the config group
+    (repo / "conf/adv_clip/enabled.yaml").write_text("# @package algo\nadv_clip: 0.5\n")
+    (repo / "conf/adv_clip/disabled.yaml").write_text("# @package algo\nadv_clip: null\n")
+    defaults = (repo / "conf/config.yaml").read_text()  # 3: one defaults line
+    (repo / "conf/config.yaml").write_text(defaults.replace("  - rollout_correction: disabled",
+                                                            "  - adv_clip: disabled\n  - rollout_correction: disabled", 1))
+
+    def run(*args: str) -> subprocess.CompletedProcess:
+        small = [*SMALL, f"model.cache_dir={warm_cache}"]
+        return subprocess.run([sys.executable, "run.py", *small, *args], cwd=repo, capture_output=True, text=True,
+                              timeout=600, env={**os.environ, "PYTHONPATH": str(repo), "OMP_NUM_THREADS": "1"})
+
+    bad = run("adv_clip=enabled", "algo.adv_clip=-1", f"hydra.run.dir={tmp_path / 'bad'}")
+    assert bad.returncode == 2 and "algo.adv_clip: must be > 0 or null, got -1" in bad.stderr, bad.stderr[-2000:]
+    verl = subprocess.run([sys.executable, "-c", VERL_REFUSAL], cwd=repo, capture_output=True, text=True, timeout=300,
+                          env={**os.environ, "PYTHONPATH": str(repo)})
+    assert verl.returncode == 0 and "fix 'adv_clip'" in verl.stdout and "backend=native" in verl.stdout, verl.stderr
+    ok = run("fixes=grpo", "adv_clip=enabled", f"hydra.run.dir={tmp_path / 'run'}")
+    assert ok.returncode == 0, ok.stderr[-3000:]
+    summary = json.loads((tmp_path / "run" / rundir.SUMMARY).read_text())
+    assert summary["switches"]["adv_clip"] and summary["label"] == "aclip"
+    trained = [r for r in _rows(tmp_path / "run") if "reward/mean" in r]
+    assert len(trained) == 2 and all(0 <= r["actor/adv_clipped_frac"] <= 1 for r in trained)

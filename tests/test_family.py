@@ -166,8 +166,10 @@ def test_what_combines_composes(small_cfg, tmp_path):
 @pytest.mark.parametrize("override,key", [("algo.gspo_form=tokens", "algo.gspo_form"),
                                           ("algo.cispo_eps_low=1.5", "algo.cispo_eps_low"),
                                           ("algo.gmpo_eps_low=-0.1", "algo.gmpo_eps_low"),
-                                          ("algo.clip_cov_lb=6", "algo.clip_cov_ratio / clip_cov_lb"),
-                                          ("algo.kl_cov_coef=-1", "algo.kl_cov_ratio / kl_cov_coef"),
+                                          ("algo.clip_cov_lb=6", "algo.clip_cov_lb / clip_cov_ub: need lb <= ub"),
+                                          ("algo.clip_cov_ratio=2", r"algo.clip_cov_ratio: must be in \[0, 1\], got 2"),
+                                          ("algo.kl_cov_coef=-1", "algo.kl_cov_coef: must be >= 0, got -1"),
+                                          ("algo.gspo_eps_low=1", r"algo.gspo_eps_low: must be in \[0, 1\), got 1"),
                                           ("algo.top_entropy_rho=0", "algo.top_entropy_rho"),
                                           ("algo.rc_level=row", "algo.rc_level"),
                                           ("algo.rc_aggregation=mean", "algo.rc_aggregation"),
@@ -270,30 +272,29 @@ def test_a_design_over_switches_that_cannot_combine_is_refused(switches, message
         D.make_design("fractional", switches)
 
 
-def _update(*, micro_batch_size: int, **spec_kw):
-    """One update of the tiny model on test_steps' batch (engine log-probs reported), with ``spec_kw``
-    added to the UpdateSpec: (update stats, the gradient of each optimizer step)."""
+def _update(*, micro_batch_size: int, **plan_kw):
+    """One update of the tiny model on test_steps' batch (engine log-probs reported), with ``plan_kw``
+    given to the Plan: (update stats, the gradient of each optimizer step)."""
     import functools
 
     import torch
     from test_steps import N_GROUPS, TOKEN_MEAN, G, RecordingSGD, V, make_groups, tiny_qwen2
 
     from dapo_exp import objective, steps
+    from dapo_exp.compose import Plan
     from dapo_exp.logprobs import ResponseForward
 
     model = tiny_qwen2(vocab=V, dtype=torch.float64)
-    batch = steps.build_batch(make_groups(engine_logprobs=True), group_size=G, advantage=objective.group_advantages,
-                              token_mask=None)
-    spec = steps.UpdateSpec(
-        group_size=G, mini_batch_size=G * N_GROUPS, micro_batch_size=micro_batch_size, token_budget=None,
-        ppo_epochs=1, grad_clip=0.0, normaliser=TOKEN_MEAN,
-        surrogate=functools.partial(objective.clipped_surrogate, eps_low=0.2, eps_high=0.28),
-        kl_coef=0.0, kl_estimator="k3", **{"tis_cap": None, **spec_kw})
+    plan = Plan(surrogate=functools.partial(objective.clipped_surrogate, eps_low=0.2, eps_high=0.28),
+                normaliser=TOKEN_MEAN, **plan_kw)
+    batch = steps.build_batch(make_groups(engine_logprobs=True), group_size=G, plan=plan)
+    sizes = steps.UpdateSizes(group_size=G, mini_batch_size=G * N_GROUPS, micro_batch_size=micro_batch_size,
+                              token_budget=None, ppo_epochs=1, grad_clip=0.0)
     fwd = ResponseForward(pad_id=0, device=torch.device("cpu"))
     old = steps.old_logprobs(model, batch, fwd=fwd, ref_model=None, micro_batch_size=micro_batch_size,
-                             token_budget=None, on_policy=steps.on_policy_rows(N_GROUPS, spec=spec, seed=3))
+                             token_budget=None, on_policy=steps.on_policy_rows(N_GROUPS, sizes=sizes, seed=3))
     opt = RecordingSGD(model.parameters(), lr=0.5)
-    return steps.update_policy(model, opt, batch, old, fwd=fwd, spec=spec, seed=3), opt.grads
+    return steps.update_policy(model, opt, batch, old, fwd=fwd, plan=plan, sizes=sizes, seed=3), opt.grads
 
 
 def _same_update(a, b):
@@ -314,7 +315,7 @@ def test_top_entropy_selects_over_the_mini_batch_whatever_its_micro_batches():
     from dapo_exp import objective
 
     mask = functools.partial(objective.top_entropy_mask, rho=0.2)
-    whole, split = _update(micro_batch_size=16, update_mask=mask), _update(micro_batch_size=4, update_mask=mask)
+    whole, split = _update(micro_batch_size=16, update_masks=(mask,)), _update(micro_batch_size=4, update_masks=(mask,))
     _same_update(whole, split)
     upd = whole[0]
     assert upd["n_kept"] == split[0]["n_kept"] and 0.2 <= upd["n_kept"] / upd["n_tokens"] < 0.25

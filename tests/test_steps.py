@@ -17,6 +17,7 @@ import torch
 from test_logprobs import tiny_qwen2
 
 from dapo_exp import objective, steps
+from dapo_exp.compose import Plan
 from dapo_exp.logprobs import ResponseForward
 from dapo_exp.rollout.groups import Group
 
@@ -83,19 +84,17 @@ def one_step(*, recompute: bool, mini_batch_size: int, ppo_epochs: int = 1, tis_
     model = tiny_qwen2(vocab=V, dtype=torch.float64)
     ref = tiny_qwen2(vocab=V, dtype=torch.float64, seed=1) if kl_coef else None
     groups = make_groups(engine_logprobs=tis_cap is not None)
-    batch = steps.build_batch(groups, group_size=G, advantage=objective.group_advantages, token_mask=None)
-    spec = steps.UpdateSpec(
-        group_size=G, mini_batch_size=mini_batch_size, micro_batch_size=micro_batch_size, token_budget=None,
-        ppo_epochs=ppo_epochs, grad_clip=0.0, normaliser=TOKEN_MEAN,
-        surrogate=functools.partial(objective.clipped_surrogate, eps_low=0.2, eps_high=0.28),
-        kl_coef=kl_coef, kl_estimator="k3", tis_cap=tis_cap,
-    )
+    plan = Plan(surrogate=functools.partial(objective.clipped_surrogate, eps_low=0.2, eps_high=0.28),
+                normaliser=TOKEN_MEAN, kl_coef=kl_coef, kl_estimator="k3", tis_cap=tis_cap)
+    batch = steps.build_batch(groups, group_size=G, plan=plan)
+    sizes = steps.UpdateSizes(group_size=G, mini_batch_size=mini_batch_size, micro_batch_size=micro_batch_size,
+                              token_budget=None, ppo_epochs=ppo_epochs, grad_clip=0.0)
     fwd = CountingForward(ResponseForward(pad_id=0, device=torch.device("cpu")))
-    on_policy = [] if recompute else steps.on_policy_rows(len(groups), spec=spec, seed=seed)
+    on_policy = [] if recompute else steps.on_policy_rows(len(groups), sizes=sizes, seed=seed)
     old = steps.old_logprobs(model, batch, fwd=fwd, ref_model=ref, micro_batch_size=micro_batch_size,
                              token_budget=None, on_policy=on_policy)
     opt = RecordingSGD(model.parameters(), lr=0.5)
-    upd = steps.update_policy(model, opt, batch, old, fwd=fwd, spec=spec, seed=seed)
+    upd = steps.update_policy(model, opt, batch, old, fwd=fwd, plan=plan, sizes=sizes, seed=seed)
     return upd, opt.grads, old, fwd.calls, batch
 
 
@@ -166,9 +165,8 @@ def test_two_epochs_reuse_the_first_forward():
 
 
 def test_on_policy_rows_are_the_first_mini_batch():
-    spec = steps.UpdateSpec(group_size=G, mini_batch_size=2 * G, micro_batch_size=G, token_budget=None,
-                            ppo_epochs=3, grad_clip=0.0, normaliser=TOKEN_MEAN,
-                            surrogate=objective.clipped_surrogate, kl_coef=0.0, kl_estimator="k3", tis_cap=None)
-    rows = steps.on_policy_rows(N_GROUPS, spec=spec, seed=5)
-    assert rows == steps.minibatch_rows(N_GROUPS, spec=spec, seed=5)[0]
+    sizes = steps.UpdateSizes(group_size=G, mini_batch_size=2 * G, micro_batch_size=G, token_budget=None,
+                              ppo_epochs=3, grad_clip=0.0)
+    rows = steps.on_policy_rows(N_GROUPS, sizes=sizes, seed=5)
+    assert rows == steps.minibatch_rows(N_GROUPS, sizes=sizes, seed=5)[0]
     assert len(rows) == 2 * G

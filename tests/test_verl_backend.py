@@ -287,15 +287,15 @@ def batch(seed: int = 0):
 
 
 def our_side(cfg, d):
-    """Our advantage, mask and loss through the hooks the fixes bind for this config (dapo_exp.compose):
+    """Our advantage, mask and loss through the plan the fixes compose for this config (dapo_exp.compose):
     the same composition the trainer runs, so every fix's translation is compared with verl's result."""
     from dapo_exp import compose
 
-    hooks = compose.compose(cfg.algo, compose.run_info(cfg))
-    adv = hooks.advantage(d["rewards"]).reshape(-1)
-    mask = hooks.token_mask(d["mask"], d["truncated"]) if hooks.token_mask is not None else d["mask"]
-    out = hooks.surrogate(d["logp"], d["old"], adv[:, None].double(), mask=mask)
-    weights = hooks.normaliser(mask, torch.arange(B // G).repeat_interleave(G))
+    plan = compose.compose(cfg.algo, compose.run_info(cfg))
+    adv = plan.advantage(d["rewards"]).value.reshape(-1)
+    mask = plan.token_mask(d["mask"], d["truncated"]).value
+    out = plan.surrogate(d["logp"], d["old"], adv[:, None].double(), mask=mask)
+    weights = plan.weights(mask, torch.arange(B // G).repeat_interleave(G))
     our_side.token_terms = out.loss * mask * weights[:, None].to(out.loss.dtype)  # each token's share of the loss
     return adv, objective.weighted_token_sum(out.loss, mask, weights), mask
 

@@ -718,6 +718,26 @@ def _apply(path: str, value: Any, ctx: Context, out: dict[str, Any], skipped: di
         out[key] = val
 
 
+def _translate_fix(fix: fixes.Fix, ctx: Context, out: dict[str, Any], skipped: dict[str, str]) -> set[str]:
+    """Apply the rules of ``fix``'s keys; returns their paths. A key without a rule is refused, naming the fix,
+    when the fix is on; when it is off, each such key must hold its default (then nothing reaches verl)."""
+    cfg, paths = ctx.cfg, [f"algo.{key}" for key in fix.keys]
+    for path in paths:
+        value = OmegaConf.select(cfg, path)
+        if path in FIX_RULES:
+            _apply(path, value, ctx, out, skipped)
+            continue
+        why = (f"fix {fix.name!r} declares it and there is no verl translation for it (dapo_exp/backends/verl.py, "
+               "FIX_RULES)")
+        if fixes.is_on(fix, cfg.algo):
+            _fail(path, value, why + f": run it with backend=native, or switch it off ({fix.name}=disabled)")
+        default = OmegaConf.select(_SCHEMA, path)
+        if not path.startswith("algo.ext.") and value != default:
+            _fail(path, value, why + f"; with the fix off it must keep its default {default!r}")
+        skipped[path] = f"none: fix {fix.name!r} is off and has no verl translation"
+    return set(paths)
+
+
 def translate(cfg: DictConfig, *, label: str | None = None) -> VerlJob:
     """The verl job of a resolved dapo-exp config, or :class:`Untranslatable` naming the first key verl
     cannot honour. ``label``: the run label (default: :func:`dapo_exp.hydra_setup.run_label`)."""
@@ -731,13 +751,7 @@ def translate(cfg: DictConfig, *, label: str | None = None) -> VerlJob:
     skipped: dict[str, str] = {}
     done = set()
     for fix in fixes.FIXES.values():  # the fixes first, through their registry
-        for key in fix.keys:
-            path = f"algo.{key}"
-            if path not in FIX_RULES:
-                _fail(path, OmegaConf.select(cfg, path), f"fix {fix.name!r} declares it and there is no verl "
-                      "translation for it (dapo_exp/backends/verl.py, FIX_RULES)")
-            _apply(path, OmegaConf.select(cfg, path), ctx, values, skipped)
-            done.add(path)
+        done |= _translate_fix(fix, ctx, values, skipped)
     for path, value in _leaves(resolved):
         if path in done:
             continue
@@ -842,6 +856,10 @@ def markdown_table() -> str:
     lines = ["| dapo-exp key | verl (0.9.1) |", "|---|---|"]
     for path, rule in RULES.items():
         lines.append(f"| `{path}` | {rule.verl} |")
+    for fix in fixes.FIXES.values():  # a fix with no rule at all: refused when on, its defaults when off
+        if fix.schema and not any(f"algo.{k}" in FIX_RULES for k in fix.keys):
+            lines += [f"| `algo.{k}` | none: fix `{fix.name}` has no verl translation (refused when on; off, its "
+                      "default) |" for k in fix.keys]
     return "\n".join(lines)
 
 

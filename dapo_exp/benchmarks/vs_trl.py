@@ -167,9 +167,9 @@ def open_run(cfg: Any, tokens: int, label: str) -> Any:
     from dapo_exp import build, runner
     from dapo_exp import train as T
 
-    hooks = T.preflight(cfg)
+    plan = T.preflight(cfg)
     Path(cfg.out_dir).mkdir(parents=True, exist_ok=True)
-    run = build.build_run(cfg, hooks, Path(cfg.out_dir), label, cleanup=[])
+    run = build.build_run(cfg, plan, Path(cfg.out_dir), label, cleanup=[])
     runner.resume(run)
     run.sampler = build.PromptSampler(len(run.train_prompts), cfg.seed, run.state["sampler_position"])
     run.model.generation_config.min_new_tokens = tokens

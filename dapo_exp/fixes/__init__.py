@@ -1,7 +1,9 @@
 """The fixes: one module each, registered in :mod:`dapo_exp.fixes.base` (see there for the hook slots).
 
 Importing this package registers the built-in fixes: DAPO's five in the order of Table 1's
-columns, then the GRPO family after DAPO.
+columns, then the GRPO family after DAPO, then any other module of this package, by name (a new
+fix module needs no line here; list it below only to give it another column). GRPO's own pieces
+(:mod:`dapo_exp.fixes.grpo`) are no switch.
 A fix of your own is one module that calls :func:`register_fix` plus a config group
 ``conf/<name>/{disabled,enabled}.yaml`` (docs: how-to/extend.md).
 """
@@ -16,3 +18,10 @@ from dapo_exp.fixes import (  # noqa: E402,F401 - registration order = column or
 from dapo_exp.fixes import (  # noqa: E402,F401 - the GRPO family after DAPO
     dr_grpo_adv, dr_grpo_norm, gspo, cispo, gmpo, clip_cov, kl_cov, top_entropy, rollout_correction,
 )
+
+import importlib as _importlib  # noqa: E402
+import pkgutil as _pkgutil  # noqa: E402
+
+for _m in sorted(m.name for m in _pkgutil.iter_modules(__path__)):  # noqa: F405 - its other fix modules, by name
+    if _m not in ("base", "grpo"):
+        _importlib.import_module(f"{__name__}.{_m}")

@@ -4,9 +4,13 @@ A fix is one module (``dapo_exp/fixes/<name>.py``, or a file of your own) that b
 :class:`Fix` and passes it to :func:`register_fix`. The :class:`Fix` declares everything
 about it: its config keys, when it is on (read from the values, never from a preset's
 name), the hook slots it fills and how it binds them from the config, its metrics, its
-paper reference and which fixes it cannot be combined with. Nothing else in the package
-names a fix: the trainer calls the bound hooks (:mod:`dapo_exp.compose`), the labels,
-W&B tags, analysis columns and the backends' translations iterate :data:`FIXES`.
+paper reference and which fixes it cannot be combined with. The trainer reaches the fixes
+only through the plan :mod:`dapo_exp.compose` builds from them; the labels, W&B tags,
+analysis columns and the backends' translations iterate :data:`FIXES`. Still kept outside
+a fix's module: the schema of its keys (:mod:`dapo_exp.config`), its verl rule
+(:mod:`dapo_exp.backends.verl`), the study that judges it (:mod:`dapo_exp.analysis.studies`)
+and its pure maths (:mod:`dapo_exp.objective`). GRPO's own pieces, which the fixes transform
+or replace, are :mod:`dapo_exp.fixes.grpo`.
 
 The slots (:data:`SLOTS`) are the places a fix can act. Hooks are plain callables over
 tensors and scalars, bound once per run by the fix's ``bind(algo, run)``:
@@ -14,14 +18,15 @@ tensors and scalars, bound once per run by the fix's ``bind(algo, run)``:
 - ``reward``: ``(*, lengths (B,) float, correct (B,) bool) -> (B,)`` added to the
   correctness reward. The term's batch mean is logged as the fix's first metric (0 when off).
 - ``advantage``: ``(advantages (N, G), rewards (N, G)) -> (N, G)``, applied in registry
-  order after the estimator of ``algo.adv_estimator``.
+  order after GRPO's group-relative estimator (``algo.adv_estimator``): a transform of the
+  advantages it is given, never a replacement of them.
 - ``group_filter``: a :class:`GroupFilter` (which groups a batch keeps, and how it refills).
 - ``token_mask``: ``(mask (B, T), truncated (B,)) -> (B, T)``, the tokens that count in the
   loss, applied in registry order.
 - ``surrogate``: ``(logp, old_logp, advantages, *, mask) -> objective.SurrogateOut`` per token
-  (default: PPO's clipped surrogate, ``algo.policy_loss``).
+  (default: GRPO's, PPO's clipped surrogate, ``algo.policy_loss``).
 - ``normaliser``: ``(mask (B, T), group_index (B,)) -> (B,)`` loss weights of a mini-batch
-  (default: GRPO's ``seq-mean-token-mean``).
+  (default: GRPO's ``seq-mean-token-mean``, :data:`dapo_exp.fixes.grpo.MODE`).
 - ``update_mask``: ``(entropy (B, T), mask (B, T)) -> (B, T) bool``, of a mini-batch's loss-mask
   tokens those whose policy-gradient term counts, from the per-token entropy of the mini-batch
   under the policy being updated (a no-grad forward before its gradient passes). It masks the
@@ -32,6 +37,17 @@ tensors and scalars, bound once per run by the fix's ``bind(algo, run)``:
   weights multiplied into the per-token advantages, the correction of the rollout engine's
   sampling distribution (trainer's old log-probs vs the engine's); called only when the engine
   reported its log-probs.
+- ``loss_term``: ``(*, logp, old_logp, entropy, mask, weights) -> scalar`` added to a micro-batch's
+  loss (``entropy`` is the policy's per-token entropy, with its gradient; ``weights`` the
+  normaliser's, so :func:`dapo_exp.objective.aggregate_loss` over the micro-batches of a mini-batch
+  adds up to the mini-batch's term). An entropy bonus, an auxiliary loss. Several fixes: their
+  terms add.
+
+A hook returns its value, or ``Out(value, metrics)`` to log metrics of its own (``advantage``,
+``token_mask`` and ``loss_term``): the plan merges them into the step's row. A batch hook's
+metrics (``advantage``, ``token_mask``) are logged as returned; a loss term's are its micro-batches'
+shares, summed over each mini-batch and averaged over the step's optimizer steps (as
+``actor/pg_loss``). A fix may declare the metrics its hooks log, and the loop checks them.
 
 Slots marked ``exclusive`` take one fix at a time: two fixes that are on and fill the
 same exclusive slot fail before any compute, naming both (so do fixes that name each
@@ -45,9 +61,9 @@ from __future__ import annotations
 
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, NamedTuple
 
-from dapo_exp.config import ConfigError
+from dapo_exp.errors import ConfigError
 
 
 @dataclass(frozen=True)
@@ -68,7 +84,42 @@ SLOTS: dict[str, Slot] = {
     "update_mask": Slot("(entropy (B, T), mask (B, T)) -> (B, T) bool, numerator only", exclusive=False),
     "rollout_weight": Slot("(old_logp (B, T), engine_logp (B, T), mask (B, T)) -> (B, T) x advantages",
                            exclusive=True),
+    "loss_term": Slot("(*, logp, old_logp, entropy, mask, weights) -> scalar added to the loss", exclusive=False),
 }
+
+
+class Out(NamedTuple):
+    """What a hook returns when it logs metrics of its own: its value and ``{metric name: value}``."""
+
+    value: Any
+    metrics: dict[str, Any]
+
+
+def unpack(result: Any) -> tuple[Any, dict[str, Any]]:
+    """``(value, metrics)`` of a hook's result: an :class:`Out`, or a bare value (no metrics)."""
+    return (result.value, dict(result.metrics)) if isinstance(result, Out) else (result, {})
+
+
+def binds(slot: str, fn: str, **keys: str) -> Callable[[Any, RunInfo], dict[str, Any]]:
+    """A fix's ``bind`` that fills ``slot`` with ``dapo_exp.objective.<fn>``, each keyword bound to the value
+    of ``algo.<key>`` (``binds("surrogate", "cispo_surrogate", eps_low="cispo_eps_low")``)."""
+
+    def bind(algo: Any, run: RunInfo) -> dict[str, Any]:
+        import functools
+
+        from dapo_exp import objective
+
+        return {slot: functools.partial(getattr(objective, fn), **{k: algo[v] for k, v in keys.items()})}
+
+    return bind
+
+
+def check_range(algo: Any, *bounds: tuple[str, str, Callable[[Any], bool]]) -> None:
+    """Refuse the first ``(key, rule, ok)`` whose ``ok(algo[key])`` is false, before any compute:
+    ``algo.<key>: must be <rule>, got <value>`` (``ok`` decides whether null is allowed)."""
+    for key, rule, ok in bounds:
+        if not ok(algo[key]):
+            raise ConfigError(f"algo.{key}: must be {rule}, got {algo[key]}")
 
 
 @dataclass(frozen=True)
@@ -98,6 +149,17 @@ class GroupFilter:
 
 
 @dataclass(frozen=True)
+class Key:
+    """One ``algo`` key a fix declares: the schema's field (type, default) and its meaning (the config reference's
+    line). ``type`` is one OmegaConf accepts (``bool``, ``int``, ``float``, ``str``, ``float | None``, ...)."""
+
+    name: str
+    type: Any
+    default: Any
+    doc: str
+
+
+@dataclass(frozen=True, kw_only=True)
 class Fix:
     """One switchable fix: everything about it, in one place."""
 
@@ -105,15 +167,23 @@ class Fix:
     short: str  # token in run labels ("clip+ds")
     title: str  # as its paper names it
     paper: str  # where its paper defines it
-    keys: tuple[str, ...]  # the algo keys its config group sets (what a backend must translate)
     is_on: Callable[[Any], bool]  # algo config -> is the fix on?
     slots: tuple[str, ...]  # the hook slots it fills (SLOTS)
     bind: Callable[[Any, RunInfo], dict[str, Any]]  # (algo, run) -> {slot: hook}, called when it is on
-    metrics: tuple[str, ...] = ()  # what it logs (checked in the first trained step's row)
+    schema: tuple[Key, ...] = ()  # the algo keys it owns, typed: the schema's AlgoConfig is assembled from these
+    keys: tuple[str, ...] = ()  # the algo keys it reads and a backend must translate (default: its schema's)
+    metrics: tuple[str, ...] = ()  # what it logs (checked in every trained step's row)
     check: Callable[[Any, RunInfo], None] | None = None  # its values' checks, before any compute
     excludes: tuple[str, ...] = ()  # fixes it cannot be combined with
     why_excluded: tuple[tuple[str, str], ...] = ()  # (fix, why) for an exclusion the error message explains
     options: tuple[str, ...] = ("disabled", "enabled")  # its config group's options
+
+    def __post_init__(self) -> None:
+        if not self.keys:
+            object.__setattr__(self, "keys", tuple(k.name for k in self.schema))
+        stray = [k.name for k in self.schema if k.name not in self.keys]
+        if stray:
+            raise ValueError(f"fix {self.name!r} declares schema keys {stray} that are not among its keys {self.keys}")
 
     def describe(self) -> str:
         return f"{self.title} ({self.paper})"
@@ -122,8 +192,22 @@ class Fix:
 FIXES: dict[str, Fix] = {}
 
 
+_SCHEMA_ASSEMBLED: list[bool] = []  # set once dapo_exp.config has read the fixes' schemas
+
+
+def schema_keys() -> list[Key]:
+    """Every registered fix's schema keys, in registry order (what :mod:`dapo_exp.config` assembles ``algo``
+    from); a fix registered afterwards keeps its keys under ``algo.ext``."""
+    _SCHEMA_ASSEMBLED.append(True)
+    return [k for f in FIXES.values() for k in f.schema]
+
+
 def register_fix(fix: Fix) -> Fix:
     """Add ``fix`` to :data:`FIXES` (its name and short label must be new). Returns it."""
+    if fix.schema and _SCHEMA_ASSEMBLED:
+        raise ValueError(f"fix {fix.name!r} declares schema keys, but the schema was assembled before it registered: "
+                         "a fix outside the package keeps its keys under algo.ext (keys=('ext.<key>',), "
+                         "docs: how-to/extend.md)")
     if fix.name in FIXES:
         raise ValueError(f"fix {fix.name!r} is already registered")
     if any(f.short == fix.short for f in FIXES.values()):
@@ -237,6 +321,6 @@ def label(state: Mapping[str, bool], preset: str | None = None,
     return "+".join(FIXES[k].short for k, on in state.items() if on and k in FIXES) or BASELINE
 
 
-__all__ = ["BASELINE", "FAMILY", "FIXES", "LADDER", "PRESETS", "SLOTS", "Fix", "GroupFilter", "RunInfo", "Slot", "active",
-           "check_combination", "dapo_fixes", "declared_ext_keys", "incompatibility", "is_on", "label", "register_fix",
-           "switch_names", "switches", "unregister_fix"]
+__all__ = ["BASELINE", "FAMILY", "FIXES", "LADDER", "PRESETS", "SLOTS", "Fix", "GroupFilter", "Key", "Out", "RunInfo", "Slot",
+           "active", "binds", "check_combination", "check_range", "dapo_fixes", "declared_ext_keys", "incompatibility", "is_on", "label", "register_fix",
+           "schema_keys", "switch_names", "switches", "unpack", "unregister_fix"]

@@ -10,28 +10,19 @@ range does not apply to its weight, so the two exclude each other.
 
 from __future__ import annotations
 
-import functools
-
-from dapo_exp.config import ConfigError
-from dapo_exp.fixes.base import Fix, register_fix
-
-
-def _bind(algo, run):
-    from dapo_exp import objective
-
-    return {"surrogate": functools.partial(objective.cispo_surrogate, eps_low=algo.cispo_eps_low,
-                                           eps_high=algo.cispo_eps_high)}
-
-
-def _check(algo, run):
-    if not (0 <= algo.cispo_eps_low <= 1 and algo.cispo_eps_high >= 0):
-        raise ConfigError(f"algo.cispo_eps_low / cispo_eps_high: need 0 <= low <= 1 and high >= 0, got "
-                          f"{algo.cispo_eps_low}, {algo.cispo_eps_high}")
-
+from dapo_exp.fixes.base import Fix, Key, binds, check_range, register_fix
 
 FIX = register_fix(Fix(
     name="cispo", short="cispo", title="CISPO", paper="MiniMax-M1 §3.1, Eq. 4",
-    keys=("cispo", "cispo_eps_low", "cispo_eps_high"), is_on=lambda a: bool(a.cispo),
-    slots=("surrogate",), bind=_bind, check=_check, excludes=("clip_higher",),
-    metrics=("actor/pg_clipfrac_higher", "actor/ppo_ratio_mean"),
+    schema=(
+        Key("cispo", bool, False, 'CISPO: the clipped, detached importance weight times log pi (MiniMax-M1)'),
+        Key("cispo_eps_low", float, 1.0,
+            "CISPO's weight bounds: 1 - low (1 = no lower bound, the paper) and 1 + high (4: a cap of 5)"),
+        Key("cispo_eps_high", float, 4.0,
+            "CISPO's weight bounds: 1 - low (1 = no lower bound, the paper) and 1 + high (4: a cap of 5)"),
+    ), is_on=lambda a: bool(a.cispo),
+    slots=("surrogate",), bind=binds("surrogate", "cispo_surrogate", eps_low="cispo_eps_low", eps_high="cispo_eps_high"),
+    check=lambda algo, run: check_range(algo, ("cispo_eps_low", "in [0, 1]", lambda v: 0 <= v <= 1),
+                                        ("cispo_eps_high", ">= 0", lambda v: v >= 0)),
+    excludes=("clip_higher",), metrics=("actor/pg_clipfrac_higher", "actor/ppo_ratio_mean"),
 ))

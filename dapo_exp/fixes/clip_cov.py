@@ -13,28 +13,27 @@ generator re-seeded at each start would not be).
 
 from __future__ import annotations
 
-import functools
-
-from dapo_exp.config import ConfigError
-from dapo_exp.fixes.base import Fix, register_fix
-
-
-def _bind(algo, run):
-    from dapo_exp import objective
-
-    return {"surrogate": functools.partial(  # generator=None: the global one, checkpointed with the run
-        objective.clip_cov_surrogate, generator=None, eps_low=algo.eps_low,
-        eps_high=algo.eps_high, clip_ratio=algo.clip_cov_ratio, cov_lb=algo.clip_cov_lb, cov_ub=algo.clip_cov_ub)}
+from dapo_exp.errors import ConfigError
+from dapo_exp.fixes.base import Fix, Key, binds, check_range, register_fix
 
 
 def _check(algo, run):
-    if not (0 <= algo.clip_cov_ratio <= 1 and algo.clip_cov_lb <= algo.clip_cov_ub):
-        raise ConfigError(f"algo.clip_cov_ratio / clip_cov_lb / clip_cov_ub: need 0 <= ratio <= 1 and lb <= ub, got "
-                          f"{algo.clip_cov_ratio}, {algo.clip_cov_lb}, {algo.clip_cov_ub}")
+    check_range(algo, ("clip_cov_ratio", "in [0, 1]", lambda v: 0 <= v <= 1))
+    if algo.clip_cov_lb > algo.clip_cov_ub:
+        raise ConfigError(f"algo.clip_cov_lb / clip_cov_ub: need lb <= ub, got {algo.clip_cov_lb}, {algo.clip_cov_ub}")
 
 
 FIX = register_fix(Fix(
     name="clip_cov", short="ccov", title="Clip-Cov", paper="Entropy Mechanism §4.2, Eq. 11",
-    keys=("clip_cov", "clip_cov_ratio", "clip_cov_lb", "clip_cov_ub"), is_on=lambda a: bool(a.clip_cov),
-    slots=("surrogate",), bind=_bind, check=_check, metrics=("actor/entropy",),
+    schema=(
+        Key("clip_cov", bool, False,
+            'Clip-Cov: detach a random share of tokens with covariance in [lb, ub] (Cui et al. 2025)'),
+        Key("clip_cov_ratio", float, 2e-4, 'share of tokens detached, and the covariance band (paper: 2e-4, 1, 5)'),
+        Key("clip_cov_lb", float, 1.0, 'share of tokens detached, and the covariance band (paper: 2e-4, 1, 5)'),
+        Key("clip_cov_ub", float, 5.0, 'share of tokens detached, and the covariance band (paper: 2e-4, 1, 5)'),
+    ), is_on=lambda a: bool(a.clip_cov),
+    slots=("surrogate",), check=_check, metrics=("actor/entropy",),
+    # no generator bound: the global one, checkpointed with the run
+    bind=binds("surrogate", "clip_cov_surrogate", eps_low="eps_low", eps_high="eps_high", clip_ratio="clip_cov_ratio",
+               cov_lb="clip_cov_lb", cov_ub="clip_cov_ub"),
 ))

@@ -2,8 +2,9 @@
 
 GRPO divides a group's centred rewards by their standard deviation, which weighs questions
 whose rewards barely vary (nearly all right or all wrong) more: a difficulty bias. Dr. GRPO
-keeps ``A_i = R_i - mean(R)``. It fills the ``advantage`` slot with
-:func:`dapo_exp.objective.group_advantages` without the std (``algo.adv_norm_std=false``).
+keeps ``A_i = R_i - mean(R)``. It fills the ``advantage`` slot with a transform of the advantages it
+is given, :func:`dapo_exp.objective.without_std` (``algo.adv_norm_std=false``): it multiplies GRPO's
+std back, so an advantage transform before it keeps its effect.
 The paper's other change, the constant loss normaliser, is its own switch (``dr_grpo_norm``)
 so that the two can be attributed apart.
 """
@@ -12,18 +13,20 @@ from __future__ import annotations
 
 import functools
 
-from dapo_exp.fixes.base import Fix, register_fix
+from dapo_exp.fixes.base import Fix, Key, register_fix
 
 
 def _bind(algo, run):
     from dapo_exp import objective
 
-    centred = functools.partial(objective.group_advantages, norm_std=False, eps=algo.adv_eps)
-    return {"advantage": lambda advantages, rewards: centred(rewards)}
+    return {"advantage": functools.partial(objective.without_std, eps=algo.adv_eps)}
 
 
 FIX = register_fix(Fix(
     name="dr_grpo_adv", short="nostd", title="Dr. GRPO advantage (no std)", paper="Dr. GRPO §3.1, Eq. 3",
-    keys=("adv_norm_std",), is_on=lambda a: not a.adv_norm_std, slots=("advantage",), bind=_bind,
+    schema=(
+        Key("adv_norm_std", bool, True,
+            'divide group-centred rewards by the group std (GRPO, DAPO: true; Dr. GRPO: false)'),
+    ), is_on=lambda a: not a.adv_norm_std, slots=("advantage",), bind=_bind,
     metrics=("actor/effective_batch_frac",),
 ))

@@ -4,19 +4,23 @@ GRPO's per-response mean makes a long wrong response's tokens weigh less than a 
 (a length bias); DAPO's token mean removes that across responses but still changes with the
 batch's lengths. Dr. GRPO divides by a constant, the number of responses in the mini-batch
 times the generation cap ``L_max``. It fills the ``normaliser`` slot with
-:func:`dapo_exp.objective.loss_normaliser`'s ``seq-mean-token-sum-norm`` mode (verl's name),
+:func:`dapo_exp.fixes.grpo.normaliser` in ``seq-mean-token-sum-norm`` mode (verl's name),
 so it excludes the Token-level Loss, which fills the same slot.
 """
 
 from __future__ import annotations
 
-from dapo_exp.fixes.base import Fix, register_fix
-from dapo_exp.fixes.token_level_loss import DR_GRPO_MODE as MODE
-from dapo_exp.fixes.token_level_loss import normaliser
+from dapo_exp.fixes.base import Fix, Key, register_fix
+from dapo_exp.fixes.grpo import normaliser
+
+MODE = "seq-mean-token-sum-norm"  # verl's name of the constant normaliser (dapo_exp.objective.loss_normaliser)
 
 FIX = register_fix(Fix(
     name="dr_grpo_norm", short="cnorm", title="Dr. GRPO constant normaliser", paper="Dr. GRPO §3.1, Eq. 4",
-    keys=("dr_grpo_norm",), is_on=lambda a: bool(a.dr_grpo_norm), slots=("normaliser",),
+    schema=(
+        Key("dr_grpo_norm", bool, False,
+            "Dr. GRPO's constant normaliser: token losses / (responses x rollout.max_response_len)"),
+    ), is_on=lambda a: bool(a.dr_grpo_norm), slots=("normaliser",),
     bind=lambda algo, run: {"normaliser": normaliser(MODE, run)},
     metrics=("actor/pg_loss", "response_length/mean"),
 ))

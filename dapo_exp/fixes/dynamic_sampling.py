@@ -13,8 +13,8 @@ from __future__ import annotations
 
 from typing import Any
 
-from dapo_exp.config import ConfigError
-from dapo_exp.fixes.base import Fix, GroupFilter, RunInfo, register_fix
+from dapo_exp.errors import ConfigError
+from dapo_exp.fixes.base import Fix, GroupFilter, Key, RunInfo, register_fix
 
 SIGNALS = ("acc", "reward")
 SURPLUS = ("discard", "carry")
@@ -46,7 +46,18 @@ def _check(algo: Any, run: RunInfo) -> None:
 
 FIX = register_fix(Fix(
     name="dynamic_sampling", short="ds", title="Dynamic Sampling", paper="DAPO §3.2, Eq. 11",
-    keys=("dynamic_sampling", "ds_signal", "ds_max_rounds", "ds_on_cap", "ds_surplus", "ds_oversample"),
+    schema=(
+        Key("dynamic_sampling", bool, False, 'keep only groups with 0 < #correct < G and refill (paper: on)'),
+        Key("ds_signal", str, "acc", 'filter signal: acc (raw accuracy, verl) | reward (the shaped reward)'),
+        Key("ds_max_rounds", int, 10,
+            'generation rounds per step at most, 0 = unlimited (paper: no cap; released script: 10)'),
+        Key("ds_on_cap", str, "error",
+            'when the cap is hit: error (verl) | partial (train on the groups kept so far)'),
+        Key("ds_surplus", str, "discard",
+            'kept groups beyond the batch: discard (paper, verl) | carry (to the next step)'),
+        Key("ds_oversample", float, 1.0,
+            'prompts generated per round = ceil(prompts_per_step * ds_oversample) (released script: 3)'),
+    ),
     is_on=lambda a: bool(a.dynamic_sampling), slots=("group_filter",), bind=_bind,
     metrics=("dynamic_sampling/zero_var_frac", "dynamic_sampling/rollouts_per_trained", "actor/zero_adv_token_frac"),
     check=_check,

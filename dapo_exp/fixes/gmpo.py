@@ -12,29 +12,19 @@ aggregation mode), so it excludes those two as well.
 
 from __future__ import annotations
 
-import functools
-
-from dapo_exp.config import ConfigError
-from dapo_exp.fixes.base import Fix, register_fix
-
-
-def _bind(algo, run):
-    from dapo_exp import objective
-
-    return {"surrogate": functools.partial(objective.gmpo_surrogate, eps_low=algo.gmpo_eps_low,
-                                           eps_high=algo.gmpo_eps_high)}
-
-
-def _check(algo, run):
-    if algo.gmpo_eps_low < 0 or algo.gmpo_eps_high < 0:
-        raise ConfigError(f"algo.gmpo_eps_low / gmpo_eps_high: must be >= 0 (log space), got "
-                          f"{algo.gmpo_eps_low}, {algo.gmpo_eps_high}")
-
+from dapo_exp.fixes.base import Fix, Key, binds, check_range, register_fix
 
 FIX = register_fix(Fix(
     name="gmpo", short="gmpo", title="GMPO", paper="GMPO §3, Eq. 5",
-    keys=("gmpo", "gmpo_eps_low", "gmpo_eps_high"), is_on=lambda a: bool(a.gmpo),
-    slots=("surrogate",), bind=_bind, check=_check, excludes=("clip_higher", "token_level_loss", "dr_grpo_norm"),
+    schema=(
+        Key("gmpo", bool, False, 'GMPO: the geometric mean of the clipped token ratios (Zhao et al. 2025)'),
+        Key("gmpo_eps_low", float, 0.4, "GMPO's clip range in log space, (e^-low, e^high) (paper: 0.4 / 0.4)"),
+        Key("gmpo_eps_high", float, 0.4, "GMPO's clip range in log space, (e^-low, e^high) (paper: 0.4 / 0.4)"),
+    ), is_on=lambda a: bool(a.gmpo),
+    slots=("surrogate",), bind=binds("surrogate", "gmpo_surrogate", eps_low="gmpo_eps_low", eps_high="gmpo_eps_high"),
+    check=lambda algo, run: check_range(algo, *((k, ">= 0 (log space)", lambda v: v >= 0)
+                                                for k in ("gmpo_eps_low", "gmpo_eps_high"))),
+    excludes=("clip_higher", "token_level_loss", "dr_grpo_norm"),
     why_excluded=tuple((name, "GMPO's objective is a mean over responses of one loss each; a token-level or constant "
                         "normaliser would weight each response by its length, neither GMPO's objective nor verl's")
                        for name in ("token_level_loss", "dr_grpo_norm")),

@@ -10,17 +10,8 @@ excludes the other surrogates, and Clip-Higher (whose range it does not use).
 
 from __future__ import annotations
 
-import functools
-
-from dapo_exp.config import ConfigError
-from dapo_exp.fixes.base import Fix, register_fix
-
-
-def _bind(algo, run):
-    from dapo_exp import objective
-
-    return {"surrogate": functools.partial(objective.gspo_surrogate, eps_low=algo.gspo_eps_low,
-                                           eps_high=algo.gspo_eps_high, form=algo.gspo_form)}
+from dapo_exp.errors import ConfigError
+from dapo_exp.fixes.base import Fix, Key, binds, check_range, register_fix
 
 
 def _check(algo, run):
@@ -28,14 +19,20 @@ def _check(algo, run):
 
     if algo.gspo_form not in GSPO_FORMS:
         raise ConfigError(f"algo.gspo_form={algo.gspo_form!r} is not valid; choose one of: {', '.join(GSPO_FORMS)}")
-    if not (0 <= algo.gspo_eps_low < 1 and algo.gspo_eps_high >= 0):
-        raise ConfigError(f"algo.gspo_eps_low / gspo_eps_high: need 0 <= low < 1 and high >= 0, got "
-                          f"{algo.gspo_eps_low}, {algo.gspo_eps_high}")
+    check_range(algo, ("gspo_eps_low", "in [0, 1)", lambda v: 0 <= v < 1), ("gspo_eps_high", ">= 0", lambda v: v >= 0))
 
 
 FIX = register_fix(Fix(
     name="gspo", short="gspo", title="GSPO", paper="GSPO §4, Eqs. 5-7 and 10-11",
-    keys=("gspo", "gspo_eps_low", "gspo_eps_high", "gspo_form"), is_on=lambda a: bool(a.gspo),
-    slots=("surrogate",), bind=_bind, check=_check, excludes=("clip_higher",),
+    schema=(
+        Key("gspo", bool, False, 'GSPO: the clipped sequence-level ratio (Zheng et al. 2025)'),
+        Key("gspo_eps_low", float, 3e-4, "GSPO's clip range of the sequence ratio (paper: 3e-4 / 4e-4)"),
+        Key("gspo_eps_high", float, 4e-4, "GSPO's clip range of the sequence ratio (paper: 3e-4 / 4e-4)"),
+        Key("gspo_form", str, "token",
+            "token (GSPO-token, as verl) | sequence (the paper's Eq. 5); equal with one advantage per response"),
+    ), is_on=lambda a: bool(a.gspo),
+    slots=("surrogate",), bind=binds("surrogate", "gspo_surrogate", eps_low="gspo_eps_low", eps_high="gspo_eps_high",
+                                     form="gspo_form"),
+    check=_check, excludes=("clip_higher",),
     metrics=("actor/pg_clipfrac_higher", "actor/pg_clipfrac_lower", "actor/ppo_ratio_mean"),
 ))

@@ -10,27 +10,20 @@ is 0.1).
 
 from __future__ import annotations
 
-import functools
-
-from dapo_exp.config import ConfigError
-from dapo_exp.fixes.base import Fix, register_fix
-
-
-def _bind(algo, run):
-    from dapo_exp import objective
-
-    return {"surrogate": functools.partial(objective.kl_cov_surrogate, k_ratio=algo.kl_cov_ratio,
-                                           kl_coef=algo.kl_cov_coef)}
-
-
-def _check(algo, run):
-    if not (0 <= algo.kl_cov_ratio <= 1 and algo.kl_cov_coef >= 0):
-        raise ConfigError(f"algo.kl_cov_ratio / kl_cov_coef: need 0 <= ratio <= 1 and coef >= 0, got "
-                          f"{algo.kl_cov_ratio}, {algo.kl_cov_coef}")
-
+from dapo_exp.fixes.base import Fix, Key, binds, check_range, register_fix
 
 FIX = register_fix(Fix(
     name="kl_cov", short="klcov", title="KL-Cov", paper="Entropy Mechanism §4.2, Eq. 12",
-    keys=("kl_cov", "kl_cov_ratio", "kl_cov_coef"), is_on=lambda a: bool(a.kl_cov),
-    slots=("surrogate",), bind=_bind, check=_check, excludes=("clip_higher",), metrics=("actor/entropy",),
+    schema=(
+        Key("kl_cov", bool, False,
+            'KL-Cov: kappa |logp - old_logp| on the top share of tokens by covariance (Cui et al. 2025)'),
+        Key("kl_cov_ratio", float, 2e-4,
+            "share of tokens penalised (paper: 2e-4) and kappa (authors' scripts: 1; verl's default 0.1)"),
+        Key("kl_cov_coef", float, 1.0,
+            "share of tokens penalised (paper: 2e-4) and kappa (authors' scripts: 1; verl's default 0.1)"),
+    ), is_on=lambda a: bool(a.kl_cov),
+    slots=("surrogate",), bind=binds("surrogate", "kl_cov_surrogate", k_ratio="kl_cov_ratio", kl_coef="kl_cov_coef"),
+    check=lambda algo, run: check_range(algo, ("kl_cov_ratio", "in [0, 1]", lambda v: 0 <= v <= 1),
+                                        ("kl_cov_coef", ">= 0", lambda v: v >= 0)),
+    excludes=("clip_higher",), metrics=("actor/entropy",),
 ))

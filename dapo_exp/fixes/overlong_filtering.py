@@ -7,7 +7,7 @@ It fills the ``token_mask`` slot with :func:`dapo_exp.objective.overlong_filteri
 
 from __future__ import annotations
 
-from dapo_exp.fixes.base import Fix, register_fix
+from dapo_exp.fixes.base import Fix, Key, register_fix
 
 
 def _bind(algo, run):
@@ -18,6 +18,8 @@ def _bind(algo, run):
 
 FIX = register_fix(Fix(
     name="overlong_filtering", short="of", title="Overlong Filtering", paper="DAPO §3.4, Table 1 row 2",
-    keys=("overlong_filtering",), is_on=lambda a: bool(a.overlong_filtering),
-    slots=("token_mask",), bind=_bind, metrics=("actor/masked_token_frac",),
+    schema=(Key("overlong_filtering", bool, False,
+                "mask truncated responses out of the loss (Table 1 ladder: on; released script: off)"),),
+    is_on=lambda a: bool(a.overlong_filtering), slots=("token_mask",), bind=_bind,
+    metrics=("actor/masked_token_frac",),
 ))

@@ -13,8 +13,8 @@ from __future__ import annotations
 import functools
 from typing import Any
 
-from dapo_exp.config import ConfigError
-from dapo_exp.fixes.base import Fix, RunInfo, register_fix
+from dapo_exp.errors import ConfigError
+from dapo_exp.fixes.base import Fix, Key, RunInfo, register_fix
 
 
 def l_max(algo: Any, max_response_len: int) -> int:
@@ -49,7 +49,14 @@ def _check(algo: Any, run: RunInfo) -> None:
 
 FIX = register_fix(Fix(
     name="overlong_punishment", short="sop", title="Soft Overlong Punishment", paper="DAPO §3.4, Eq. 13",
-    keys=("overlong_punishment", "overlong_cache_len", "overlong_factor", "overlong_max_len"),
+    schema=(
+        Key("overlong_punishment", str, "none",
+            'length reward term: none | soft (Eq. 13) | linear_ramp | beyond_max'),
+        Key("overlong_cache_len", int, 16, 'L_cache in tokens, the ramp before L_max (paper: 4096)'),
+        Key("overlong_factor", float, 1.0, 'scale of the length term (paper: 1.0)'),
+        Key("overlong_max_len", int | None, None,
+            'L_max of the length term in tokens; null = rollout.max_response_len (paper: 20480, the cap)'),
+    ),
     is_on=lambda a: a.overlong_punishment != "none", slots=("reward",), bind=_bind,
     metrics=("reward/overlong_penalty_mean", "response_length/clip_ratio"), check=_check,
     options=("disabled", "soft", "linear_ramp", "beyond_max"),

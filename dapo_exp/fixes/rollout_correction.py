@@ -21,18 +21,8 @@ correct and the weight is 1.
 
 from __future__ import annotations
 
-import functools
-
-from dapo_exp.config import ConfigError
-from dapo_exp.fixes.base import Fix, register_fix
-
-
-def _bind(algo, run):
-    from dapo_exp import objective
-
-    return {"rollout_weight": functools.partial(
-        objective.rollout_correction_weights, level=algo.rc_level, aggregation=algo.rc_aggregation, cap=algo.rc_cap,
-        band_low=algo.rc_band_low, band_high=algo.rc_band_high)}
+from dapo_exp.errors import ConfigError
+from dapo_exp.fixes.base import Fix, Key, binds, check_range, register_fix
 
 
 def _check(algo, run):
@@ -44,8 +34,7 @@ def _check(algo, run):
     if algo.rc_aggregation not in SEQUENCE_IS_AGGREGATIONS:
         raise ConfigError(f"algo.rc_aggregation={algo.rc_aggregation!r} is not valid; choose one of: "
                           f"{', '.join(SEQUENCE_IS_AGGREGATIONS)}")
-    if algo.rc_cap is not None and algo.rc_cap < 1:
-        raise ConfigError(f"algo.rc_cap: must be >= 1 or null, got {algo.rc_cap}")
+    check_range(algo, ("rc_cap", ">= 1 or null", lambda v: v is None or v >= 1))
     low, high = algo.rc_band_low, algo.rc_band_high
     if (low is None) != (high is None) or (low is not None and not 0 < low <= high):
         raise ConfigError(f"algo.rc_band_low / rc_band_high: need both null, or 0 < low <= high, got {low}, {high}")
@@ -60,8 +49,22 @@ def _check(algo, run):
 FIX = register_fix(Fix(
     name="rollout_correction", short="rc", title="Rollout correction (sequence-level IS, band masking)",
     paper="verl rollout correction (Liu et al. 2025), IcePop (Ling team 2025)",
-    keys=("rollout_correction", "rc_level", "rc_aggregation", "rc_cap", "rc_band_low", "rc_band_high"),
-    is_on=lambda a: bool(a.rollout_correction), slots=("rollout_weight",), bind=_bind, check=_check,
+    schema=(
+        Key("rollout_correction", bool, False,
+            'rollout correction: weight (and band-mask) the tokens by the trainer/engine ratio'),
+        Key("rc_level", str, "sequence", 'level of the weight: token | sequence (one weight per response)'),
+        Key("rc_aggregation", str, "product",
+            'sequence weight: product (the likelihood ratio, verl Seq-TIS) | geometric (per-token geometric mean)'),
+        Key("rc_cap", float | None, 2.0,
+            "truncation of the weight, null = no weight (band only) (verl's default: 2)"),
+        Key("rc_band_low", float | None, None,
+            "weight 0 outside [low, high] of the same level's ratio, null = no band (IcePop: 0.5 / 5)"),
+        Key("rc_band_high", float | None, None,
+            "weight 0 outside [low, high] of the same level's ratio, null = no band (IcePop: 0.5 / 5)"),
+    ),
+    is_on=lambda a: bool(a.rollout_correction), slots=("rollout_weight",), check=_check,
+    bind=binds("rollout_weight", "rollout_correction_weights", level="rc_level", aggregation="rc_aggregation",
+               cap="rc_cap", band_low="rc_band_low", band_high="rc_band_high"),
     metrics=("actor/rollout_weight_mean", "actor/rollout_weight_zero_frac"),
     options=("disabled", "enabled", "icepop"),
 ))

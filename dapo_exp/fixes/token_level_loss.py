@@ -3,7 +3,7 @@
 GRPO averages inside each response, then over responses (``seq-mean-token-mean``), so a
 token of a long response weighs less than one of a short response. ``token-mean`` divides
 the mini-batch's summed token losses by its token count. It fills the ``normaliser`` slot
-with :func:`dapo_exp.objective.loss_normaliser` in the mode ``algo.loss_agg`` (also
+with :func:`dapo_exp.fixes.grpo.normaliser` in the mode ``algo.loss_agg`` (also
 ``group-token-mean``, Eq. 12 read per prompt group). Dr. GRPO's constant ``B * L_max``
 (``seq-mean-token-sum-norm``) is refused here: it is the ``dr_grpo_norm`` switch, and one
 behaviour has one label, so that a run's switches say what it trained with. The normaliser is the whole mini-batch's, so how a
@@ -12,29 +12,16 @@ mini-batch is split into micro-batches never changes the gradient.
 
 from __future__ import annotations
 
-import functools
-from collections.abc import Callable
 from typing import Any
 
-from dapo_exp.config import ConfigError
-from dapo_exp.fixes.base import Fix, RunInfo, register_fix
-
-GRPO_MODE = "seq-mean-token-mean"  # the off state: GRPO's sample-level loss
-DR_GRPO_MODE = "seq-mean-token-sum-norm"  # Dr. GRPO's constant normaliser: the dr_grpo_norm switch's, not this one's
-
-
-def normaliser(mode: str, run: RunInfo) -> Callable:
-    """``(mask (B, T), group_index (B,)) -> (B,)`` weights of ``mode``; ``L_max`` is the generation cap."""
-    from dapo_exp import objective
-
-    return functools.partial(_weights, objective.loss_normaliser, mode, run.max_response_len)
-
-
-def _weights(fn: Callable, mode: str, max_len: int, mask: Any, group_index: Any) -> Any:
-    return fn(mask, mode, group_index, max_len=max_len)
+from dapo_exp.errors import ConfigError
+from dapo_exp.fixes.base import Fix, Key, RunInfo, register_fix
+from dapo_exp.fixes.grpo import MODE as GRPO_MODE
+from dapo_exp.fixes.grpo import normaliser
 
 
 def _check(algo: Any, run: RunInfo) -> None:
+    from dapo_exp.fixes.dr_grpo_norm import MODE as DR_GRPO_MODE  # Dr. GRPO's constant normaliser: its switch's
     from dapo_exp.objective import LOSS_AGG_MODES
 
     if algo.loss_agg == DR_GRPO_MODE:
@@ -48,7 +35,10 @@ def _check(algo: Any, run: RunInfo) -> None:
 
 FIX = register_fix(Fix(
     name="token_level_loss", short="tl", title="Token-level Policy Gradient Loss", paper="DAPO §3.3, Eq. 12",
-    keys=("loss_agg",), is_on=lambda a: a.loss_agg != GRPO_MODE,
+    schema=(
+        Key("loss_agg", str, "seq-mean-token-mean",
+            "loss aggregation (GRPO: seq-mean-token-mean; DAPO: token-mean; group-token-mean; Dr. GRPO's seq-mean-token-sum-norm is the dr_grpo_norm switch, refused here)"),
+    ), is_on=lambda a: a.loss_agg != GRPO_MODE,
     slots=("normaliser",), bind=lambda algo, run: {"normaliser": normaliser(algo.loss_agg, run)},
     metrics=("actor/entropy", "response_length/mean"), check=_check,
 ))

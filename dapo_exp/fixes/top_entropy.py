@@ -18,8 +18,8 @@ from __future__ import annotations
 
 import functools
 
-from dapo_exp.config import ConfigError
-from dapo_exp.fixes.base import Fix, register_fix
+from dapo_exp.errors import ConfigError
+from dapo_exp.fixes.base import Fix, Key, check_range, register_fix
 
 
 def _mask(entropy, mask, *, rho):
@@ -29,8 +29,7 @@ def _mask(entropy, mask, *, rho):
 
 
 def _check(algo, run):
-    if not 0 < algo.top_entropy_rho <= 1:
-        raise ConfigError(f"algo.top_entropy_rho: need 0 < rho <= 1, got {algo.top_entropy_rho}")
+    check_range(algo, ("top_entropy_rho", "in (0, 1]", lambda v: 0 < v <= 1))
     if algo.top_entropy and algo.gspo and algo.gspo_form == "sequence":
         raise ConfigError("fixes gspo and top_entropy cannot be combined with algo.gspo_form=sequence (one sequence "
                           "loss on every token: masking tokens selects no gradient); use algo.gspo_form=token or "
@@ -40,7 +39,11 @@ def _check(algo, run):
 FIX = register_fix(Fix(
     name="top_entropy", short="ent", title="Top-entropy tokens",
     paper="Beyond the 80/20 Rule §4, Eq. 3",
-    keys=("top_entropy", "top_entropy_rho"), is_on=lambda a: bool(a.top_entropy),
+    schema=(
+        Key("top_entropy", bool, False,
+            "top-entropy tokens: the policy gradient only on the top rho of the mini-batch's tokens by entropy, the rest masked out of the numerator (Wang et al. 2025)"),
+        Key("top_entropy_rho", float, 0.2, 'share of tokens kept (paper: 0.2)'),
+    ), is_on=lambda a: bool(a.top_entropy),
     slots=("update_mask",), bind=lambda algo, run: {"update_mask": functools.partial(_mask, rho=algo.top_entropy_rho)},
     check=_check, excludes=("gmpo",),
     metrics=("actor/update_mask_kept_frac", "actor/update_mask_entropy_min"),
