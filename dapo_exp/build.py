@@ -146,7 +146,11 @@ class Run:
     tracker: Any = None
     sampler: PromptSampler | None = None
     writers: dict[str, rundir.JsonlWriter] = field(default_factory=dict)
-    stop: Any = None  # the runner's StopRequest
+
+    def log(self, step: int, metrics: dict[str, float]) -> None:
+        """One row of ``metrics.jsonl`` and of the tracker."""
+        self.writers[rundir.METRICS].write({"step": step, **metrics})
+        self.tracker.log(metrics, step)
 
 
 def _render_prompts(problems: list, tokenizer: Any, use_chat: bool, max_len: int, what: str) -> list[list[int]]:

@@ -1,6 +1,8 @@
 """A run's lifecycle around the loop: lock, records, signals, resume, tracking, checkpoints, summary.
 
-:func:`execute` is what :func:`dapo_exp.train.train` runs its loop inside:
+:func:`open_run` opens a run and hands :func:`dapo_exp.train.train`'s loop a :class:`RunContext`
+(the run built, resumed and tracked, and the lifecycle's points: checkpoint, stop, finish); the loop
+is the trainer's alone, nothing here calls back into it:
 
 - one process at a time writes a run directory (:class:`dapo_exp.rundir.RunLock`), and one
   configuration: a re-run whose result-changing config differs from the one recorded in the
@@ -22,8 +24,8 @@
   opened is closed, and the checkpoints are kept: a re-run of the command resumes
   (:func:`resume`, from the newest verified checkpoint, the logs cut back to it);
 - divergence is such a failure: a non-finite loss, gradient norm or weight stops the run
-  (:func:`check_finite`, :class:`TrainingDiverged`) before anything of that step is logged or
-  checkpointed;
+  (:func:`dapo_exp.steps.check_finite`, :class:`dapo_exp.steps.TrainingDiverged`) before anything of
+  that step is logged or checkpointed;
 - the log rows up to a checkpoint are fsynced before it is written (:func:`save_checkpoint`);
   on resume, unusable rows are skipped with a warning and steps whose row is missing are
   reported and recorded in the summary (``history_gap``).
@@ -49,15 +51,14 @@ from typing import Any
 from omegaconf import DictConfig, OmegaConf
 
 from dapo_exp import checkpoint, fixes, rundir
+from dapo_exp.build import PromptSampler, Run, build_run
+from dapo_exp.compose import Plan
+from dapo_exp.steps import TrainingDiverged  # noqa: F401 - the lifecycle records it as a failure (run.py, tests)
 
 log = logging.getLogger(__name__)
 
 
 RunStopped = rundir.RunStopped  # a clean stop on a signal (defined low, for the warm start to raise)
-
-
-class TrainingDiverged(RuntimeError):
-    """A loss, gradient norm or weight went non-finite; nothing of that step was logged or checkpointed."""
 
 
 class StopRequest:
@@ -178,8 +179,40 @@ class Life:
     cleanup: list[Callable[[], Any]] = field(default_factory=list)  # what was opened: closed on failure
 
 
-def execute(cfg: DictConfig, body: Callable[[Life], dict[str, Any]], t_start: float) -> dict[str, Any]:
-    """Run ``body`` (set-up and loop) inside the lifecycle; returns the run summary."""
+@dataclass
+class RunContext:
+    """What the lifecycle hands the loop: the run (built, resumed from its newest checkpoint, its sampler at its
+    position, tracking started) and the lifecycle's points, which the loop calls; ``finished``: the summary of a
+    run the directory already holds finished (then ``run`` is None and the loop does not start)."""
+
+    run: Run | None
+    life: Life | None
+    finished: dict[str, Any] | None = None
+
+    @property
+    def stop_signal(self) -> str | None:
+        """The signal that asked the run to stop (SIGTERM, SIGINT, the time-limit warning), or None."""
+        return self.life.stop.signame
+
+    def begin_loop(self) -> None:
+        """From here on a signal stops the run after the current step, with a checkpoint."""
+        self.life.stop.phase = "loop"
+
+    def checkpoint(self, step: int) -> None:
+        save_checkpoint(self.run, self.life, step)
+
+    def stopped(self, step: int) -> None:
+        stopped(self.run, self.life, step)
+
+    def finish(self, step: int) -> dict[str, Any]:
+        return finish(self.run, self.life, step)
+
+
+@contextlib.contextmanager
+def open_run(cfg: DictConfig, plan: Plan, t_start: float) -> Iterator[RunContext]:
+    """Open the run of ``cfg``: claim its directory (once: :func:`claimed` is re-entrant under ``run.py``'s
+    claim), write its records, catch its signals, build it, resume it and start its tracking; yields the
+    :class:`RunContext`. A failure or stop inside is recorded in the summary (:func:`_lifecycle`) and re-raised."""
     with claimed(cfg) as out:  # one writer and one configuration per run directory
         previous = rundir.read_summary(out)
         if previous and previous.get("status") == rundir.STATUS_FINISHED:
@@ -190,8 +223,15 @@ def execute(cfg: DictConfig, body: Callable[[Life], dict[str, Any]], t_start: fl
                     "run in another directory (on the command line train.steps= names its own)"
                     if done < int(cfg.train.steps) else "")
             print(f"[dapo-exp] {out} already finished; skipping (delete summary.json to re-run){more}")
-            return previous
-        return _locked(cfg, body, out, t_start)
+            yield RunContext(run=None, life=None, finished=previous)
+            return
+        with _lifecycle(cfg, out, t_start) as life:
+            run = build_run(cfg, plan, life.out, life.label, life.cleanup)
+            resume(run)
+            run.sampler = PromptSampler(len(run.train_prompts), cfg.seed, run.state["sampler_position"],
+                                        keyed=cfg.train.randomness == "keyed")
+            start_tracking(run, life)
+            yield RunContext(run=run, life=life)
 
 
 # --------------------------------------------------------------------------- #
@@ -332,7 +372,10 @@ def claimed(cfg: DictConfig) -> Iterator[Path]:
         lock.release()
 
 
-def _locked(cfg: DictConfig, body: Callable[[Life], dict[str, Any]], out: Path, t_start: float) -> dict[str, Any]:
+@contextlib.contextmanager
+def _lifecycle(cfg: DictConfig, out: Path, t_start: float) -> Iterator[Life]:
+    """The records (a small ``running`` summary first, ``config.json``), the signals, and what a failure or a
+    stop inside leaves: a ``failed`` summary with the traceback, or a ``stopped`` one; re-raised either way."""
     from dapo_exp.hydra_setup import run_label
 
     label, switches = run_label(cfg), fixes.switches(cfg.algo)
@@ -353,7 +396,7 @@ def _locked(cfg: DictConfig, body: Callable[[Life], dict[str, Any]], out: Path, 
     try:
         with StopRequest() as stop:  # from here on SIGTERM / SIGINT stop at the next step boundary
             life.stop = stop
-            return body(life)
+            yield life
     except RunStopped as stop:
         if summary["status"] == rundir.STATUS_RUNNING:  # stopped during the set-up: nothing trained this time
             summary.update(status=rundir.STATUS_STOPPED, steps_done=previous.get("steps_done"),
@@ -384,7 +427,7 @@ def _locked(cfg: DictConfig, body: Callable[[Life], dict[str, Any]], out: Path, 
         raise
 
 
-def resume(run: Any) -> None:
+def resume(run: Run) -> None:
     """Load the newest checkpoint (or start fresh), cut the logs back to it, open the writers."""
     run.state = {
         "sampler_position": 0, "cum_rollouts": 0, "cum_gen_tokens": 0, "cum_trained_rollouts": 0,
@@ -432,7 +475,7 @@ def logged_rows(path: Path, show: int = 5) -> list[dict[str, Any]]:
     return rows
 
 
-def record_gap(run: Any, rows: list[dict[str, Any]]) -> None:
+def record_gap(run: Run, rows: list[dict[str, Any]]) -> None:
     """Steps up to the checkpoint without their training row (lost: a power loss before the rows
     were synced, a damaged file) are reported and kept in ``state["history_gap"]`` (the summary's)."""
     trained = {row["step"] for row in rows if rundir.CUM_ROLLOUTS in row}
@@ -450,7 +493,7 @@ def _steps_text(steps: list[int]) -> str:
     return f"step {shown}" if len(steps) == 1 else f"steps {shown}" + (", ..." if len(steps) > 10 else "")
 
 
-def start_tracking(run: Any, life: Life) -> None:
+def start_tracking(run: Run, life: Life) -> None:
     """A W&B run or a no-op (the loop never branches on it), and one line saying where it writes.
 
     The W&B name is ``<label>-s<seed>-<8 hex of the run directory>``: readable, and unique per run
@@ -481,35 +524,7 @@ def start_tracking(run: Any, life: Life) -> None:
     life.cleanup.append(lambda: run.tracker.finish(exit_code=1))
 
 
-def log_row(run: Any, step: int, metrics: dict[str, float]) -> None:
-    """One row of ``metrics.jsonl`` and of the tracker."""
-    run.writers[rundir.METRICS].write({"step": step, **metrics})
-    run.tracker.log(metrics, step)
-
-
-# checked in this order after each update (the first non-finite one is named)
-DIVERGENCE_METRICS = ("actor/pg_loss", "actor/kl", "actor/grad_norm")
-
-
-def check_finite(run: Any, step: int, metrics: dict[str, float]) -> None:
-    """Raise :class:`TrainingDiverged` if the step's loss, KL, gradient norm or the weights are not
-    finite, naming what and the step; called before anything of the step is logged or checkpointed."""
-    what = next((f"{k} is {metrics[k]}" for k in DIVERGENCE_METRICS
-                 if k in metrics and not math.isfinite(metrics[k])), None)
-    if what is None:
-        bad = checkpoint.first_nonfinite(run.model.named_parameters())
-        what = bad and f"the weights are not finite ({bad})"
-    if what is None:
-        return
-    kept = sorted(p for p in (run.out / rundir.CHECKPOINTS).glob("step_*")
-                  if (m := checkpoint.STEP_DIR.fullmatch(p.name)) and int(m.group(1)) < step)
-    last = f"the last good checkpoint, {kept[-1].name}, is kept" if kept else "no checkpoint was written before it"
-    raise TrainingDiverged(
-        f"{what} at step {step}: training diverged (start over with a lower optim.lr or optim.grad_clip). "
-        f"Nothing of step {step} was logged or checkpointed; {last}")
-
-
-def save_checkpoint(run: Any, life: Life, step: int) -> None:
+def save_checkpoint(run: Run, life: Life, step: int) -> None:
     """Checkpoint after ``step``, the wall time so far in the state. The log rows written so far are
     made durable first, so a checkpoint never outlives the rows before it."""
     for writer in run.writers.values():
@@ -522,7 +537,7 @@ def save_checkpoint(run: Any, life: Life, step: int) -> None:
                     run.cfg.checkpoint.keep)
 
 
-def stopped(run: Any, life: Life, step: int) -> None:
+def stopped(run: Run, life: Life, step: int) -> None:
     """A clean stop after ``step`` (its checkpoint written, unless nothing was trained yet): summary
     ``stopped``, close, raise :class:`RunStopped`."""
     requeued = "the scheduler requeues the job and it resumes from this checkpoint"
@@ -537,7 +552,7 @@ def stopped(run: Any, life: Life, step: int) -> None:
     raise RunStopped(life.stop.signame)
 
 
-def finish(run: Any, life: Life, step: int) -> dict[str, Any]:
+def finish(run: Run, life: Life, step: int) -> dict[str, Any]:
     """Write the summary (final, best, base evaluations), close tracking and the engine. The log rows
     are made durable first: a ``finished`` summary never outlives them."""
     st, summary = run.state, life.summary
@@ -580,7 +595,7 @@ def _base_model(model_path: str) -> dict[str, Any]:
     return {"path": model_path, "sha256": ident.get("sha256"), **{k: v for k, v in ident.items() if k != "sha256"}}
 
 
-def _endpoint(run: Any, evals: dict[int, dict], final_step: int) -> dict[str, Any]:
+def _endpoint(run: Run, evals: dict[int, dict], final_step: int) -> dict[str, Any]:
     """The declared endpoint (``eval.endpoint``), :func:`dapo_exp.evaluation.endpoint_summary`."""
     from dapo_exp.evaluation import endpoint_summary
 

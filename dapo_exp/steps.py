@@ -19,17 +19,19 @@ pipeline); no step reads a config or calls a fix's hook itself.
 
 from __future__ import annotations
 
+import math
 import time
 from collections import defaultdict
 from collections.abc import Callable
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import Any
 
 import numpy as np
 import torch
 from torch import Tensor
 
-from dapo_exp import rundir
+from dapo_exp import checkpoint, rundir
 from dapo_exp.batching import microbatches
 from dapo_exp.compose import LOSS_TERM_METRIC, Plan
 from dapo_exp.logprobs import ResponseForward
@@ -353,6 +355,33 @@ def step_metrics(
     m.update({k.removeprefix(LOSS_TERM_METRIC): v / n_upd for k, v in upd.items() if k.startswith(LOSS_TERM_METRIC)})
     m.update(batch.metrics)  # the advantage and token-mask hooks' own metrics
     return m
+
+
+class TrainingDiverged(RuntimeError):
+    """A loss, gradient norm or weight went non-finite; nothing of that step was logged or checkpointed."""
+
+
+# checked in this order after each update (the first non-finite one is named)
+DIVERGENCE_METRICS = ("actor/pg_loss", "actor/kl", "actor/grad_norm")
+
+
+def check_finite(model: torch.nn.Module, out: Path, step: int, metrics: dict[str, float]) -> None:
+    """Raise :class:`TrainingDiverged` if the step's loss, KL, gradient norm or the weights are not
+    finite, naming what, the step and the last good checkpoint under ``out``; called before anything of
+    the step is logged or checkpointed."""
+    what = next((f"{k} is {metrics[k]}" for k in DIVERGENCE_METRICS
+                 if k in metrics and not math.isfinite(metrics[k])), None)
+    if what is None:
+        bad = checkpoint.first_nonfinite(model.named_parameters())
+        what = bad and f"the weights are not finite ({bad})"
+    if what is None:
+        return
+    kept = sorted(p for p in (out / rundir.CHECKPOINTS).glob("step_*")
+                  if (m := checkpoint.STEP_DIR.fullmatch(p.name)) and int(m.group(1)) < step)
+    last = f"the last good checkpoint, {kept[-1].name}, is kept" if kept else "no checkpoint was written before it"
+    raise TrainingDiverged(
+        f"{what} at step {step}: training diverged (start over with a lower optim.lr or optim.grad_clip). "
+        f"Nothing of step {step} was logged or checkpointed; {last}")
 
 
 def start_clocks(device: Any) -> float:

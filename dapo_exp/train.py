@@ -10,8 +10,9 @@ One rollout step, each line a named function (:mod:`dapo_exp.steps` unless noted
     metrics -> evaluate (every eval.every steps) -> checkpoint (every checkpoint.every steps)
 
 The fixes act only through the plan :mod:`dapo_exp.compose` binds once per run (``run.plan``);
-the run's lifecycle (lock, signals, resume, tracking, summary) is :mod:`dapo_exp.runner`'s, its
-pieces :mod:`dapo_exp.build`'s.
+the run's lifecycle (lock, records, signals, resume, tracking, summary) is :mod:`dapo_exp.runner`'s:
+``runner.open_run`` hands this loop a :class:`dapo_exp.runner.RunContext` and the loop calls its points
+(checkpoint, stop, finish); the run's pieces are :mod:`dapo_exp.build`'s.
 
 How it deviates from the paper, honestly: the paper trains a 32B model for thousands of steps on
 DAPO-Math-17k; the embedded default is a 0.3M-parameter policy on a synthetic arithmetic task for
@@ -35,7 +36,7 @@ from typing import Any
 from omegaconf import DictConfig
 
 from dapo_exp import compose, rundir, runner, steps
-from dapo_exp.build import PromptSampler, Run, build_run
+from dapo_exp.build import Run
 from dapo_exp.console import ProgressLines
 from dapo_exp.evaluation import sizes_line
 from dapo_exp.logprobs import ResponseForward
@@ -58,25 +59,17 @@ def train(cfg: DictConfig) -> dict[str, Any]:
     quiet()  # a parallel sweep's worker is another process: third-party noise off here too
     t_start = time.perf_counter()
     plan = preflight(cfg)  # every check, before any compute
-
-    def body(life: runner.Life) -> dict[str, Any]:
-        run = build_run(cfg, plan, life.out, life.label, life.cleanup)
-        run.stop = life.stop
-        runner.resume(run)
-        run.sampler = PromptSampler(len(run.train_prompts), cfg.seed, run.state["sampler_position"],
-                                    keyed=cfg.train.randomness == "keyed")
-        runner.start_tracking(run, life)
-        return loop(run, life)
-
-    return runner.execute(cfg, body, t_start)
+    with runner.open_run(cfg, plan, t_start) as ctx:  # built, resumed, tracked; a failure or stop is recorded
+        return ctx.finished if ctx.finished is not None else loop(ctx)
 
 
-def loop(run: Run, life: runner.Life) -> dict[str, Any]:
+def loop(ctx: runner.RunContext) -> dict[str, Any]:
     """Rollout steps from ``run.start_step + 1`` to ``train.steps``, then the summary."""
     from tqdm.auto import tqdm
 
+    run = ctx.run
     cfg, t, st = run.cfg, run.cfg.train, run.state
-    run.stop.phase = "loop"  # a signal from here on stops after the current step, with a checkpoint
+    ctx.begin_loop()  # a signal from here on stops after the current step, with a checkpoint
     log.info("%s: %s, %.2fM params, %d train problems, %s, device %s, rollout %s%s", run.label,
              run.model_path, sum(p.numel() for p in run.model.parameters()) / 1e6, len(run.train_prompts),
              sizes_line(cfg.eval, len(run.eval_prompts)), run.device, cfg.rollout.engine,
@@ -89,9 +82,9 @@ def loop(run: Run, life: runner.Life) -> dict[str, Any]:
     lines = ProgressLines(f"{run.label} s{cfg.seed}", t.steps, cfg.logger.progress_every_s, enabled=bool(bar.disable))
     step = run.start_step
     for next_step in bar:
-        if run.stop.signame:  # a signal during the last step (or the set-up): its checkpoint is written
+        if ctx.stop_signal:  # a signal during the last step (or the set-up): its checkpoint is written
             bar.close()
-            runner.stopped(run, life, step)
+            ctx.stopped(step)
         step, t_step = next_step, steps.start_clocks(run.device)  # wall time, and the step's peak GPU memory
         groups, ds, counters = rollout_groups(run, step)  # rollouts, rewards, group filter
         t_gen = time.perf_counter() - t_step
@@ -117,7 +110,7 @@ def loop(run: Run, life: runner.Life) -> dict[str, Any]:
         })
         if groups:
             run.plan.check_logged(m)  # every fix that is on logs what it declares
-        runner.log_row(run, step, m)
+        run.log(step, m)
 
         ev = run_eval(run, step) if (cfg.eval.every and step % cfg.eval.every == 0 or step == t.steps) else {}
         bar.set_postfix(reward=f"{m.get('reward/mean', float('nan')):.2f}",
@@ -125,12 +118,12 @@ def loop(run: Run, life: runner.Life) -> dict[str, Any]:
                         ent=f"{m.get('actor/entropy', float('nan')):.2f}", s_step=f"{m['timing_s/step']:.1f}",
                         **({"eval": f"{ev['eval/acc_avg']:.2f}"} if ev else {}))
         lines.step(step, m, ev)
-        if cfg.checkpoint.every and step % cfg.checkpoint.every == 0 or step == t.steps or run.stop.signame:
-            runner.save_checkpoint(run, life, step)
+        if cfg.checkpoint.every and step % cfg.checkpoint.every == 0 or step == t.steps or ctx.stop_signal:
+            ctx.checkpoint(step)
     bar.close()
     if t.steps == 0 or (run.start_step == t.steps and not st["evals"]):
         run_eval(run, t.steps)
-    return runner.finish(run, life, step)
+    return ctx.finish(step)
 
 
 # =========================================================================== #
@@ -212,7 +205,7 @@ def train_on(run: Run, groups: list[Group], step: int) -> dict[str, float]:
          **steps.step_metrics(batch, old, upd, tok_adv, shaping_metrics=plan.reward_metrics,
                               ppo_epochs=t.ppo_epochs, t_train=t_train)}
     m.update(steps.sample_diagnostics(groups, run.task.train, _diagnostics(cfg)))
-    runner.check_finite(run, step, m)  # a diverged step stops the run before it is logged or checkpointed
+    steps.check_finite(run.model, run.out, step, m)  # a diverged step stops the run before it is logged or checkpointed
     run.state["cum_trained_rollouts"] += batch.size
     run.writers[rundir.TRAIN_SAMPLES].write(steps.train_sample_rows(step, groups))
     return m
@@ -253,5 +246,5 @@ def run_eval(run: Run, step: int) -> dict[str, float]:
     for replica in range(1, e.final_repeats + 1) if final else ():
         m[f"{rundir.EVAL_ACC}_rep{replica}"] = once(replica)[rundir.EVAL_ACC]
     run.state["evals"][step] = m
-    runner.log_row(run, step, m)
+    run.log(step, m)
     return m
