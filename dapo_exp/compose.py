@@ -55,7 +55,6 @@ class Plan:
     token_masks: tuple[Callable, ...] = ()  # (mask, truncated) -> (B, T) | Out, chained
     update_masks: tuple[Callable, ...] = ()  # (entropy, mask) -> (B, T) bool, and-ed
     rollout_weight: Callable | None = None  # (old_logp, engine_logp, mask) -> (B, T), the slot's
-    tis_cap: float | None = None  # truncated importance sampling against the engine's log-probs
     loss_terms: Mapping[str, Callable] = field(default_factory=dict)  # fix -> (*, logp, ...) -> scalar | Out
     kl_coef: float = 0.0  # GRPO's KL penalty against the reference (0: off)
     kl_estimator: str = "k3"
@@ -94,17 +93,11 @@ class Plan:
 
     @property
     def weighs_tokens(self) -> bool:
-        return self.tis_cap is not None or self.rollout_weight is not None
+        return self.rollout_weight is not None
 
     def token_weight(self, old_logp: Any, engine_logp: Any, mask: Any) -> Any:
-        """``(B, T)`` detached weights multiplied into the per-token advantages (truncated IS, rollout weight)."""
-        w = None
-        if self.tis_cap is not None:
-            w = objective.truncated_is_weights(old_logp, engine_logp, self.tis_cap)
-        if self.rollout_weight is not None:
-            rw = self.rollout_weight(old_logp, engine_logp, mask)
-            w = rw if w is None else w * rw.to(w.dtype)
-        return w
+        """``(B, T)`` detached weights multiplied into the per-token advantages (the rollout weight)."""
+        return self.rollout_weight(old_logp, engine_logp, mask)
 
     @property
     def needs_entropy(self) -> bool:
@@ -178,7 +171,7 @@ def compose(algo: Any, run: RunInfo) -> Plan:
         reward_terms=dict(bound["reward"]),
         reward_metrics={f.name: f.metrics[0] for f in fixes.FIXES.values() if "reward" in f.slots},
         group_filter=one("group_filter", None), token_masks=chain("token_mask"), update_masks=chain("update_mask"),
-        rollout_weight=one("rollout_weight", None), tis_cap=algo.tis_cap, loss_terms=dict(bound["loss_term"]),
+        rollout_weight=one("rollout_weight", None), loss_terms=dict(bound["loss_term"]),
         kl_coef=algo.kl_coef, kl_estimator=algo.kl_estimator,
         declared={f.name: f.metrics for f in fixes.active(algo)},
     )

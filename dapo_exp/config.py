@@ -413,7 +413,6 @@ def validate(cfg: DictConfig | Config) -> None:
 
     _require(a.adv_eps >= 0, "algo.adv_eps", f"must be >= 0, got {a.adv_eps}")
     _require(a.kl_coef >= 0, "algo.kl_coef", f"must be >= 0, got {a.kl_coef}")
-    _require(a.tis_cap is None or a.tis_cap >= 1.0, "algo.tis_cap", f"must be >= 1 or null, got {a.tis_cap}")
 
     _require(c.task.verifier_timeout_s > 0, "task.verifier_timeout_s", "must be > 0")
     _choice("model.dtype", c.model.dtype, DTYPES)

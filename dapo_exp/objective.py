@@ -18,7 +18,7 @@ KL (off in DAPO)              :func:`kl_penalty`              ``algo.kl_coef/kl_
 Overlong Filtering            :func:`overlong_filtering`      ``algo.overlong_filtering``
 Overlong Reward Shaping       :func:`overlong_punishment`     ``algo.overlong_punishment`` ...
 Dynamic Sampling              :func:`dynamic_sampling_keep`   ``algo.dynamic_sampling``
-(rollout mismatch) TIS        :func:`truncated_is_weights`    ``algo.tis_cap``
+(rollout mismatch) TIS        :func:`truncated_is_weights`    ``rollout_correction`` (token)
 ============================  ==============================  ==========================
 
 Gradient-accumulation invariance (semantic choice 1 of the reference): the

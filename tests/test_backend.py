@@ -165,8 +165,8 @@ def test_train_dispatches_and_fails_before_anything_is_written(tmp_path):
     """A value verl cannot honour is refused by train() before any file is written."""
     from dapo_exp.train import train
 
-    cfg = compose_cfg("backend=verl", "train.device=cpu", "algo.tis_cap=2.0", f"out_dir={tmp_path / 'run'}")
-    with pytest.raises(ConfigError, match=r"^algo\.tis_cap=2\.0"):
+    cfg = compose_cfg("backend=verl", "train.device=cpu", "train.logprob_chunk=512", f"out_dir={tmp_path / 'run'}")
+    with pytest.raises(ConfigError, match=r"^train\.logprob_chunk=512"):
         train(cfg)
     assert not (tmp_path / "run").exists()
 

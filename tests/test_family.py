@@ -103,10 +103,13 @@ def test_rollout_correction_without_engine_logprobs_weighs_one(tmp_path, small_c
     assert rc["actor/grad_norm"] == grpo["actor/grad_norm"]
 
 
-def test_rollout_correction_and_tis_cap_fail_before_compute_naming_both(small_cfg, tmp_path):
-    with pytest.raises(ConfigError, match=r"rollout_correction and algo.tis_cap=2.0 cannot be combined"):
-        preflight(small_cfg(tmp_path, "fixes=grpo", "rollout_correction=enabled", "algo.tis_cap=2.0"))
-    preflight(small_cfg(tmp_path, "fixes=grpo", "algo.tis_cap=2.0"))  # alone, as before
+@pytest.mark.parametrize("extra", [(), ("rollout_correction=enabled",)])
+def test_tis_cap_is_refused_naming_the_rollout_correction_level_it_is(small_cfg, tmp_path, extra):
+    """One behaviour, one label: the token-level truncated IS weight is rollout_correction's token level."""
+    with pytest.raises(ConfigError, match=r"^algo.tis_cap=2.0 is rollout correction's token-level weight: use "
+                                          r"rollout_correction=enabled algo.rc_level=token algo.rc_cap=2.0"):
+        preflight(small_cfg(tmp_path, "fixes=grpo", "algo.tis_cap=2.0", *extra))
+    preflight(small_cfg(tmp_path, "fixes=grpo", "rollout_correction=enabled", "algo.rc_level=token"))
 
 
 def test_top_entropy_excludes_the_sequence_losses(small_cfg, tmp_path):
@@ -324,14 +327,17 @@ def test_top_entropy_selects_over_the_mini_batch_whatever_its_micro_batches():
     assert "n_kept" not in plain[0] and plain[0]["pg_loss"] != pytest.approx(upd["pg_loss"])
 
 
-def test_token_level_rollout_correction_is_the_tis_cap_weight():
-    """rollout_correction at token level with cap C (no band) is algo.tis_cap = C, through the update."""
+def test_token_level_rollout_correction_is_the_truncated_is_weight():
+    """rollout_correction at token level with cap C (no band) is truncated IS with cap C
+    (objective.truncated_is_weights, Yao et al.), through the update."""
     import functools
 
     from dapo_exp import objective
 
     weight = functools.partial(objective.rollout_correction_weights, level="token", cap=2.0)
-    rc, tis = _update(micro_batch_size=4, rollout_weight=weight), _update(micro_batch_size=4, tis_cap=2.0)
+    rc = _update(micro_batch_size=4, rollout_weight=weight)
+    tis = _update(micro_batch_size=4, rollout_weight=lambda old, engine, mask: objective.truncated_is_weights(
+        old, engine, 2.0))
     _same_update(rc, tis)
     assert rc[0]["rw_tokens"] == rc[0]["n_tokens"] and 0 < rc[0]["rw_sum"] <= 2 * rc[0]["rw_tokens"]
     seq = _update(micro_batch_size=4, rollout_weight=functools.partial(objective.rollout_correction_weights, cap=2.0))

@@ -20,6 +20,7 @@ import functools
 from collections.abc import Callable
 from typing import Any
 
+from dapo_exp.errors import ConfigError
 from dapo_exp.fixes.base import Key, RunInfo, check_range
 
 MODE = "seq-mean-token-mean"  # GRPO's loss aggregation: the mean over responses of each one's token mean
@@ -35,8 +36,8 @@ SCHEMA: tuple[Key, ...] = (
         "(released script: 10)"),
     Key("kl_coef", float, 0.0, "KL penalty coefficient against the initial policy, 0 = off (DAPO: removed)"),
     Key("kl_estimator", str, "k3", "KL estimator: k1 | k2 | k3"),
-    Key("tis_cap", float | None, None, "truncated importance sampling: cap on exp(old_logp - engine_logp) per token, "
-        "null = off"),
+    Key("tis_cap", float | None, None, "null: truncated importance sampling is rollout correction's token level "
+        "(rollout_correction=enabled algo.rc_level=token algo.rc_cap=C); a value is refused, naming that"),
 )
 
 
@@ -67,7 +68,13 @@ def _weights(fn: Callable, mode: str, max_len: int, mask: Any, group_index: Any)
 
 
 def check(algo: Any, run: RunInfo) -> None:
-    """The clip range and dual clip every surrogate of the PPO form reads."""
+    """The clip range and dual clip every surrogate of the PPO form reads; ``algo.tis_cap`` refused (one behaviour,
+    one label: the token-level weight is the ``rollout_correction`` switch's)."""
+    if algo.tis_cap is not None:
+        c = algo.tis_cap
+        raise ConfigError(f"algo.tis_cap={c} is rollout correction's token-level weight: use rollout_correction=enabled "
+                          f"algo.rc_level=token algo.rc_cap={c} (one behaviour, one label in the run's switches and "
+                          "the table)")
     check_range(algo, ("eps_low", ">= 0", lambda v: v >= 0), ("eps_high", ">= 0", lambda v: v >= 0),
                 ("eps_low", "< 1 (ratio lower bound 1 - eps_low > 0)", lambda v: v < 1),
                 ("dual_clip", "> 1 or null", lambda v: v is None or v > 1))

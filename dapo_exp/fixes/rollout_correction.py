@@ -4,7 +4,7 @@ The engine that samples (vLLM, in bf16, with its own kernels) does not give the 
 probabilities the trainer's ``pi_old`` gives them. With ``d_t = old_logp_t - engine_logp_t`` each
 token's advantage is multiplied by a detached weight (:func:`dapo_exp.objective.rollout_correction_weights`):
 
-- ``rc_level=token``: ``min(exp(d_t), rc_cap)`` (truncated IS, the same weight as ``algo.tis_cap``);
+- ``rc_level=token``: ``min(exp(d_t), rc_cap)`` (truncated IS, Yao et al. 2025; verl's ``tis_imp_ratio_cap``);
 - ``rc_level=sequence``: one weight per response, ``min(exp(sum_t d_t), rc_cap)``
   (``rc_aggregation=product``, the sequence likelihood ratio, verl's Seq-TIS) or
   ``min(exp(mean_t d_t), rc_cap)`` (``geometric``, length-normalised); ``rc_cap=null``: weight 1;
@@ -14,7 +14,8 @@ token's advantage is multiplied by a detached weight (:func:`dapo_exp.objective.
 
 Masked tokens stay in the normaliser (their weight is 0), as verl's IcePop; verl's ``rollout_rs``
 also drops them from the normaliser. It fills the ``rollout_weight`` slot; ``algo.tis_cap``, the
-token-level weight that predates this switch, cannot be set with it. With an engine that reports
+token-level weight that predated this switch, is refused naming this level (one behaviour, one label). With
+an engine that reports
 no log-probs (``rollout=hf``, which samples with the trainer's own weights) there is nothing to
 correct and the weight is 1.
 """
@@ -41,9 +42,6 @@ def _check(algo, run):
     if algo.rollout_correction and algo.rc_cap is None and low is None:
         raise ConfigError("algo.rc_cap / rc_band_low: rollout_correction is on with neither a weight (rc_cap) nor a "
                           "band (rc_band_low, rc_band_high): it would change nothing")
-    if algo.rollout_correction and algo.tis_cap is not None:
-        raise ConfigError(f"rollout_correction and algo.tis_cap={algo.tis_cap} cannot be combined (both weight the "
-                          "tokens by the engine ratio); set algo.tis_cap=null or rollout_correction=disabled")
 
 
 FIX = register_fix(Fix(

@@ -6,8 +6,8 @@ batch shapes, so their log-probabilities of the sampled tokens differ a little
 (a lot in bf16 with long sequences). The loss always uses the trainer's
 log-probs as ``old_logp`` (``dapo_exp.steps``: from the update forward for
 on-policy rows, else recomputed); these functions measure the gap and,
-optionally, correct for it with truncated importance sampling, whose weights sit
-next to the loss (:func:`dapo_exp.objective.truncated_is_weights`, ``algo.tis_cap``).
+optionally, correct for it (the ``rollout_correction`` switch, whose weights sit next to the loss:
+:func:`dapo_exp.objective.rollout_correction_weights`).
 
 Shapes: ``(B, T)`` response tokens, right-padded; ``mask`` marks real tokens.
 Imports torch only.
