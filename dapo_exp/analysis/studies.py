@@ -1,6 +1,7 @@
 """Regime studies of the CPU testbed: one fix against its ablation, on the regime built for it.
 
-Each :class:`Study` names a switch of :data:`dapo_exp.fixes.FIXES`, the testbed regime
+Each :class:`Study` is built from a fix's own declaration (``Fix.study``, :class:`dapo_exp.fixes.Judged`, in
+the fix's module): it names a switch of :data:`dapo_exp.fixes.FIXES`, the testbed regime
 (``conf/experiment/toy_*.yaml``) in which the paper says that fix has a job, and the
 *mechanism metrics* through which the paper says it acts, each with the predicted sign of
 ``fix on - fix off``. :func:`study_table` pairs the runs by seed and gives, per metric, both
@@ -140,38 +141,14 @@ class Study:
                 f"fixes=grpo {self.fix}={self.arms[0]} {self.positive_control.override} seed={seeds}")
 
 
-STUDIES: dict[str, Study] = {s.fix: s for s in (
-    Study("clip_higher", "clip_higher", "toy_clip", (
-        StudyMetric("avg/diag/style_step", +1, "share of samples opening the rare, much better step strategy with "
-                                               "its `Steps:` marker: how fast a ~1% first token with a large "
-                                               "positive advantage grows"),
-        StudyMetric(f"avg/{rundir.ENTROPY}", +1, "policy entropy (the paper: the symmetric clip collapses it; here "
-                                                 "the selected step strategy is itself low-entropy)"),
-        StudyMetric(f"avg/{rundir.CLIP_HIGH}", -1, "share of tokens clipped at 1 + eps_high"),
-        StudyMetric("avg/diag/marker_mangled", 0, "step solutions opened by another first token (`xteps:`), "
-                                                  "not in style_step"),
-        FINAL_ACC)),
-    Study("dynamic_sampling", "dynamic_sampling", "toy_ds", (
-        StudyMetric("avg/actor/effective_batch_frac", +1, "share of trained responses with a non-zero advantage: "
-                                                          "1 by construction when on (a sanity check)"),
-        StudyMetric(f"avg/{rundir.ROLLOUTS_PER_TRAINED}", +1, "rollouts generated per trained rollout (its cost)"),
-        FINAL_ACC)),
-    Study("token_level_loss", "token_level_loss", "toy_degeneration", (
-        StudyMetric("avg/diag/degenerate", -1, "share of samples in a repetition loop"),
-        StudyMetric(f"avg/{rundir.RESP_LEN}", -1, "mean response length (tokens)"),
-        FINAL_ACC)),
-    Study("overlong_filtering", "overlong_filtering", "toy_overlong", (
-        StudyMetric("avg/diag/style_step_long", +1, "step-by-step share on long problems (5+ operands), whose "
-                                                     "solutions the cap truncates: the push to short guesses"),
-        StudyMetric(f"avg/{rundir.RESP_LEN}", +1, "mean response length (tokens)"),
-        FINAL_ACC)),
-    Study("overlong_punishment", "overlong_punishment", "toy_overlong", (
-        StudyMetric(f"avg/{rundir.TRUNC}", -1, "share of truncated samples (the soft ramp teaches to fit)"),
-        StudyMetric("avg/diag/trunc_on_path", -1, "share truncated while on a correct path"),
-        StudyMetric("avg/diag/style_step_long", +1, "step-by-step share on long problems: does it fit by "
-                                                     "shortening its reasoning (+) or by guessing (-)?"),
-        FINAL_ACC), arms=("disabled", "soft")),
-)}
+def _study(name: str, judged: fixes.Judged) -> Study:
+    """A fix's study as its module declares it (``Fix.study``), with the held-out accuracy at the endpoint."""
+    return Study(name, name, judged.experiment, tuple(StudyMetric(*m) for m in judged.metrics) + (FINAL_ACC,),
+                 arms=judged.arms)
+
+
+# one per fix whose module declares how it is judged (Fix.study), in registry order
+STUDIES: dict[str, Study] = {name: _study(name, f.study) for name, f in fixes.FIXES.items() if f.study is not None}
 
 
 def _verdict(m: StudyMetric, lo: float, hi: float) -> str:

@@ -159,6 +159,18 @@ class Key:
     doc: str
 
 
+@dataclass(frozen=True)
+class Judged:
+    """How the testbed judges a fix (:mod:`dapo_exp.analysis.studies` builds its study from this): the regime
+    where the paper says it has a job (``conf/experiment/<experiment>.yaml``), the mechanism metrics through
+    which it acts, each ``(runs-frame column, predicted sign of on - off (0: none), why)`` (held-out accuracy
+    at the endpoint is always added, reported), and its off / on config-group options."""
+
+    experiment: str
+    metrics: tuple[tuple[str, int, str], ...]
+    arms: tuple[str, str] = ("disabled", "enabled")
+
+
 @dataclass(frozen=True, kw_only=True)
 class Fix:
     """One switchable fix: everything about it, in one place."""
@@ -177,6 +189,7 @@ class Fix:
     excludes: tuple[str, ...] = ()  # fixes it cannot be combined with
     why_excluded: tuple[tuple[str, str], ...] = ()  # (fix, why) for an exclusion the error message explains
     options: tuple[str, ...] = ("disabled", "enabled")  # its config group's options
+    study: Judged | None = None  # the testbed study that judges it (regime, mechanism metrics)
 
     def __post_init__(self) -> None:
         if not self.keys:
@@ -321,6 +334,6 @@ def label(state: Mapping[str, bool], preset: str | None = None,
     return "+".join(FIXES[k].short for k, on in state.items() if on and k in FIXES) or BASELINE
 
 
-__all__ = ["BASELINE", "FAMILY", "FIXES", "LADDER", "PRESETS", "SLOTS", "Fix", "GroupFilter", "Key", "Out", "RunInfo", "Slot",
+__all__ = ["BASELINE", "FAMILY", "FIXES", "LADDER", "PRESETS", "SLOTS", "Fix", "GroupFilter", "Judged", "Key", "Out", "RunInfo", "Slot",
            "active", "binds", "check_combination", "check_range", "dapo_fixes", "declared_ext_keys", "incompatibility", "is_on", "label", "register_fix",
            "schema_keys", "switch_names", "switches", "unpack", "unregister_fix"]

@@ -13,7 +13,8 @@ CISPO, GMPO) and KL-Cov (no clip) exclude it.
 
 from __future__ import annotations
 
-from dapo_exp.fixes.base import Fix, Key, register_fix
+from dapo_exp import rundir
+from dapo_exp.fixes.base import Fix, Judged, Key, register_fix
 
 FIX = register_fix(Fix(
     name="clip_higher", short="clip", title="Clip-Higher", paper="DAPO §3.1, Eq. 10",
@@ -23,4 +24,11 @@ FIX = register_fix(Fix(
     ), is_on=lambda a: a.eps_high > a.eps_low,
     slots=(), bind=lambda algo, run: {},
     metrics=("actor/pg_clipfrac_higher", "actor/pg_clipfrac_lower"),
+    study=Judged("toy_clip", (
+        ("avg/diag/style_step", +1, "share of samples opening the rare, much better step strategy with its `Steps:` "
+                                    "marker: how fast a ~1% first token with a large positive advantage grows"),
+        (f"avg/{rundir.ENTROPY}", +1, "policy entropy (the paper: the symmetric clip collapses it; here the selected "
+                                      "step strategy is itself low-entropy)"),
+        (f"avg/{rundir.CLIP_HIGH}", -1, "share of tokens clipped at 1 + eps_high"),
+        ("avg/diag/marker_mangled", 0, "step solutions opened by another first token (`xteps:`), not in style_step"))),
 ))

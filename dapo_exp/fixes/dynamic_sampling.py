@@ -13,8 +13,9 @@ from __future__ import annotations
 
 from typing import Any
 
+from dapo_exp import rundir
 from dapo_exp.errors import ConfigError
-from dapo_exp.fixes.base import Fix, GroupFilter, Key, RunInfo, register_fix
+from dapo_exp.fixes.base import Fix, GroupFilter, Judged, Key, RunInfo, register_fix
 
 SIGNALS = ("acc", "reward")
 SURPLUS = ("discard", "carry")
@@ -61,4 +62,8 @@ FIX = register_fix(Fix(
     is_on=lambda a: bool(a.dynamic_sampling), slots=("group_filter",), bind=_bind,
     metrics=("dynamic_sampling/zero_var_frac", "dynamic_sampling/rollouts_per_trained", "actor/zero_adv_token_frac"),
     check=_check,
+    study=Judged("toy_ds", (
+        ("avg/actor/effective_batch_frac", +1, "share of trained responses with a non-zero advantage: 1 by "
+                                               "construction when on (a sanity check)"),
+        (f"avg/{rundir.ROLLOUTS_PER_TRAINED}", +1, "rollouts generated per trained rollout (its cost)"))),
 ))

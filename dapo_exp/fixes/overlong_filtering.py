@@ -7,7 +7,8 @@ It fills the ``token_mask`` slot with :func:`dapo_exp.objective.overlong_filteri
 
 from __future__ import annotations
 
-from dapo_exp.fixes.base import Fix, Key, register_fix
+from dapo_exp import rundir
+from dapo_exp.fixes.base import Fix, Judged, Key, register_fix
 
 
 def _bind(algo, run):
@@ -22,4 +23,8 @@ FIX = register_fix(Fix(
                 "mask truncated responses out of the loss (Table 1 ladder: on; released script: off)"),),
     is_on=lambda a: bool(a.overlong_filtering), slots=("token_mask",), bind=_bind,
     metrics=("actor/masked_token_frac",),
+    study=Judged("toy_overlong", (
+        ("avg/diag/style_step_long", +1, "step-by-step share on long problems (5+ operands), whose solutions the "
+                                         "cap truncates: the push to short guesses"),
+        (f"avg/{rundir.RESP_LEN}", +1, "mean response length (tokens)"))),
 ))

@@ -13,8 +13,9 @@ from __future__ import annotations
 import functools
 from typing import Any
 
+from dapo_exp import rundir
 from dapo_exp.errors import ConfigError
-from dapo_exp.fixes.base import Fix, Key, RunInfo, register_fix
+from dapo_exp.fixes.base import Fix, Judged, Key, RunInfo, register_fix
 
 
 def l_max(algo: Any, max_response_len: int) -> int:
@@ -60,4 +61,9 @@ FIX = register_fix(Fix(
     is_on=lambda a: a.overlong_punishment != "none", slots=("reward",), bind=_bind,
     metrics=("reward/overlong_penalty_mean", "response_length/clip_ratio"), check=_check,
     options=("disabled", "soft", "linear_ramp", "beyond_max"),
+    study=Judged("toy_overlong", (
+        (f"avg/{rundir.TRUNC}", -1, "share of truncated samples (the soft ramp teaches to fit)"),
+        ("avg/diag/trunc_on_path", -1, "share truncated while on a correct path"),
+        ("avg/diag/style_step_long", +1, "step-by-step share on long problems: does it fit by shortening its "
+                                         "reasoning (+) or by guessing (-)?")), arms=("disabled", "soft")),
 ))

@@ -14,8 +14,9 @@ from __future__ import annotations
 
 from typing import Any
 
+from dapo_exp import rundir
 from dapo_exp.errors import ConfigError
-from dapo_exp.fixes.base import Fix, Key, RunInfo, register_fix
+from dapo_exp.fixes.base import Fix, Judged, Key, RunInfo, register_fix
 from dapo_exp.fixes.grpo import MODE as GRPO_MODE
 from dapo_exp.fixes.grpo import normaliser
 
@@ -41,4 +42,7 @@ FIX = register_fix(Fix(
     ), is_on=lambda a: a.loss_agg != GRPO_MODE,
     slots=("normaliser",), bind=lambda algo, run: {"normaliser": normaliser(algo.loss_agg, run)},
     metrics=("actor/entropy", "response_length/mean"), check=_check,
+    study=Judged("toy_degeneration", (
+        ("avg/diag/degenerate", -1, "share of samples in a repetition loop"),
+        (f"avg/{rundir.RESP_LEN}", -1, "mean response length (tokens)"))),
 ))
