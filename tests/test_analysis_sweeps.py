@@ -154,6 +154,7 @@ def test_cross_engine_recipe_runs_the_same_study_on_both_engines():
     from hydra.core.override_parser.overrides_parser import OverridesParser
 
     from dapo_exp.backends import verl as vb
+    from dapo_exp.fixes.verl_rules import OB
     from dapo_exp.hydra_setup import register_resolvers, run_label
 
     text = (SWEEPS / "cross_engine.sh").read_text()
@@ -181,7 +182,7 @@ def test_cross_engine_recipe_runs_the_same_study_on_both_engines():
             for c in cfgs.values():  # each arm: verl's CPU mode, the overlong buffer on in the fix's arm only
                 values = vb.translate(c).values
                 assert values["trainer.device"] == "cpu"
-                assert values[vb._OB + "enable"] == (run_label(c) == "sop")
+                assert values[OB + "enable"] == (run_label(c) == "sop")
     assert per_engine["native"] == per_engine["verl"]
     assert {label for label, _ in per_engine["native"]} == {"grpo", "sop"}
     assert len(per_engine["native"]) * 2 == total == 2 * 2 * len(seeds.split(","))

@@ -82,8 +82,8 @@ def test_a_fix_without_a_verl_translation_fails_by_name():
 def test_a_fix_without_verl_rules_is_refused_when_on_and_passes_when_off_at_its_defaults(monkeypatch):
     """A fix in the package with no verl translation (no rule for any of its keys): a verl job with it on is
     refused naming the fix and the way out; off, its keys must keep their defaults and nothing reaches verl."""
-    for key in ("algo.dr_grpo_norm",):
-        monkeypatch.delitem(vb.FIX_RULES, key)
+    monkeypatch.delitem(vb.FIX_RULES, "algo.dr_grpo_norm")
+    monkeypatch.delitem(fixes.FIXES["dr_grpo_norm"].verl, "dr_grpo_norm")
     job = vb.translate(paper("fixes=full"), label="x")
     assert job.not_translated["algo.dr_grpo_norm"] == "none: fix 'dr_grpo_norm' is off and has no verl translation"
     assert not any("dr_grpo" in o for o in job.overrides)
@@ -93,6 +93,7 @@ def test_a_fix_without_verl_rules_is_refused_when_on_and_passes_when_off_at_its_
 
 def test_a_registry_key_without_a_rule_fails_by_name(monkeypatch):
     monkeypatch.delitem(vb.FIX_RULES, "algo.eps_high")
+    monkeypatch.delitem(fixes.FIXES["clip_higher"].verl, "eps_high")
     with pytest.raises(vb.Untranslatable, match=r"algo\.eps_high=0\.28 .*fix 'clip_higher'"):
         vb.translate(paper("fixes=full"), label="x")
 

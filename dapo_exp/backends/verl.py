@@ -7,9 +7,10 @@ environment of that process). Every key of the config has one :class:`Rule` in :
 knob of the native trainer that must keep its default. A value verl cannot honour raises
 :class:`Untranslatable` naming the key, before anything is launched; nothing is dropped silently.
 
-The fixes go through their registry: for every fix of :data:`dapo_exp.fixes.FIXES` and every
-``algo`` key it declares (``Fix.keys``) there must be a rule here, so a fix registered without a
-verl translation (an extension's ``algo.ext.<key>``) fails by name.
+The fixes go through their registry: each fix's module declares the rule of each of its ``algo``
+keys (``Fix.verl``, built with :mod:`dapo_exp.fixes.verl_rules`; :data:`FIX_RULES` collects them); a
+fix with no rules (an extension's ``algo.ext.<key>``, or a new fix not yet translated) is refused by
+name when it is on, and must hold its defaults when it is off.
 
 Written against verl 0.9.1 (:data:`VERL_VERSION`), whose default trainer is the "V1" trainer
 (``trainer.use_v1=true``): Dynamic Sampling is its replay buffer's group filter
@@ -32,10 +33,13 @@ from typing import Any
 from omegaconf import DictConfig, OmegaConf
 
 from dapo_exp import fixes
-from dapo_exp.config import Config, ConfigError
-from dapo_exp.fixes import overlong_punishment
+from dapo_exp.config import Config
+from dapo_exp.fixes.verl_rules import VERL_VERSION, Context, Rule, Untranslatable, to, unused  # noqa: F401 - re-exported
+from dapo_exp.fixes.verl_rules import A as _A
+from dapo_exp.fixes.verl_rules import R as _R
+from dapo_exp.fixes.verl_rules import fail as _fail
+from dapo_exp.fixes.verl_rules import on as _on
 
-VERL_VERSION = "0.9.1"
 EXT_MODULE = "dapo_exp.backends.verl_ext"  # imported by verl's workers (actor_rollout_ref.model.external_lib)
 OF_AGENT_LOOP = "dapo_exp_overlong_filtering"  # the agent loop it registers
 FILTERED_LINE = "[dapo-exp] overlong filtering: a truncated response masked out of the loss"  # its log line
@@ -53,33 +57,6 @@ CPU_RAY_CPUS = 32  # logical CPUs of a CPU-mode job's Ray (TransferQueue alone s
 TINY_POSITIONS = 256  # model.path=tiny's max_position_embeddings (dapo_exp.models.build_tiny_model)
 
 
-class Untranslatable(ConfigError):
-    """A config value has no verl counterpart; the message names the key and says why."""
-
-
-@dataclass(frozen=True)
-class Context:
-    """What the rules read besides the value: the whole config, the run directory, the run label."""
-
-    cfg: DictConfig
-    out: str
-    label: str
-
-
-@dataclass(frozen=True)
-class Rule:
-    """How one dapo-exp key reaches verl.
-
-    ``verl``: the translation table's column (docs/reference/verl.md: verl keys, or what happens); ``fn(value, ctx)`` returns
-    ``{verl key: value}`` (a key starting with ``$`` is an environment variable of the verl
-    process; ``+key`` adds a key verl's config does not declare) or raises :class:`Untranslatable`.
-    """
-
-    verl: str
-    fn: Callable[[Any, Context], dict[str, Any]]
-    default_only: bool = False  # a native-only knob: its default is accepted, any other value fails
-
-
 @dataclass
 class VerlJob:
     """A translated job: ``python -m verl.trainer.main_ppo <overrides>`` with ``env`` set."""
@@ -88,10 +65,6 @@ class VerlJob:
     env: dict[str, str]
     values: dict[str, Any]  # the overrides as {key: value} (before rendering)
     not_translated: dict[str, str] = field(default_factory=dict)  # key -> why it needs no verl key
-
-
-def _fail(path: str, value: Any, why: str) -> None:
-    raise Untranslatable(f"{path}={value!r} has no verl {VERL_VERSION} counterpart: {why}")
 
 
 # --------------------------------------------------------------------------- #
@@ -128,11 +101,6 @@ def render_override(key: str, value: Any) -> str:
 # --------------------------------------------------------------------------- #
 # Rule builders                                                                 #
 # --------------------------------------------------------------------------- #
-def to(*keys: str) -> Rule:
-    """The value, as it is, to each of ``keys``."""
-    return Rule(", ".join(f"`{k}`" for k in keys), lambda v, ctx: {k: v for k in keys})
-
-
 _SCHEMA = OmegaConf.structured(Config)
 
 
@@ -140,11 +108,6 @@ def native_only(why: str) -> Rule:
     """A knob of the native trainer with no effect on the algorithm: its default is accepted (it
     means nothing to verl), any other value fails (verl cannot honour it)."""
     return Rule(f"none: {why}; must keep its default", lambda v, ctx: {}, default_only=True)
-
-
-def unused(why: str) -> Rule:
-    """A key that is not read in this configuration (as in the native trainer), or is only recorded."""
-    return Rule(f"none: {why}", lambda v, ctx: {})
 
 
 def _only(path: str, allowed: Any, why: str, then: dict[str, Any] | None = None) -> Rule:
@@ -158,218 +121,17 @@ def _only(path: str, allowed: Any, why: str, then: dict[str, Any] | None = None)
 
 
 # --------------------------------------------------------------------------- #
-# The fixes (dapo_exp.fixes.FIXES): every declared key                          #
+# The fixes (dapo_exp.fixes.FIXES): every declared key, by the rules in the fix's own module (Fix.verl)     #
 # --------------------------------------------------------------------------- #
-_A = "actor_rollout_ref.actor."
-_R = "actor_rollout_ref.rollout."
-_OB = "+reward.reward_kwargs.overlong_buffer_cfg."
-_FG = "algorithm.filter_groups."
-
-
-def _ds(rule: Callable[[Any, Context], dict[str, Any]]) -> Callable[[Any, Context], dict[str, Any]]:
-    """A Dynamic Sampling setting: read only when the fix is on (as natively)."""
-    return lambda v, ctx: rule(v, ctx) if ctx.cfg.algo.dynamic_sampling else {}
-
-
-def _ds_max_rounds(v: int, ctx: Context) -> dict[str, Any]:
-    if v != 0:
-        _fail("algo.ds_max_rounds", v, "verl's V1 replay buffer refills without a cap (it ignores "
-              "algorithm.filter_groups.max_num_gen_batches); set algo.ds_max_rounds=0 (conf/backend/verl.yaml does)")
-    return {_FG + "max_num_gen_batches": 0}
-
-
-def _ds_oversample(v: float, ctx: Context) -> dict[str, Any]:
-    if v != int(v):
-        _fail("algo.ds_oversample", v, "its closest counterpart, algorithm.filter_groups.max_inflight_gen_batches "
-              "(prompts in flight, in train batches), is an integer")
-    return {_FG + "max_inflight_gen_batches": int(v)}
-
-
-def _ds_surplus(v: str, ctx: Context) -> dict[str, Any]:
-    if v != "discard":
-        _fail("algo.ds_surplus", v, "verl discards the kept groups beyond the batch")
-    return {}
-
-
-def _on(ctx: Context, *names: str) -> bool:
-    """Is any of the fixes ``names`` on in this config?"""
-    return any(fixes.is_on(fixes.FIXES[n], ctx.cfg.algo) for n in names if n in fixes.FIXES)
-
-
-OWN_RANGE = ("gspo", "cispo", "gmpo")  # surrogate fixes whose clip range is their own (verl's clip_ratio_*)
-
-
-def _ppo_range(key: str) -> Callable[[Any, Context], dict[str, Any]]:
-    """eps_low / eps_high: verl's clip range, unless a surrogate with a range of its own sets it."""
-    return lambda v, ctx: {} if _on(ctx, *OWN_RANGE) else {_A + key: v}
+FIX_RULES: dict[str, Rule] = {f"algo.{k}": rule for fix in fixes.FIXES.values() for k, rule in fix.verl.items()}
 
 
 def _default_surrogate(v: str, ctx: Context) -> dict[str, Any]:
+    """GRPO's own surrogate (``algo.policy_loss``): verl's vanilla loss, unless a surrogate fix sets its own."""
     if v != "clipped":
         _fail("algo.policy_loss", v, "our clipped surrogate is verl's vanilla loss")
     surrogates = [f.name for f in fixes.FIXES.values() if "surrogate" in f.slots]
     return {} if _on(ctx, *surrogates) else {_A + "policy_loss.loss_mode": "vanilla"}
-
-
-def _surrogate(mode: str, low: str | None = None, high: str | None = None,
-               extra: Callable[[Any], dict[str, Any]] = lambda a: {}) -> Callable[[Any, Context], dict[str, Any]]:
-    """A surrogate fix's switch: verl's loss_mode, its clip range from ``algo.<low>`` / ``algo.<high>``."""
-    def fn(v: bool, ctx: Context) -> dict[str, Any]:
-        if not v:
-            return {}
-        a = ctx.cfg.algo
-        rng = {_A + "clip_ratio_low": a[low], _A + "clip_ratio_high": a[high]} if low else {}
-        return {_A + "policy_loss.loss_mode": mode, **rng, **extra(a)}
-    return fn
-
-
-def _gspo_form(v: str, ctx: Context) -> dict[str, Any]:
-    if ctx.cfg.algo.gspo and v != "token":
-        _fail("algo.gspo_form", v, "verl 0.9.1's gspo is the token form (GSPO-token); use algo.gspo_form=token")
-    return {}
-
-
-def _dr_grpo_norm(v: bool, ctx: Context) -> dict[str, Any]:
-    if not v:
-        return {}
-    return {_A + "loss_agg_mode": "seq-mean-token-sum-norm", _A + "loss_scale_factor": ctx.cfg.rollout.max_response_len}
-
-
-def _loss_agg(v: str, ctx: Context) -> dict[str, Any]:
-    if _on(ctx, "dr_grpo_norm"):  # its normaliser replaces this one (they exclude each other natively)
-        return {}
-    if v in ("token-mean", "seq-mean-token-mean"):
-        return {_A + "loss_agg_mode": v}
-    if v == "seq-mean-token-sum-norm":
-        _fail("algo.loss_agg", v, "Dr. GRPO's constant normaliser is the dr_grpo_norm switch (dr_grpo_norm=enabled)")
-    _fail("algo.loss_agg", v, "verl's agg_loss has no per-prompt-group mode")
-
-
-def _top_entropy(v: bool, ctx: Context) -> dict[str, Any]:
-    if v:
-        _fail("algo.top_entropy", v, "verl's actor has no entropy mask on the policy loss (its entropy keys are "
-              "entropy_coeff and calculate_entropy; the mask exists in TRL as top_entropy_quantile)")
-    return {}
-
-
-_RC = "algorithm.rollout_correction."
-
-
-def _rollout_correction(v: bool, ctx: Context) -> dict[str, Any]:
-    """Our weight (+ band) as verl's decoupled rollout correction: rollout_is at our level, its threshold
-    the cap (truncated IS) or ``"low_high"`` (IcePop: the raw ratio inside the band, 0 outside)."""
-    if not v:
-        return {}
-    a = ctx.cfg.algo
-    if a.rc_cap is None:
-        _fail("algo.rc_cap", None, "a band without a weight is verl's rollout_rs, which also drops the rejected "
-              "tokens from the loss normaliser (ours weighs them 0); set algo.rc_cap >= algo.rc_band_high to "
-              "translate the band as verl's IcePop")
-    if a.rc_level == "sequence" and a.rc_aggregation != "product":
-        _fail("algo.rc_aggregation", a.rc_aggregation, "verl's rollout_is weights are the token ratio or the "
-              "sequence product; the geometric mean is only a rejection statistic there (rollout_rs=seq_mean_k1)")
-    if a.rc_band_low is None:
-        return {_RC + "rollout_is": a.rc_level, _RC + "rollout_is_threshold": float(a.rc_cap)}
-    if a.rc_cap < a.rc_band_high:
-        _fail("algo.rc_cap", a.rc_cap, f"verl's IcePop (rollout_is_threshold='low_high') keeps the raw ratio inside "
-              f"the band; a cap below algo.rc_band_high={a.rc_band_high} has no counterpart")
-    return {_RC + "rollout_is": a.rc_level, _RC + "rollout_is_threshold": f"{a.rc_band_low}_{a.rc_band_high}"}
-
-
-def _soft(rule: Callable[[Any, Context], dict[str, Any]]) -> Callable[[Any, Context], dict[str, Any]]:
-    """A setting of the overlong punishment: read only when it is on (as natively)."""
-    return lambda v, ctx: rule(v, ctx) if ctx.cfg.algo.overlong_punishment != "none" else {}
-
-
-def _punishment(v: str, ctx: Context) -> dict[str, Any]:
-    if v == "none":
-        return {_OB + "enable": False}
-    if v != "soft":
-        _fail("algo.overlong_punishment", v, "verl's DAPO reward manager implements Eq. 13 (soft) only")
-    return {_OB + "enable": True, _OB + "log": True}
-
-
-def _cache_len(v: int, ctx: Context) -> dict[str, Any]:
-    if v <= 0:
-        _fail("algo.overlong_cache_len", v, "verl's overlong buffer needs len > 0")
-    return {_OB + "len": v}
-
-
-def _overlong_max_len(v: int | None, ctx: Context) -> dict[str, Any]:
-    cap = ctx.cfg.rollout.max_response_len
-    if v is not None and v < cap:
-        _fail("algo.overlong_max_len", v, f"below the generation cap ({cap}) verl's penalty keeps falling "
-              "past -factor instead of Eq. 13's -1; leave it null (= the cap)")
-    return {"+reward.reward_kwargs.max_resp_len": overlong_punishment.l_max(ctx.cfg.algo, cap)}
-
-
-def _filtering(v: bool, ctx: Context) -> dict[str, Any]:
-    if not v:
-        return {_R + "agent.default_agent_loop": "single_turn_agent"}
-    return {_R + "agent.default_agent_loop": OF_AGENT_LOOP, "actor_rollout_ref.model.external_lib": EXT_MODULE}
-
-
-FIX_RULES: dict[str, Rule] = {
-    "algo.eps_low": Rule(f"`{_A}clip_ratio_low` (GSPO, CISPO, GMPO set their own)", _ppo_range("clip_ratio_low")),
-    "algo.eps_high": Rule(f"`{_A}clip_ratio_high` (GSPO, CISPO, GMPO set their own)", _ppo_range("clip_ratio_high")),
-    "algo.dynamic_sampling": to(_FG + "enable"),
-    "algo.ds_signal": Rule(f"`{_FG}metric` (acc: `acc`, the reward manager's accuracy; reward: `reward`, the "
-                           "shaped score)", _ds(lambda v, ctx: {_FG + "metric": {"acc": "acc", "reward": "reward"}[v]})),
-    "algo.ds_max_rounds": Rule(f"`{_FG}max_num_gen_batches=0` (only 0: verl 0.9.1 has no cap on refills)",
-                               _ds(_ds_max_rounds)),
-    "algo.ds_on_cap": unused("without a cap (ds_max_rounds=0) there is nothing to do at it"),
-    "algo.ds_surplus": Rule("none (only `discard`: verl discards surplus groups)", _ds(_ds_surplus)),
-    "algo.ds_oversample": Rule(f"`{_FG}max_inflight_gen_batches` (integers only; verl bounds the prompts in flight "
-                               "instead of sizing rounds)", _ds(_ds_oversample)),
-    "algo.loss_agg": Rule(f"`{_A}loss_agg_mode` (`token-mean`, `seq-mean-token-mean`; `group-token-mean` fails; "
-                          "Dr. GRPO's `seq-mean-token-sum-norm` is `algo.dr_grpo_norm`)", _loss_agg),
-    "algo.overlong_punishment": Rule(f"`reward.reward_manager.name=dapo`'s `{_OB[1:]}enable` (+`log`; only `none`, "
-                                     "`soft`)", _punishment),
-    "algo.overlong_cache_len": Rule(f"`{_OB[1:]}len`", _soft(_cache_len)),
-    "algo.overlong_factor": Rule(f"`{_OB[1:]}penalty_factor`", _soft(lambda v, ctx: {_OB + "penalty_factor": v})),
-    "algo.overlong_max_len": Rule("`reward.reward_kwargs.max_resp_len` (null: `rollout.max_response_len`; "
-                                  "below it fails)", _soft(_overlong_max_len)),
-    "algo.adv_norm_std": to("algorithm.norm_adv_by_std_in_grpo"),
-    "algo.dr_grpo_norm": Rule(f"`{_A}loss_agg_mode=seq-mean-token-sum-norm` + `{_A}loss_scale_factor` = "
-                              "`rollout.max_response_len`", _dr_grpo_norm),
-    "algo.gspo": Rule(f"`{_A}policy_loss.loss_mode=gspo`, `{_A}clip_ratio_low/high` = `algo.gspo_eps_low/high`",
-                      _surrogate("gspo", "gspo_eps_low", "gspo_eps_high")),
-    "algo.gspo_eps_low": unused("read by algo.gspo's rule"),
-    "algo.gspo_eps_high": unused("read by algo.gspo's rule"),
-    "algo.gspo_form": Rule("none (only `token`: verl's gspo is GSPO-token)", _gspo_form),
-    "algo.cispo": Rule(f"`{_A}policy_loss.loss_mode=cispo`, `{_A}clip_ratio_low/high` = `algo.cispo_eps_low/high`",
-                       _surrogate("cispo", "cispo_eps_low", "cispo_eps_high")),
-    "algo.cispo_eps_low": unused("read by algo.cispo's rule"),
-    "algo.cispo_eps_high": unused("read by algo.cispo's rule"),
-    "algo.gmpo": Rule(f"`{_A}policy_loss.loss_mode=geo_mean`, `{_A}clip_ratio_low/high` = `algo.gmpo_eps_low/high`",
-                      _surrogate("geo_mean", "gmpo_eps_low", "gmpo_eps_high")),
-    "algo.gmpo_eps_low": unused("read by algo.gmpo's rule"),
-    "algo.gmpo_eps_high": unused("read by algo.gmpo's rule"),
-    "algo.clip_cov": Rule(f"`{_A}policy_loss.loss_mode=clip_cov` + `policy_loss.clip_cov_ratio/lb/ub`",
-                          _surrogate("clip_cov", extra=lambda a: {
-                              _A + "policy_loss.clip_cov_ratio": a.clip_cov_ratio,
-                              _A + "policy_loss.clip_cov_lb": a.clip_cov_lb,
-                              _A + "policy_loss.clip_cov_ub": a.clip_cov_ub})),
-    "algo.clip_cov_ratio": unused("read by algo.clip_cov's rule"),
-    "algo.clip_cov_lb": unused("read by algo.clip_cov's rule"),
-    "algo.clip_cov_ub": unused("read by algo.clip_cov's rule"),
-    "algo.kl_cov": Rule(f"`{_A}policy_loss.loss_mode=kl_cov` + `policy_loss.kl_cov_ratio`, `policy_loss.ppo_kl_coef`",
-                        _surrogate("kl_cov", extra=lambda a: {
-                            _A + "policy_loss.kl_cov_ratio": a.kl_cov_ratio,
-                            _A + "policy_loss.ppo_kl_coef": a.kl_cov_coef})),
-    "algo.kl_cov_ratio": unused("read by algo.kl_cov's rule"),
-    "algo.kl_cov_coef": unused("read by algo.kl_cov's rule"),
-    "algo.top_entropy": Rule("none (only `false`: verl 0.9.1 has no entropy mask on the policy loss)", _top_entropy),
-    "algo.top_entropy_rho": unused("read by algo.top_entropy's rule"),
-    "algo.rollout_correction": Rule(f"`{_RC}rollout_is` = `algo.rc_level`, `{_RC}rollout_is_threshold` = `algo.rc_cap`, "
-                                    "or `'<rc_band_low>_<rc_band_high>'` with a band (IcePop; needs rc_cap >= "
-                                    "rc_band_high); a band without a weight and the geometric sequence weight fail",
-                                    _rollout_correction),
-    **{f"algo.{k}": unused("read by algo.rollout_correction's rule")
-       for k in ("rc_level", "rc_aggregation", "rc_cap", "rc_band_low", "rc_band_high")},
-    "algo.overlong_filtering": Rule(f"`{_R}agent.default_agent_loop={OF_AGENT_LOOP}` + "
-                                    f"`actor_rollout_ref.model.external_lib={EXT_MODULE}` (our agent loop)", _filtering),
-}
 
 
 # --------------------------------------------------------------------------- #
@@ -705,8 +467,9 @@ def _check_default(path: str, value: Any) -> None:
               + f" (its default {default!r} is accepted: it means nothing to verl)")
 
 
-def _apply(path: str, value: Any, ctx: Context, out: dict[str, Any], skipped: dict[str, str]) -> None:
-    rule = RULES[path]
+def _apply(path: str, value: Any, ctx: Context, out: dict[str, Any], skipped: dict[str, str],
+           rule: Rule | None = None) -> None:
+    rule = rule or RULES[path]
     if rule.default_only:
         _check_default(path, value)
     produced = rule.fn(value, ctx)
@@ -724,11 +487,10 @@ def _translate_fix(fix: fixes.Fix, ctx: Context, out: dict[str, Any], skipped: d
     cfg, paths = ctx.cfg, [f"algo.{key}" for key in fix.keys]
     for path in paths:
         value = OmegaConf.select(cfg, path)
-        if path in FIX_RULES:
-            _apply(path, value, ctx, out, skipped)
+        if path in FIX_RULES or path.removeprefix("algo.") in fix.verl:  # a fix registered after this import too
+            _apply(path, value, ctx, out, skipped, FIX_RULES.get(path) or fix.verl[path.removeprefix("algo.")])
             continue
-        why = (f"fix {fix.name!r} declares it and there is no verl translation for it (dapo_exp/backends/verl.py, "
-               "FIX_RULES)")
+        why = f"fix {fix.name!r} declares it and there is no verl translation for it (no rule in its Fix.verl)"
         if fixes.is_on(fix, cfg.algo):
             _fail(path, value, why + f": run it with backend=native, or switch it off ({fix.name}=disabled)")
         default = OmegaConf.select(_SCHEMA, path)
@@ -745,7 +507,8 @@ def translate(cfg: DictConfig, *, label: str | None = None) -> VerlJob:
         from dapo_exp.hydra_setup import run_label
 
         label = run_label(cfg)
-    ctx = Context(cfg=cfg, out=os.path.abspath(os.path.expanduser(cfg.out_dir)), label=label)
+    ctx = Context(cfg=cfg, out=os.path.abspath(os.path.expanduser(cfg.out_dir)), label=label, ext_module=EXT_MODULE,
+                  agent_loop=OF_AGENT_LOOP)
     resolved = OmegaConf.to_container(cfg, resolve=True)
     values: dict[str, Any] = {}
     skipped: dict[str, str] = {}

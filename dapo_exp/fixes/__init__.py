@@ -3,7 +3,8 @@
 Importing this package registers the built-in fixes: DAPO's five in the order of Table 1's
 columns, then the GRPO family after DAPO, then any other module of this package, by name (a new
 fix module needs no line here; list it below only to give it another column). GRPO's own pieces
-(:mod:`dapo_exp.fixes.grpo`) are no switch.
+(:mod:`dapo_exp.fixes.grpo`) are no switch; :mod:`dapo_exp.fixes.verl_rules` holds what the fixes' verl
+rules are built from.
 A fix of your own is one module that calls :func:`register_fix` plus a config group
 ``conf/<name>/{disabled,enabled}.yaml`` (docs: how-to/extend.md).
 """
@@ -23,5 +24,5 @@ import importlib as _importlib  # noqa: E402
 import pkgutil as _pkgutil  # noqa: E402
 
 for _m in sorted(m.name for m in _pkgutil.iter_modules(__path__)):  # noqa: F405 - its other fix modules, by name
-    if _m not in ("base", "grpo"):
+    if _m not in ("base", "grpo", "verl_rules"):
         _importlib.import_module(f"{__name__}.{_m}")

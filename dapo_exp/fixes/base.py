@@ -6,11 +6,13 @@ about it: its config keys, when it is on (read from the values, never from a pre
 name), the hook slots it fills and how it binds them from the config, its metrics, its
 paper reference and which fixes it cannot be combined with. The trainer reaches the fixes
 only through the plan :mod:`dapo_exp.compose` builds from them; the labels, W&B tags,
-analysis columns and the backends' translations iterate :data:`FIXES`. Still kept outside
-a fix's module: the schema of its keys (:mod:`dapo_exp.config`), its verl rule
-(:mod:`dapo_exp.backends.verl`), the study that judges it (:mod:`dapo_exp.analysis.studies`)
-and its pure maths (:mod:`dapo_exp.objective`). GRPO's own pieces, which the fixes transform
-or replace, are :mod:`dapo_exp.fixes.grpo`.
+analysis columns and the backends' translations iterate :data:`FIXES`. A fix's module is its
+whole dossier: its typed keys (``schema``: :mod:`dapo_exp.config` assembles the ``algo`` section
+from them), its hooks, checks and metrics, its verl rules (``verl``, built with
+:mod:`dapo_exp.fixes.verl_rules`) and the testbed study that judges it (``study``,
+:class:`Judged`); only its pure maths lives apart, in :mod:`dapo_exp.objective` (tensors in,
+tensors out, tested alone). GRPO's own pieces, which the fixes transform or replace, are
+:mod:`dapo_exp.fixes.grpo`.
 
 The slots (:data:`SLOTS`) are the places a fix can act. Hooks are plain callables over
 tensors and scalars, bound once per run by the fix's ``bind(algo, run)``:
@@ -60,7 +62,7 @@ so the analysis can read the registry.
 from __future__ import annotations
 
 from collections.abc import Callable, Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any, NamedTuple
 
 from dapo_exp.errors import ConfigError
@@ -190,6 +192,7 @@ class Fix:
     why_excluded: tuple[tuple[str, str], ...] = ()  # (fix, why) for an exclusion the error message explains
     options: tuple[str, ...] = ("disabled", "enabled")  # its config group's options
     study: Judged | None = None  # the testbed study that judges it (regime, mechanism metrics)
+    verl: Mapping[str, Any] = field(default_factory=dict)  # algo key -> its verl_rules.Rule (none: refused on verl)
 
     def __post_init__(self) -> None:
         if not self.keys:

@@ -11,6 +11,7 @@ range does not apply to its weight, so the two exclude each other.
 from __future__ import annotations
 
 from dapo_exp.fixes.base import Fix, Key, binds, check_range, register_fix
+from dapo_exp.fixes.verl_rules import A, Rule, read_by, surrogate
 
 FIX = register_fix(Fix(
     name="cispo", short="cispo", title="CISPO", paper="MiniMax-M1 §3.1, Eq. 4",
@@ -25,4 +26,7 @@ FIX = register_fix(Fix(
     check=lambda algo, run: check_range(algo, ("cispo_eps_low", "in [0, 1]", lambda v: 0 <= v <= 1),
                                         ("cispo_eps_high", ">= 0", lambda v: v >= 0)),
     excludes=("clip_higher",), metrics=("actor/pg_clipfrac_higher", "actor/ppo_ratio_mean"),
+    verl={"cispo": Rule(f"`{A}policy_loss.loss_mode=cispo`, `{A}clip_ratio_low/high` = `algo.cispo_eps_low/high`",
+                        surrogate("cispo", "cispo_eps_low", "cispo_eps_high")),
+          **read_by("cispo", "cispo_eps_low", "cispo_eps_high")},
 ))

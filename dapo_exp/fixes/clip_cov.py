@@ -15,6 +15,7 @@ from __future__ import annotations
 
 from dapo_exp.errors import ConfigError
 from dapo_exp.fixes.base import Fix, Key, binds, check_range, register_fix
+from dapo_exp.fixes.verl_rules import A, Rule, read_by, surrogate
 
 
 def _check(algo, run):
@@ -36,4 +37,9 @@ FIX = register_fix(Fix(
     # no generator bound: the global one, checkpointed with the run
     bind=binds("surrogate", "clip_cov_surrogate", eps_low="eps_low", eps_high="eps_high", clip_ratio="clip_cov_ratio",
                cov_lb="clip_cov_lb", cov_ub="clip_cov_ub"),
+    verl={"clip_cov": Rule(f"`{A}policy_loss.loss_mode=clip_cov` + `policy_loss.clip_cov_ratio/lb/ub`",
+                           surrogate("clip_cov", extra=lambda a: {A + "policy_loss.clip_cov_ratio": a.clip_cov_ratio,
+                                                                  A + "policy_loss.clip_cov_lb": a.clip_cov_lb,
+                                                                  A + "policy_loss.clip_cov_ub": a.clip_cov_ub})),
+          **read_by("clip_cov", "clip_cov_ratio", "clip_cov_lb", "clip_cov_ub")},
 ))

@@ -13,8 +13,18 @@ CISPO, GMPO) and KL-Cov (no clip) exclude it.
 
 from __future__ import annotations
 
+from typing import Any
+
 from dapo_exp import rundir
 from dapo_exp.fixes.base import Fix, Judged, Key, register_fix
+from dapo_exp.fixes.verl_rules import A, Rule, on
+
+OWN_RANGE = ("gspo", "cispo", "gmpo")  # surrogate fixes whose clip range is their own (verl's clip_ratio_*)
+
+
+def _ppo_range(key: str) -> Any:
+    """eps_low / eps_high: verl's clip range, unless a surrogate with a range of its own sets it."""
+    return lambda v, ctx: {} if on(ctx, *OWN_RANGE) else {A + key: v}
 
 FIX = register_fix(Fix(
     name="clip_higher", short="clip", title="Clip-Higher", paper="DAPO §3.1, Eq. 10",
@@ -31,4 +41,6 @@ FIX = register_fix(Fix(
                                       "step strategy is itself low-entropy)"),
         (f"avg/{rundir.CLIP_HIGH}", -1, "share of tokens clipped at 1 + eps_high"),
         ("avg/diag/marker_mangled", 0, "step solutions opened by another first token (`xteps:`), not in style_step"))),
+    verl={"eps_low": Rule(f"`{A}clip_ratio_low` (GSPO, CISPO, GMPO set their own)", _ppo_range("clip_ratio_low")),
+          "eps_high": Rule(f"`{A}clip_ratio_high` (GSPO, CISPO, GMPO set their own)", _ppo_range("clip_ratio_high"))},
 ))

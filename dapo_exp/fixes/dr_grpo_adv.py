@@ -14,6 +14,7 @@ from __future__ import annotations
 import functools
 
 from dapo_exp.fixes.base import Fix, Key, register_fix
+from dapo_exp.fixes.verl_rules import to
 
 
 def _bind(algo, run):
@@ -29,4 +30,5 @@ FIX = register_fix(Fix(
             'divide group-centred rewards by the group std (GRPO, DAPO: true; Dr. GRPO: false)'),
     ), is_on=lambda a: not a.adv_norm_std, slots=("advantage",), bind=_bind,
     metrics=("actor/effective_batch_frac",),
+    verl={"adv_norm_std": to("algorithm.norm_adv_by_std_in_grpo")},
 ))

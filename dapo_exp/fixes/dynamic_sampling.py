@@ -16,6 +16,7 @@ from typing import Any
 from dapo_exp import rundir
 from dapo_exp.errors import ConfigError
 from dapo_exp.fixes.base import Fix, GroupFilter, Judged, Key, RunInfo, register_fix
+from dapo_exp.fixes.verl_rules import FG, Rule, fail, to, unused, when
 
 SIGNALS = ("acc", "reward")
 SURPLUS = ("discard", "carry")
@@ -45,6 +46,29 @@ def _check(algo: Any, run: RunInfo) -> None:
                           f"got {run.group_size}")
 
 
+def _ds_max_rounds(v: int, ctx: Any) -> dict[str, Any]:
+    if v != 0:
+        fail("algo.ds_max_rounds", v, "verl's V1 replay buffer refills without a cap (it ignores "
+             "algorithm.filter_groups.max_num_gen_batches); set algo.ds_max_rounds=0 (conf/backend/verl.yaml does)")
+    return {FG + "max_num_gen_batches": 0}
+
+
+def _ds_oversample(v: float, ctx: Any) -> dict[str, Any]:
+    if v != int(v):
+        fail("algo.ds_oversample", v, "its closest counterpart, algorithm.filter_groups.max_inflight_gen_batches "
+             "(prompts in flight, in train batches), is an integer")
+    return {FG + "max_inflight_gen_batches": int(v)}
+
+
+def _ds_surplus(v: str, ctx: Any) -> dict[str, Any]:
+    if v != "discard":
+        fail("algo.ds_surplus", v, "verl discards the kept groups beyond the batch")
+    return {}
+
+
+def _on(algo: Any) -> bool:
+    return bool(algo.dynamic_sampling)
+
 FIX = register_fix(Fix(
     name="dynamic_sampling", short="ds", title="Dynamic Sampling", paper="DAPO §3.2, Eq. 11",
     schema=(
@@ -66,4 +90,15 @@ FIX = register_fix(Fix(
         ("avg/actor/effective_batch_frac", +1, "share of trained responses with a non-zero advantage: 1 by "
                                                "construction when on (a sanity check)"),
         (f"avg/{rundir.ROLLOUTS_PER_TRAINED}", +1, "rollouts generated per trained rollout (its cost)"))),
+    verl={
+        "dynamic_sampling": to(FG + "enable"),
+        "ds_signal": Rule(f"`{FG}metric` (acc: `acc`, the reward manager's accuracy; reward: `reward`, the shaped "
+                          "score)", when(_on, lambda v, ctx: {FG + "metric": {"acc": "acc", "reward": "reward"}[v]})),
+        "ds_max_rounds": Rule(f"`{FG}max_num_gen_batches=0` (only 0: verl 0.9.1 has no cap on refills)",
+                              when(_on, _ds_max_rounds)),
+        "ds_on_cap": unused("without a cap (ds_max_rounds=0) there is nothing to do at it"),
+        "ds_surplus": Rule("none (only `discard`: verl discards surplus groups)", when(_on, _ds_surplus)),
+        "ds_oversample": Rule(f"`{FG}max_inflight_gen_batches` (integers only; verl bounds the prompts in flight "
+                              "instead of sizing rounds)", when(_on, _ds_oversample)),
+    },
 ))

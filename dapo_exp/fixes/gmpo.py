@@ -13,6 +13,7 @@ aggregation mode), so it excludes those two as well.
 from __future__ import annotations
 
 from dapo_exp.fixes.base import Fix, Key, binds, check_range, register_fix
+from dapo_exp.fixes.verl_rules import A, Rule, read_by, surrogate
 
 FIX = register_fix(Fix(
     name="gmpo", short="gmpo", title="GMPO", paper="GMPO §3, Eq. 5",
@@ -29,4 +30,7 @@ FIX = register_fix(Fix(
                         "normaliser would weight each response by its length, neither GMPO's objective nor verl's")
                        for name in ("token_level_loss", "dr_grpo_norm")),
     metrics=("actor/pg_clipfrac_higher", "actor/pg_clipfrac_lower"),
+    verl={"gmpo": Rule(f"`{A}policy_loss.loss_mode=geo_mean`, `{A}clip_ratio_low/high` = `algo.gmpo_eps_low/high`",
+                       surrogate("geo_mean", "gmpo_eps_low", "gmpo_eps_high")),
+          **read_by("gmpo", "gmpo_eps_low", "gmpo_eps_high")},
 ))

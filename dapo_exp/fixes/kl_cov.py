@@ -11,6 +11,7 @@ is 0.1).
 from __future__ import annotations
 
 from dapo_exp.fixes.base import Fix, Key, binds, check_range, register_fix
+from dapo_exp.fixes.verl_rules import A, Rule, read_by, surrogate
 
 FIX = register_fix(Fix(
     name="kl_cov", short="klcov", title="KL-Cov", paper="Entropy Mechanism §4.2, Eq. 12",
@@ -26,4 +27,8 @@ FIX = register_fix(Fix(
     check=lambda algo, run: check_range(algo, ("kl_cov_ratio", "in [0, 1]", lambda v: 0 <= v <= 1),
                                         ("kl_cov_coef", ">= 0", lambda v: v >= 0)),
     excludes=("clip_higher",), metrics=("actor/entropy",),
+    verl={"kl_cov": Rule(f"`{A}policy_loss.loss_mode=kl_cov` + `policy_loss.kl_cov_ratio`, `policy_loss.ppo_kl_coef`",
+                         surrogate("kl_cov", extra=lambda a: {A + "policy_loss.kl_cov_ratio": a.kl_cov_ratio,
+                                                              A + "policy_loss.ppo_kl_coef": a.kl_cov_coef})),
+          **read_by("kl_cov", "kl_cov_ratio", "kl_cov_coef")},
 ))

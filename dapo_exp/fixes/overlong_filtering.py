@@ -7,8 +7,11 @@ It fills the ``token_mask`` slot with :func:`dapo_exp.objective.overlong_filteri
 
 from __future__ import annotations
 
+from typing import Any
+
 from dapo_exp import rundir
 from dapo_exp.fixes.base import Fix, Judged, Key, register_fix
+from dapo_exp.fixes.verl_rules import R, Rule
 
 
 def _bind(algo, run):
@@ -16,6 +19,12 @@ def _bind(algo, run):
 
     return {"token_mask": objective.overlong_filtering}
 
+
+def _filtering(v: bool, ctx: Any) -> dict[str, Any]:
+    """verl has no switch for it: the backend's own agent loop masks the truncated responses."""
+    if not v:
+        return {R + "agent.default_agent_loop": "single_turn_agent"}
+    return {R + "agent.default_agent_loop": ctx.agent_loop, "actor_rollout_ref.model.external_lib": ctx.ext_module}
 
 FIX = register_fix(Fix(
     name="overlong_filtering", short="of", title="Overlong Filtering", paper="DAPO §3.4, Table 1 row 2",
@@ -27,4 +36,7 @@ FIX = register_fix(Fix(
         ("avg/diag/style_step_long", +1, "step-by-step share on long problems (5+ operands), whose solutions the "
                                          "cap truncates: the push to short guesses"),
         (f"avg/{rundir.RESP_LEN}", +1, "mean response length (tokens)"))),
+    verl={"overlong_filtering": Rule(f"`{R}agent.default_agent_loop` = the backend's agent loop + "
+                                     "`actor_rollout_ref.model.external_lib` = its module (dapo_exp.backends.verl's "
+                                     "OF_AGENT_LOOP, EXT_MODULE)", _filtering)},
 ))

@@ -16,6 +16,7 @@ from typing import Any
 from dapo_exp import rundir
 from dapo_exp.errors import ConfigError
 from dapo_exp.fixes.base import Fix, Judged, Key, RunInfo, register_fix
+from dapo_exp.fixes.verl_rules import OB, Rule, fail, when
 
 
 def l_max(algo: Any, max_response_len: int) -> int:
@@ -48,6 +49,31 @@ def _check(algo: Any, run: RunInfo) -> None:
         raise ConfigError(f"algo.overlong_factor: must be >= 0, got {algo.overlong_factor}")
 
 
+def _punishment(v: str, ctx: Any) -> dict[str, Any]:
+    if v == "none":
+        return {OB + "enable": False}
+    if v != "soft":
+        fail("algo.overlong_punishment", v, "verl's DAPO reward manager implements Eq. 13 (soft) only")
+    return {OB + "enable": True, OB + "log": True}
+
+
+def _cache_len(v: int, ctx: Any) -> dict[str, Any]:
+    if v <= 0:
+        fail("algo.overlong_cache_len", v, "verl's overlong buffer needs len > 0")
+    return {OB + "len": v}
+
+
+def _overlong_max_len(v: int | None, ctx: Any) -> dict[str, Any]:
+    cap = ctx.cfg.rollout.max_response_len
+    if v is not None and v < cap:
+        fail("algo.overlong_max_len", v, f"below the generation cap ({cap}) verl's penalty keeps falling past "
+             "-factor instead of Eq. 13's -1; leave it null (= the cap)")
+    return {"+reward.reward_kwargs.max_resp_len": l_max(ctx.cfg.algo, cap)}
+
+
+def _on(algo: Any) -> bool:
+    return algo.overlong_punishment != "none"
+
 FIX = register_fix(Fix(
     name="overlong_punishment", short="sop", title="Soft Overlong Punishment", paper="DAPO §3.4, Eq. 13",
     schema=(
@@ -66,4 +92,12 @@ FIX = register_fix(Fix(
         ("avg/diag/trunc_on_path", -1, "share truncated while on a correct path"),
         ("avg/diag/style_step_long", +1, "step-by-step share on long problems: does it fit by shortening its "
                                          "reasoning (+) or by guessing (-)?")), arms=("disabled", "soft")),
+    verl={
+        "overlong_punishment": Rule(f"`reward.reward_manager.name=dapo`'s `{OB[1:]}enable` (+`log`; only `none`, "
+                                    "`soft`)", _punishment),
+        "overlong_cache_len": Rule(f"`{OB[1:]}len`", when(_on, _cache_len)),
+        "overlong_factor": Rule(f"`{OB[1:]}penalty_factor`", when(_on, lambda v, ctx: {OB + "penalty_factor": v})),
+        "overlong_max_len": Rule("`reward.reward_kwargs.max_resp_len` (null: `rollout.max_response_len`; below it "
+                                 "fails)", when(_on, _overlong_max_len)),
+    },
 ))

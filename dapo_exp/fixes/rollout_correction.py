@@ -22,8 +22,11 @@ correct and the weight is 1.
 
 from __future__ import annotations
 
+from typing import Any
+
 from dapo_exp.errors import ConfigError
 from dapo_exp.fixes.base import Fix, Key, binds, check_range, register_fix
+from dapo_exp.fixes.verl_rules import RC, Rule, fail, read_by
 
 
 def _check(algo, run):
@@ -43,6 +46,26 @@ def _check(algo, run):
         raise ConfigError("algo.rc_cap / rc_band_low: rollout_correction is on with neither a weight (rc_cap) nor a "
                           "band (rc_band_low, rc_band_high): it would change nothing")
 
+
+def _verl(v: bool, ctx: Any) -> dict[str, Any]:
+    """Our weight (+ band) as verl's decoupled rollout correction: rollout_is at our level, its threshold
+    the cap (truncated IS) or ``"low_high"`` (IcePop: the raw ratio inside the band, 0 outside)."""
+    if not v:
+        return {}
+    a = ctx.cfg.algo
+    if a.rc_cap is None:
+        fail("algo.rc_cap", None, "a band without a weight is verl's rollout_rs, which also drops the rejected "
+             "tokens from the loss normaliser (ours weighs them 0); set algo.rc_cap >= algo.rc_band_high to "
+             "translate the band as verl's IcePop")
+    if a.rc_level == "sequence" and a.rc_aggregation != "product":
+        fail("algo.rc_aggregation", a.rc_aggregation, "verl's rollout_is weights are the token ratio or the "
+             "sequence product; the geometric mean is only a rejection statistic there (rollout_rs=seq_mean_k1)")
+    if a.rc_band_low is None:
+        return {RC + "rollout_is": a.rc_level, RC + "rollout_is_threshold": float(a.rc_cap)}
+    if a.rc_cap < a.rc_band_high:
+        fail("algo.rc_cap", a.rc_cap, f"verl's IcePop (rollout_is_threshold='low_high') keeps the raw ratio inside "
+             f"the band; a cap below algo.rc_band_high={a.rc_band_high} has no counterpart")
+    return {RC + "rollout_is": a.rc_level, RC + "rollout_is_threshold": f"{a.rc_band_low}_{a.rc_band_high}"}
 
 FIX = register_fix(Fix(
     name="rollout_correction", short="rc", title="Rollout correction (sequence-level IS, band masking)",
@@ -65,4 +88,9 @@ FIX = register_fix(Fix(
                cap="rc_cap", band_low="rc_band_low", band_high="rc_band_high"),
     metrics=("actor/rollout_weight_mean", "actor/rollout_weight_zero_frac"),
     options=("disabled", "enabled", "icepop"),
+    verl={"rollout_correction": Rule(f"`{RC}rollout_is` = `algo.rc_level`, `{RC}rollout_is_threshold` = "
+                                     "`algo.rc_cap`, or `'<rc_band_low>_<rc_band_high>'` with a band (IcePop; needs "
+                                     "rc_cap >= rc_band_high); a band without a weight and the geometric sequence "
+                                     "weight fail", _verl),
+          **read_by("rollout_correction", "rc_level", "rc_aggregation", "rc_cap", "rc_band_low", "rc_band_high")},
 ))

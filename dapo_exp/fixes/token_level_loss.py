@@ -19,6 +19,7 @@ from dapo_exp.errors import ConfigError
 from dapo_exp.fixes.base import Fix, Judged, Key, RunInfo, register_fix
 from dapo_exp.fixes.grpo import MODE as GRPO_MODE
 from dapo_exp.fixes.grpo import normaliser
+from dapo_exp.fixes.verl_rules import A, Rule, fail, on
 
 
 def _check(algo: Any, run: RunInfo) -> None:
@@ -34,6 +35,17 @@ def _check(algo: Any, run: RunInfo) -> None:
                           f"{', '.join(m for m in LOSS_AGG_MODES if m != DR_GRPO_MODE)}")
 
 
+def _loss_agg(v: str, ctx: Any) -> dict[str, Any]:
+    from dapo_exp.fixes.dr_grpo_norm import MODE as DR_GRPO_MODE
+
+    if on(ctx, "dr_grpo_norm"):  # its normaliser replaces this one (they exclude each other natively)
+        return {}
+    if v in ("token-mean", "seq-mean-token-mean"):
+        return {A + "loss_agg_mode": v}
+    if v == DR_GRPO_MODE:
+        fail("algo.loss_agg", v, "Dr. GRPO's constant normaliser is the dr_grpo_norm switch (dr_grpo_norm=enabled)")
+    fail("algo.loss_agg", v, "verl's agg_loss has no per-prompt-group mode")
+
 FIX = register_fix(Fix(
     name="token_level_loss", short="tl", title="Token-level Policy Gradient Loss", paper="DAPO §3.3, Eq. 12",
     schema=(
@@ -45,4 +57,6 @@ FIX = register_fix(Fix(
     study=Judged("toy_degeneration", (
         ("avg/diag/degenerate", -1, "share of samples in a repetition loop"),
         (f"avg/{rundir.RESP_LEN}", -1, "mean response length (tokens)"))),
+    verl={"loss_agg": Rule(f"`{A}loss_agg_mode` (`token-mean`, `seq-mean-token-mean`; `group-token-mean` fails; "
+                           "Dr. GRPO's `seq-mean-token-sum-norm` is `algo.dr_grpo_norm`)", _loss_agg)},
 ))

@@ -17,9 +17,11 @@ those combinations are refused.
 from __future__ import annotations
 
 import functools
+from typing import Any
 
 from dapo_exp.errors import ConfigError
 from dapo_exp.fixes.base import Fix, Key, check_range, register_fix
+from dapo_exp.fixes.verl_rules import Rule, fail, read_by
 
 
 def _mask(entropy, mask, *, rho):
@@ -36,6 +38,12 @@ def _check(algo, run):
                           "switch one off (gspo=disabled or top_entropy=disabled)")
 
 
+def _top_entropy_verl(v: bool, ctx: Any) -> dict[str, Any]:
+    if v:
+        fail("algo.top_entropy", v, "verl's actor has no entropy mask on the policy loss (its entropy keys are "
+             "entropy_coeff and calculate_entropy; the mask exists in TRL as top_entropy_quantile)")
+    return {}
+
 FIX = register_fix(Fix(
     name="top_entropy", short="ent", title="Top-entropy tokens",
     paper="Beyond the 80/20 Rule §4, Eq. 3",
@@ -47,4 +55,7 @@ FIX = register_fix(Fix(
     slots=("update_mask",), bind=lambda algo, run: {"update_mask": functools.partial(_mask, rho=algo.top_entropy_rho)},
     check=_check, excludes=("gmpo",),
     metrics=("actor/update_mask_kept_frac", "actor/update_mask_entropy_min"),
+    verl={"top_entropy": Rule("none (only `false`: verl 0.9.1 has no entropy mask on the policy loss)",
+                              _top_entropy_verl),
+          **read_by("top_entropy", "top_entropy_rho")},
 ))
