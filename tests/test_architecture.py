@@ -36,7 +36,7 @@ GRAPH = {m: _imports(p) - {m} for m, p in MODULES.items()}
 # The layers, bottom first: a module may import only from its own layer or below.
 LAYERS = [
     # 0: the bottom: pure functions, the schema, run files; the fixes (their registry and modules,
-    # which reach only the objective and the schema's error)
+    # which reach only the objective, the config error and the run files' metric names)
     {"dapo_exp.errors", "dapo_exp.objective", "dapo_exp.config", "dapo_exp.fixes*", "dapo_exp.rundir", "dapo_exp.evaluation",
      "dapo_exp.batching", "dapo_exp.logprobs", "dapo_exp.tracking", "dapo_exp.checkpoint", "dapo_exp.models",
      "dapo_exp.console", "dapo_exp.keyed", "dapo_exp.quiet"},
@@ -217,3 +217,20 @@ def test_train_is_short_with_its_loop_near_the_top():
     assert len(src.splitlines()) < 300
     funcs = [n.name for n in ast.parse(src).body if isinstance(n, ast.FunctionDef)]
     assert funcs[:2] == ["train", "loop"], funcs
+
+
+def test_the_documented_layer_table_is_the_tested_one():
+    """docs/explanation/architecture.md's table names every module or package of LAYERS, each in its layer."""
+    table = {}
+    for line in (ROOT / "docs/explanation/architecture.md").read_text().splitlines():
+        cells = [c.strip() for c in line.split("|")[1:-1]]
+        if len(cells) == 3 and cells[0] in {"0", "1", "2", "3", "top"}:
+            for name in re.findall(r"`([^`]+)`", cells[1]):
+                if name.startswith("hydra_plugins/") or name == "run.py":
+                    continue
+                mod = "dapo_exp." + name.removeprefix("dapo_exp/").removesuffix("/").removesuffix(".py").replace("/", ".")
+                table[mod] = len(LAYERS) - 1 if cells[0] == "top" else int(cells[0])
+    wrong = {m: (layer, _layer(m)) for m, layer in table.items() if _layer(m) != layer}
+    assert not wrong, f"documented layer vs tested layer: {wrong}"
+    listed = {p.rstrip("*") for layer in LAYERS for p in layer}
+    assert listed <= set(table), f"in LAYERS, not in the documented table: {sorted(listed - set(table))}"
