@@ -20,6 +20,7 @@ a test composes the default config (``fixes=grpo``) and checks it equals this sc
 
 from __future__ import annotations
 
+from collections import Counter
 from dataclasses import dataclass, field, make_dataclass
 from typing import Any
 
@@ -53,10 +54,7 @@ def _algo_fields() -> list[tuple[str, Any, Any]]:
     from dapo_exp.fixes import grpo
 
     keys = [*grpo.SCHEMA, *fixes.schema_keys()]
-    seen: dict[str, int] = {}
-    for k in keys:
-        seen[k.name] = seen.get(k.name, 0) + 1
-    twice = sorted(n for n, c in seen.items() if c > 1)
+    twice = sorted(n for n, c in Counter(k.name for k in keys).items() if c > 1)
     if twice:
         raise ValueError(f"algo keys declared twice (dapo_exp/fixes): {', '.join(twice)}")
     return [(k.name, k.type, field(default=k.default)) for k in keys] + [

@@ -487,8 +487,9 @@ def _translate_fix(fix: fixes.Fix, ctx: Context, out: dict[str, Any], skipped: d
     cfg, paths = ctx.cfg, [f"algo.{key}" for key in fix.keys]
     for path in paths:
         value = OmegaConf.select(cfg, path)
-        if path in FIX_RULES or path.removeprefix("algo.") in fix.verl:  # a fix registered after this import too
-            _apply(path, value, ctx, out, skipped, FIX_RULES.get(path) or fix.verl[path.removeprefix("algo.")])
+        rule = FIX_RULES.get(path) or fix.verl.get(path.removeprefix("algo."))  # a fix registered after this import too
+        if rule is not None:
+            _apply(path, value, ctx, out, skipped, rule)
             continue
         why = f"fix {fix.name!r} declares it and there is no verl translation for it (no rule in its Fix.verl)"
         if fixes.is_on(fix, cfg.algo):

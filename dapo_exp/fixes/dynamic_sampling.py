@@ -67,6 +67,7 @@ def _ds_surplus(v: str, ctx: Any) -> dict[str, Any]:
 
 
 def _on(algo: Any) -> bool:
+    """Is the fix on? (its switch, and what its verl settings are read under)"""
     return bool(algo.dynamic_sampling)
 
 FIX = register_fix(Fix(
@@ -83,7 +84,7 @@ FIX = register_fix(Fix(
         Key("ds_oversample", float, 1.0,
             'prompts generated per round = ceil(prompts_per_step * ds_oversample) (released script: 3)'),
     ),
-    is_on=lambda a: bool(a.dynamic_sampling), slots=("group_filter",), bind=_bind,
+    is_on=_on, slots=("group_filter",), bind=_bind,
     metrics=("dynamic_sampling/zero_var_frac", "dynamic_sampling/rollouts_per_trained", "actor/zero_adv_token_frac"),
     check=_check,
     study=Judged("toy_ds", (

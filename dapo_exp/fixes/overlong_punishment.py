@@ -72,6 +72,7 @@ def _overlong_max_len(v: int | None, ctx: Any) -> dict[str, Any]:
 
 
 def _on(algo: Any) -> bool:
+    """Is the fix on? (its switch, and what its verl settings are read under)"""
     return algo.overlong_punishment != "none"
 
 FIX = register_fix(Fix(
@@ -84,7 +85,7 @@ FIX = register_fix(Fix(
         Key("overlong_max_len", int | None, None,
             'L_max of the length term in tokens; null = rollout.max_response_len (paper: 20480, the cap)'),
     ),
-    is_on=lambda a: a.overlong_punishment != "none", slots=("reward",), bind=_bind,
+    is_on=_on, slots=("reward",), bind=_bind,
     metrics=("reward/overlong_penalty_mean", "response_length/clip_ratio"), check=_check,
     options=("disabled", "soft", "linear_ramp", "beyond_max"),
     study=Judged("toy_overlong", (
