@@ -348,3 +348,47 @@ def test_math_verify_scorer_has_no_raw_text_fallback():
         raw = extract_last_answer(response)
         assert _score_math_verify(raw, truth) == (False, None), response
     assert _score_math_verify("1/2", "\\frac{1}{2}") == (True, None)
+
+
+# --------------------------------------------------------------------------- #
+# The relational hedges, one test per form: approximately, similar, congruent,   #
+# proportional, identical, defined as, maps to; in LaTeX and in Unicode           #
+# --------------------------------------------------------------------------- #
+RELATIONAL_HEDGES = [
+    "\\approx", "\\approxeq", "\\thickapprox", "\\simeq", "\\sim", "\\thicksim", "\\backsim", "\\backsimeq",
+    "\\eqsim", "\\cong", "\\propto", "\\varpropto", "\\equiv", "\\asymp", "\\doteq", "\\fallingdotseq",
+    "\\risingdotseq", "\\circeq", "\\triangleq", "\\bumpeq", "\\Bumpeq", "\\coloneqq", "\\eqqcolon", "\\lesssim",
+    "\\gtrsim", "\\lessapprox", "\\gtrapprox", "\\to", "\\mapsto", "\\Rightarrow", "\\Longrightarrow",
+    "\\implies", "\\iff", ":=", "=:",
+    "≈", "≃", "∼", "≅", "∝", "≊", "≋", "≌", "≍", "≎", "≏", "≐", "≑", "≒", "≓", "≔", "≕", "≖", "≗", "≘",
+    "≙", "≚", "≛", "≜", "≝", "≞", "≟", "≡", "≣", "∽", "≂", "⋍", "≲", "≳", "∻", "⩰", "⩭", "～", "→", "⇒", "↦",
+    "⟶", "⟹",
+]
+
+
+@pytest.mark.parametrize("rel", RELATIONAL_HEDGES)
+def test_a_relational_hedge_is_wrong_under_math_verify_on_either_side(rel):
+    """``8 <rel> 7`` names the truth on one side and commits to neither; math-verify's parser keeps one
+    side of some (``8 \\approxeq 7`` and ``8 ≈ 7`` parse as 8), so the answer is refused before it: by the
+    in-process check and by the worker's scorer alike, whichever side holds the truth."""
+    from dapo_exp.tasks.verifier import MathVerifyVerifier, _math_verify_pred_text
+
+    assert _math_verify_pred_text(f"8 {rel} 7") is None and _math_verify_pred_text(f"x{rel}8") is None
+    fast = MathVerifyVerifier.__new__(MathVerifyVerifier)  # the in-process path alone: no worker started
+    for response, truth in ((f"Answer: 8 {rel} 7", "8"), (f"Answer: 7 {rel} 8", "8"), (f"Answer: x {rel} 8", "8")):
+        assert fast._fast(response, truth) == VerifyResult(False, None), response
+    if HAS_MATH_VERIFY:  # the worker's scorer, called directly, refuses it as well
+        from dapo_exp.tasks.verifier import _score_math_verify
+
+        for answer in (f"8 {rel} 7", f"7 {rel} 8", f"x {rel} 8"):
+            assert _score_math_verify(answer, "8") == (False, None), answer
+
+
+@pytest.mark.parametrize("rel", ["\\approxeq", "≈", "≡", "≔"])
+def test_math_dapo_keeps_verls_rule_on_the_relational_hedges(rel):
+    """The paper's reward is verl's string rule: these answers are compared as the strings its normalisation
+    makes of them (none equal to the truth), not refused; the hedge refusal is math_verify's alone."""
+    v = get_verifier("math_dapo")
+    for answer in (f"8 {rel} 7", f"7 {rel} 8"):
+        res = v.verify(f"Answer: {answer}", "8")
+        assert (res.correct, res.pred) == (False, normalize_final_answer(answer)), answer

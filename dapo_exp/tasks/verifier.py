@@ -12,10 +12,13 @@ in how they compare it:
   normalised ground truth. See :mod:`dapo_exp.tasks.math_dapo`.
 - ``math_verify``: the same extracted answer, compared by symbolic equivalence with
   HF's ``math-verify`` (``1/2`` = ``\\frac{1}{2}`` = ``0.5``). Everything ``math_dapo``
-  accepts it accepts too (equal normalised strings short-cut to correct). A response
+  accepts it accepts too, a relational hedge aside (equal normalised strings short-cut to correct). A response
   without an ``Answer:`` line is wrong under both (the template asks for one). Only that
   one final answer is compared, never a number pulled out of the raw text, so hedges
-  (``7 or 8``, ``8, no wait, 7``, ``7e100``, ``\\frac{1}{2} or 3``) are wrong under both.
+  (``7 or 8``, ``8, no wait, 7``, ``7e100``, ``\\frac{1}{2} or 3``) are wrong under both; an answer holding a
+  relation that keeps one side (``8 \\approx 7``, ``8 ≈ 7``, ``7 \\equiv 8``, ``7 \\to 8``: the whole family,
+  :data:`_HEDGE_COMMANDS` and :data:`_HEDGE_CHARS`) is wrong under ``math_verify``, while ``math_dapo`` keeps
+  verl's string rule.
 
 Model output is untrusted. The verifier never raises on any response content (a
 ``bytes``, ``None`` or megabyte string included), never evaluates code, and each item
@@ -119,12 +122,34 @@ def _score_math_dapo(response: str, answer: str) -> tuple[bool, str | None]:
 
 
 # Relations that math-verify (or the normalisation's split at "=") resolves by keeping one side
-# (``8 \\approx 7`` parses as 8, ``7 := 8`` normalises to 8): an answer holding one is a hedge, not a value,
-# and is wrong under math_verify. math_dapo keeps verl's rule (the paper's reward, compared with verl's
-# function on 200k strings): ``7 := 8`` and ``7 \\equiv 8`` normalise to ``8`` there too.
+# (``8 \\approx 7`` and ``8 ≈ 7`` parse as 8, ``7 := 8`` normalises to 8): an answer holding one is a hedge, not a
+# value, and is wrong under math_verify. The family, whole: approximately, similar, congruent, proportional,
+# identical, defined as, maps to or implies, each as a LaTeX command and as a Unicode character. math_dapo keeps
+# verl's rule (the paper's reward, compared with verl's function on 200k strings): ``7 := 8`` and
+# ``7 \\equiv 8`` normalise to ``8`` there too.
+_HEDGE_COMMANDS = (
+    "approx", "approxeq", "thickapprox", "lessapprox", "gtrapprox",  # approximately
+    "sim", "simeq", "thicksim", "backsim", "backsimeq", "eqsim", "nsim", "lesssim", "gtrsim",  # similar
+    "cong", "ncong", "propto", "varpropto", "equiv", "asymp", "bumpeq", "Bumpeq",  # congruent, proportional
+    "doteq", "doteqdot", "Doteq", "fallingdotseq", "risingdotseq", "circeq", "eqcirc", "triangleq",  # dotted, defined
+    "coloneqq", "Coloneqq", "coloneq", "eqqcolon", "eqcolon",  # defined as
+    "to", "mapsto", "longmapsto", "rightarrow", "Rightarrow", "longrightarrow", "Longrightarrow", "implies",
+    "leftarrow", "Leftarrow", "gets", "longleftarrow", "Longleftarrow", "impliedby",  # maps to, implies
+    "leftrightarrow", "Leftrightarrow", "longleftrightarrow", "Longleftrightarrow", "iff",
+)
+_HEDGE_CHARS = (
+    "\u221d"  # ∝ proportional to
+    "\u223b-\u223d"  # ∻ ∼ ∽ homothetic, tilde, reversed tilde
+    "\u2241-\u225f"  # ≁ ≂ ≃ ≄ ≅ ... ≈ ≉ ≊ ≋ ≌ ≍ ≎ ≏ ≐ ... ≔ ≕ ... ≟ (≠, U+2260, is not a hedge)
+    "\u2261-\u2263"  # ≡ ≢ ≣ identical to
+    "\u2272-\u2275"  # ≲ ≳ ≴ ≵ less or greater than or equivalent to
+    "\u22cd"  # ⋍ reversed tilde equals
+    "\u2a66-\u2a78"  # ⩦ ... ⩰ ... ⩸ equals and tilde variants, ⩴ ::=
+    "\u2053\u301c\uff5e"  # ⁓ swung dash, 〜 wave dash, ～ fullwidth tilde
+    "\u2190-\u21ff\u27f0-\u27ff\u2900-\u297f"  # the arrows: → ⇒ ↦ ⟶ ⟹ ...
+)
 _ONE_SIDED_RELATIONS = re.compile(
-    r"\\(?:approx|equiv|to|mapsto|rightarrow|Rightarrow|longrightarrow|Longrightarrow|implies|sim|simeq|cong)"
-    r"(?![A-Za-z])|:=|=:")
+    r"\\(?:" + "|".join(_HEDGE_COMMANDS) + r")(?![A-Za-z])|:=|=:|[" + _HEDGE_CHARS + "]")
 
 
 def _braces_balanced(text: str) -> bool:
