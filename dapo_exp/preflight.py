@@ -160,8 +160,9 @@ def precheck(argv: list[str], config_dir: str, *, launch: bool = True, machine: 
 
 
 def _check_sequential(first: Any, jobs: list[list[str]]) -> None:
-    """``hydra/sweeper=sequential``: its rule's values, no ``seed=`` (it chooses the seeds), two configurations
-    at least; refused in one line before anything runs (the sweeper would raise the same, later)."""
+    """``hydra/sweeper=sequential``: its values (the rule's and ``round_seeds``), no ``seed=`` (it chooses the
+    seeds), two configurations at least; refused in one line before anything runs (the sweeper would raise the
+    same, later)."""
     from omegaconf import OmegaConf
 
     from dapo_exp.config import ConfigError
@@ -169,17 +170,10 @@ def _check_sequential(first: Any, jobs: list[list[str]]) -> None:
     sweeper = first.hydra.sweeper
     if not str(sweeper.get("_target_", "")).endswith("SequentialSweeper"):
         return
-    from dapo_exp.analysis.sequential_sweep import ONE_CONFIGURATION, SEEDS_REFUSED, Rule
+    from dapo_exp.analysis.sequential_sweep import ONE_CONFIGURATION, SEEDS_REFUSED, SETTINGS, settings
 
-    kinds = {"alpha": float, "margin": float, "phi": float, "first_seeds": int, "max_seeds": int}
-    values = {k: OmegaConf.select(sweeper, k) for k in kinds}
-    for k, kind in kinds.items():
-        try:
-            values[k] = kind(values[k]) if values[k] is not None else getattr(Rule, k)
-        except (TypeError, ValueError):
-            raise ConfigError(f"hydra.sweeper.{k}={values[k]!r}: must be a number ({kind.__name__})") from None
     try:
-        Rule(**values)
+        settings({k: OmegaConf.select(sweeper, k) for k in SETTINGS})
     except ValueError as exc:
         raise ConfigError(str(exc)) from None
     if any(o.split("=", 1)[0].lstrip("+~") == "seed" for job in jobs for o in job):

@@ -141,6 +141,13 @@ def test_a_rerun_replays_the_rounds_and_launches_nothing_finished(tmp_path, caps
     (["fixes=grpo,clip"], {"first_seeds": 1}, "first_seeds=1"),
     (["fixes=grpo,clip"], {"alpha": 1.5}, "alpha=1.5"),
     (["fixes=grpo,clip"], {"max_seeds": 2}, "max_seeds=2"),
+    (["fixes=grpo,clip"], {"round_seeds": 0}, "round_seeds=0"),
+    (["fixes=grpo,clip"], {"round_seeds": "abc"}, "round_seeds='abc'"),
+    (["fixes=grpo,clip"], {"round_seeds": 1.5}, "round_seeds=1.5"),
+    (["fixes=grpo,clip"], {"first_seeds": 2.5}, "first_seeds=2.5"),
+    (["fixes=grpo,clip"], {"max_seeds": True}, "max_seeds=True"),
+    (["fixes=grpo,clip"], {"margin": float("nan")}, "margin=nan"),
+    (["fixes=grpo,clip"], {"phi": float("inf")}, "phi=inf"),
 ])
 def test_bad_input_is_refused_naming_it_before_any_run(tmp_path, args, rule, message):
     from hydra.errors import HydraException
@@ -239,6 +246,10 @@ def test_the_analysis_of_a_sequential_sweep_gives_its_anytime_valid_intervals_la
     ("seed=0,1", "error: hydra/sweeper=sequential chooses the seeds itself"),
     ("hydra.sweeper.alpha=2", "error: hydra/sweeper=sequential: bad alpha=2.0 (must be in (0, 1))"),
     ("hydra.sweeper.phi=abc", "error: hydra.sweeper.phi='abc': must be a number (float)"),
+    ("hydra.sweeper.round_seeds=0", "error: hydra.sweeper.round_seeds=0: must be >= 1, or null"),
+    ("hydra.sweeper.round_seeds=abc", "error: hydra.sweeper.round_seeds='abc': must be a whole number"),
+    ("hydra.sweeper.first_seeds=2.5", "error: hydra.sweeper.first_seeds=2.5: must be a whole number"),
+    ("hydra.sweeper.margin=nan", "error: hydra.sweeper.margin=nan: must be a finite number"),
 ])
 def test_run_py_refuses_a_bad_sequential_sweep_in_one_line_before_anything_is_written(tmp_path, arg, message):
     out = subprocess.run([sys.executable, "run.py", "-m", "fixes=grpo,clip", "hydra/sweeper=sequential", arg,

@@ -17,6 +17,7 @@ the analysis (:func:`record_of`) reads it to label a sequential sweep's interval
 from __future__ import annotations
 
 import os
+from collections.abc import Mapping
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
@@ -68,6 +69,44 @@ class Rule:
                 f"(normal-mixture sequential t, phi {self.phi:g}; {each}) for the paired difference of the endpoint "
                 f"accuracy; a comparison is decided when it excludes 0 (different) or lies within +-{self.margin:g} "
                 f"points (equivalent), else undecided when the budget is spent")
+
+
+# ``hydra.sweeper.*`` of conf/hydra/sweeper/sequential.yaml: the rule's keys and the seeds added per round, each
+# with its type (the sweeper and run.py's preflight both read them through :func:`settings`)
+SETTINGS: dict[str, type] = {"alpha": float, "margin": float, "phi": float, "first_seeds": int, "max_seeds": int,
+                             "round_seeds": int}
+
+
+def settings(values: Mapping[str, Any]) -> tuple[Rule, int | None]:
+    """The stopping rule and the seeds added per round (None: enough to fill the launcher's workers) from the
+    ``hydra.sweeper.*`` values (a missing or null one: its default), each checked: a ValueError names the first
+    bad one in one line (``hydra.sweeper.round_seeds=0: must be >= 1, or null``)."""
+    got = {k: _setting(k, values.get(k), kind) for k, kind in SETTINGS.items()}
+    round_seeds = got.pop("round_seeds")
+    if round_seeds is not None and round_seeds < 1:
+        raise ValueError(f"hydra.sweeper.round_seeds={round_seeds}: must be >= 1, or null (enough seeds per round "
+                         "to fill the launcher's workers)")
+    return Rule(**{k: v for k, v in got.items() if v is not None}), round_seeds
+
+
+def _setting(key: str, value: Any, kind: type) -> float | int | None:
+    """One ``hydra.sweeper.<key>`` as ``kind``: a whole number for an int (``2.5``, ``true``, ``abc`` refused), a
+    finite number for a float."""
+    if value is None:
+        return None
+    try:
+        number = None if isinstance(value, bool) else float(value)
+    except (TypeError, ValueError):
+        number = None
+    if kind is int:
+        if number is None or not number.is_integer():
+            raise ValueError(f"hydra.sweeper.{key}={value!r}: must be a whole number")
+        return int(number)
+    if number is None:
+        raise ValueError(f"hydra.sweeper.{key}={value!r}: must be a number (float)")
+    if not np.isfinite(number):
+        raise ValueError(f"hydra.sweeper.{key}={value!r}: must be a finite number")
+    return number
 
 
 @dataclass

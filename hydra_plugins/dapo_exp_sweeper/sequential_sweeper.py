@@ -31,17 +31,15 @@ class SequentialSweeper(Sweeper):
 
     def __init__(self, alpha: float = 0.05, margin: float = 5.0, phi: float = 0.1, first_seeds: int = 3,
                  max_seeds: int = 20, round_seeds: int | None = None, params: dict[str, str] | None = None) -> None:
-        from dapo_exp.analysis.sequential_sweep import Rule
+        from dapo_exp.analysis.sequential_sweep import settings
 
         super().__init__()
         try:
-            self.rule = Rule(alpha=float(alpha), margin=float(margin), phi=float(phi), first_seeds=int(first_seeds),
-                             max_seeds=int(max_seeds))
+            self.rule, self.round_seeds = settings({"alpha": alpha, "margin": margin, "phi": phi,
+                                                    "first_seeds": first_seeds, "max_seeds": max_seeds,
+                                                    "round_seeds": round_seeds})
         except ValueError as exc:
             raise HydraException(str(exc)) from None
-        if round_seeds is not None and int(round_seeds) < 1:
-            raise HydraException(f"hydra/sweeper=sequential: bad round_seeds={round_seeds} (must be >= 1 or null)")
-        self.round_seeds = None if round_seeds is None else int(round_seeds)
         # the fixed design's default seeds (conf/config.yaml: hydra.sweeper.params.seed) do not apply here
         self.params = {k: v for k, v in (params or {}).items() if k != "seed"}
         self.config: DictConfig | None = None
