@@ -125,13 +125,14 @@ def run_job(cfg: DictConfig, task_cfg: DictConfig) -> dict | None:
 
 def run_failures() -> tuple[type[BaseException], ...]:
     """What a run can meet that is not a bug: divergence, a collapsed policy at dynamic sampling's cap, no
-    usable checkpoint, a checkpoint that cannot be written (a full disk). Their messages name the cause
-    and the fix."""
+    usable checkpoint, a checkpoint or another file of the run that cannot be written (a full disk). Their
+    messages name the cause and the fix."""
     from dapo_exp.checkpoint import CheckpointError, CheckpointWriteError
     from dapo_exp.rollout.dynamic_sampling import DynamicSamplingCapError
+    from dapo_exp.rundir import RunWriteError
     from dapo_exp.runner import TrainingDiverged
 
-    return TrainingDiverged, DynamicSamplingCapError, CheckpointError, CheckpointWriteError
+    return TrainingDiverged, DynamicSamplingCapError, CheckpointError, CheckpointWriteError, RunWriteError
 
 
 def exit_if_run_failure(exc: BaseException, out_dir: str) -> None:
@@ -142,11 +143,17 @@ def exit_if_run_failure(exc: BaseException, out_dir: str) -> None:
     import traceback
 
     text = "".join(traceback.format_exception(exc))
-    logs = [h for h in logging.getLogger().handlers if isinstance(h, logging.FileHandler)]
-    for handler in logs:
-        handler.stream.write(text)
-        handler.flush()
-    where = f" (traceback: {logs[0].baseFilename})" if logs else ""
+    where = ""
+    for handler in [h for h in logging.getLogger().handlers if isinstance(h, logging.FileHandler)]:
+        try:
+            if handler.stream is None:  # the job log opens at its first line: none yet
+                handler.stream = handler._open()
+            handler.stream.write(text)
+            handler.flush()
+            if os.path.exists(handler.baseFilename):  # not removed with a run directory where nothing was computed
+                where = where or f" (traceback: {handler.baseFilename})"
+        except OSError:  # no log to write (a full disk, its directory removed): the line alone
+            pass
     print(f"error: {' '.join(str(exc).split())}{where}", file=sys.stderr, flush=True)
     raise SystemExit(3) from None
 

@@ -40,6 +40,7 @@ Run directory layout::
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import subprocess
@@ -96,11 +97,35 @@ def _fsync_dir(path: Path) -> None:
         os.close(fd)
 
 
+class RunWriteError(OSError):
+    """A file of a run could not be written (no space left, a read-only or failing filesystem): its message is
+    one line naming the file, the cause and the free space; its errno is the cause's. run.py ends a run on it
+    in that one line."""
+
+    def __str__(self) -> str:
+        return str(self.strerror)
+
+
+def write_error(path: str | os.PathLike, exc: OSError) -> RunWriteError:
+    """The :class:`RunWriteError` for ``exc``, met while writing ``path``."""
+    import errno
+    import shutil
+
+    path = Path(path)
+    try:
+        free = f"{shutil.disk_usage(path.parent).free / 2**20:.0f} MiB free there now"
+    except OSError:
+        free = "free space unknown"
+    return RunWriteError(exc.errno or errno.EIO,
+                         f"cannot write {path} ({exc.strerror or exc}; {free}); free disk space, or point the run at "
+                         "a larger filesystem (out_dir / hydra.run.dir), and run the same command again")
+
+
 def write_text_atomic(path: str | os.PathLike, text: str) -> None:
     """Replace ``path``'s content with ``text`` atomically: a sibling temporary file, fsync, rename.
 
     On failure (a full disk) the temporary file is removed and the old file, if any,
-    is left as it was.
+    is left as it was; an ``OSError`` is raised as :class:`RunWriteError`, naming ``path``.
     """
     path = Path(path)
     tmp = path.with_name(f".{path.name}.tmp-{os.getpid()}")
@@ -110,8 +135,11 @@ def write_text_atomic(path: str | os.PathLike, text: str) -> None:
             f.flush()
             os.fsync(f.fileno())
         os.replace(tmp, path)
-    except BaseException:
-        tmp.unlink(missing_ok=True)
+    except BaseException as exc:
+        with contextlib.suppress(OSError):
+            tmp.unlink(missing_ok=True)
+        if isinstance(exc, OSError) and not isinstance(exc, RunWriteError):
+            raise write_error(path, exc) from exc
         raise
     _fsync_dir(path.parent)
 
@@ -144,9 +172,12 @@ class JsonlWriter:
         rows = [rows] if isinstance(rows, dict) else rows
         if not rows:
             return
-        with self.path.open("a", encoding="utf-8") as f:
-            f.write("".join(json.dumps(r, default=float) + "\n" for r in rows))
-            f.flush()
+        try:
+            with self.path.open("a", encoding="utf-8") as f:
+                f.write("".join(json.dumps(r, default=float) + "\n" for r in rows))
+                f.flush()
+        except OSError as exc:
+            raise write_error(self.path, exc) from exc
 
     def sync(self) -> None:
         """fsync the file (when it exists) and its directory (its name)."""
@@ -635,7 +666,8 @@ class RunLock:
                                 "started": time.strftime("%Y-%m-%d %H:%M:%S")}).encode("utf-8"))
             f.flush()
         except OSError as exc:
-            f.close()
+            with contextlib.suppress(OSError):  # closing flushes the unwritten record again (a full disk: fails
+                f.close()                         # again); the file is closed and the flock dropped all the same
             raise RunDirError(f"cannot write the run directory {self.path.parent}: writing {self.path} failed "
                               f"({exc.strerror or type(exc).__name__}); free space or make it writable, "
                               f"then re-run") from None

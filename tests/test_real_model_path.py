@@ -230,3 +230,30 @@ def test_damaged_weights_in_a_model_directory_are_one_line_naming_the_file(tmp_p
     assert out.returncode == 2 and len(lines) == 1, out.stderr[-3000:]
     assert lines[0].startswith(f"error: model.path={model}: cannot load the model from model.safetensors, config.json")
     assert not (tmp_path / "run").exists()
+
+
+@pytest.mark.xfail(strict=True, reason="dapo_exp.models.load_policy does not catch pickle.UnpicklingError yet: "
+                   "a pickled model as pytorch_model.bin ends in a 67-line traceback")
+def test_a_model_directory_holding_only_a_pickled_model_is_one_line_naming_the_file(tmp_path):
+    """``pytorch_model.bin`` holding a whole pickled model (``torch.save(model)``) instead of a state dict: torch
+    refuses to unpickle it weights-only (it would run code), and that refusal is one line naming the file and the
+    fix, exit 2, no run directory."""
+    import shutil
+    import subprocess
+    import sys
+
+    import torch
+    from conftest import shipped_default_model
+    from transformers import AutoModelForCausalLM
+
+    model = tmp_path / "model"
+    shutil.copytree(shipped_default_model(), model)
+    torch.save(AutoModelForCausalLM.from_pretrained(model), model / "pytorch_model.bin")
+    (model / "model.safetensors").unlink()
+    out = subprocess.run([sys.executable, "run.py", f"model.path={model}", "logger=none", "train.steps=1",
+                          f"hydra.run.dir={tmp_path / 'run'}"], cwd=Path(__file__).resolve().parents[1],
+                         capture_output=True, text=True, timeout=300)
+    lines = [ln for ln in out.stderr.splitlines() if ln.strip()]
+    assert out.returncode == 2 and len(lines) == 1, out.stderr[-3000:]
+    assert lines[0].startswith(f"error: model.path={model}: ") and "pytorch_model.bin" in lines[0], lines[0]
+    assert "save_pretrained" in lines[0] and not (tmp_path / "run").exists()

@@ -614,6 +614,78 @@ def test_a_read_only_run_directory_fails_in_one_line_naming_the_path(tmp_path, m
     assert not lock.exists()
 
 
+def test_a_completely_full_disk_while_taking_the_lock_is_one_line(tmp_path, monkeypatch):
+    """The lock file opens (an empty file needs no block) but its record cannot be written: the buffered write
+    fails, and so would the flush that closing it tries again; one RunDirError line, the file closed."""
+    import io
+
+    class FullDisk(io.FileIO):
+        def write(self, data):
+            raise OSError(errno.ENOSPC, "No space left on device")
+
+    opened = []
+
+    def open_on_a_full_disk(self):
+        self.path.parent.mkdir(parents=True, exist_ok=True)
+        opened.append(io.BufferedRandom(FullDisk(self.path, "a+")))
+        return opened[-1]
+
+    monkeypatch.setattr(RunLock, "_open", open_on_a_full_disk)
+    with pytest.raises(rundir.RunDirError) as err:
+        RunLock(tmp_path).acquire()
+    msg = str(err.value)
+    assert "\n" not in msg and err.value.__cause__ is None and err.value.__suppress_context__
+    assert msg.startswith(f"cannot write the run directory {tmp_path}: writing {tmp_path / rundir.LOCK} failed "
+                          "(No space left on device); free space"), msg
+    assert opened[0].closed and not RunLock._held
+
+
+# Run before run.py in its process: every file the run directory's records open for writing (rundir's own
+# ``open``: the lock, Hydra's record, config.json, summary.json) is on a disk with no space left, except those
+# named in SPARED; the file opens (creating an empty one needs no block) but no byte of it can be written.
+_FULL_DISK = """
+import builtins, errno, io
+from pathlib import Path
+import dapo_exp.rundir as rundir
+
+class FullDisk(io.FileIO):
+    def write(self, data):
+        raise OSError(errno.ENOSPC, "No space left on device")
+
+def full_open(file, mode="r", *args, **kwargs):
+    spared = any(part in SPARED for part in Path(file).parts)
+    if spared or not any(c in mode for c in "wax+"):
+        return builtins.open(file, mode, *args, **kwargs)
+    raw = FullDisk(file, mode.replace("b", "").replace("t", ""))
+    buffered = io.BufferedRandom(raw) if "+" in mode else io.BufferedWriter(raw)
+    return buffered if "b" in mode else io.TextIOWrapper(buffered, encoding=kwargs.get("encoding"))
+
+rundir.open = full_open
+"""
+
+
+@pytest.mark.parametrize("spared, exit_code, file", [
+    ((), 1, rundir.LOCK),  # the lock's record is the first write
+    ((rundir.LOCK,), 3, ".hydra"),  # then Hydra's record of the command
+    ((rundir.LOCK, ".hydra"), 3, rundir.SUMMARY),  # then the run's own records, the summary first
+])
+def test_a_completely_full_disk_is_one_line_whichever_file_it_stops(tmp_path, spared, exit_code, file):
+    """A disk with no space left stops the run at its first write, whichever file that is: one ``error:`` line
+    naming the file and the cause, no traceback, the exit code of its kind (1: the run directory cannot be
+    locked, as a read-only one; 3: a run failure)."""
+    from conftest import SMALL
+
+    run_dir = tmp_path / "run"
+    argv = ["run.py", *SMALL, "train.steps=1", f"hydra.run.dir={run_dir}"]
+    code = f"SPARED = {spared!r}\n{_FULL_DISK}\nimport runpy, sys\nsys.argv = {argv!r}\nrunpy.run_path('run.py', run_name='__main__')"
+    out = subprocess.run([sys.executable, "-c", code], cwd=ROOT, capture_output=True, text=True, timeout=300,
+                         env={**os.environ, "OMP_NUM_THREADS": "1"})
+    lines = [ln for ln in out.stderr.splitlines() if ln.strip()]
+    assert out.returncode == exit_code and len(lines) == 1, out.stderr[-3000:]
+    assert lines[0].startswith("error: cannot write ") and str(run_dir / file) in lines[0], lines[0]
+    assert "No space left on device" in lines[0] and "Traceback" not in out.stdout
+
+
 def test_a_directory_where_the_lock_file_goes_is_one_line(tmp_path):
     (tmp_path / rundir.LOCK).mkdir()
     with pytest.raises(rundir.RunDirError, match=rf"opening {tmp_path / rundir.LOCK} failed .*; remove "):
