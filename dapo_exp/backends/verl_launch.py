@@ -56,8 +56,9 @@ STATUS_SUBMITTED = "submitted"  # backend.launch=slurm: the job is in SLURM's qu
 
 def export_data(cfg: DictConfig, out: Path) -> dict[str, int]:
     """The task's train and eval problems, loaded by :func:`dapo_exp.tasks.load_task` as natively, written
-    to ``<out>/verl_data/{train,eval}.parquet`` in verl's RL dataset schema (one user message, the
-    ground truth under ``reward_model``). Returns the row counts."""
+    to ``<out>/verl_data/{train,eval}.parquet`` in verl's RL dataset schema (the problem's messages, one user
+    message unless the task gives a system message or few-shot turns; the ground truth under
+    ``reward_model``). Returns the row counts."""
     import pandas as pd
 
     from dapo_exp.tasks import load_task
@@ -67,7 +68,7 @@ def export_data(cfg: DictConfig, out: Path) -> dict[str, int]:
     target.mkdir(parents=True, exist_ok=True)
     counts = {}
     for split, problems in (("train", data.train), ("eval", data.eval)):
-        rows = [{"data_source": verl.DATA_SOURCE, "prompt": [{"role": "user", "content": p.prompt}],
+        rows = [{"data_source": verl.DATA_SOURCE, "prompt": p.conversation(),
                  "ability": "MATH", "reward_model": {"ground_truth": p.answer, "style": "rule"},
                  "extra_info": {"index": i, "id": p.id, "split": split}} for i, p in enumerate(problems)]
         tmp = target / f".{split}.parquet.tmp"

@@ -3,6 +3,8 @@
 ``load_task(task_cfg)`` picks the loader of ``task.name`` from :data:`TASKS`:
 
 - ``arith``: the embedded toy (``dapo_exp.tasks.arith.load_arith``), generated in code;
+- ``chat_arith``: arithmetic and word problems at graded levels as chat conversations with few-shot
+  turns, for a real instruct model (``dapo_exp.tasks.chat_arith``);
 - ``dapo_math``: DAPO-Math-17k for training, AIME 2024 for evaluation (the paper's);
 - ``gsm8k``: GSM8K train / test;
 - ``math500``: DAPO-Math-17k for training, MATH-500 for evaluation.
@@ -56,8 +58,15 @@ def _math(task_cfg: Any) -> TaskData:
     return load_math_task(task_cfg)
 
 
+def _chat_arith(task_cfg: Any) -> TaskData:
+    from dapo_exp.tasks.chat_arith import load_chat_arith
+
+    return load_chat_arith(task_cfg)
+
+
 TASKS: Registry = Registry("task", "task.name")
 TASKS.register("arith", _arith)
+TASKS.register("chat_arith", _chat_arith)
 for _name in ("dapo_math", "gsm8k", "math500"):
     TASKS.register(_name, _math)
 
@@ -86,6 +95,11 @@ def load_task(task_cfg: Any) -> TaskData:
     loader = TASKS.pick(name)
     check_task_sources(task_cfg)
     data = loader(task_cfg)
+    system = _get(task_cfg, "system_prompt")
+    if system:  # a system message before every problem that has no conversation of its own
+        for p in data.train + data.eval:
+            if not p.messages:
+                p.messages = [{"role": "system", "content": system}, {"role": "user", "content": p.prompt}]
     limit = _get(task_cfg, "eval_limit")
     if limit is not None and len(data.eval) > limit:
         data.stats["eval_limit_dropped"] = len(data.eval) - limit

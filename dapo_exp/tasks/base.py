@@ -18,6 +18,13 @@ class Problem:
     prompt: str  # the user-message text (already templated for math tasks)
     answer: str  # ground truth, as a string
     meta: dict[str, Any] = field(default_factory=dict)
+    # the whole conversation to render, [{"role", "content"}, ...] ending with the user turn that holds
+    # ``prompt`` (a system message, few-shot turns); None: one user message, ``prompt``
+    messages: list[dict[str, str]] | None = None
+
+    def conversation(self) -> list[dict[str, str]]:
+        """The messages the model is shown: :attr:`messages`, or ``prompt`` as one user message."""
+        return self.messages if self.messages else [{"role": "user", "content": self.prompt}]
 
 
 @dataclass
@@ -30,18 +37,19 @@ class TaskData:
     stats: dict[str, int] = field(default_factory=dict)
 
 
-def render_prompt(problem_text: str, tokenizer: Any, use_chat_template: bool) -> list[int]:
-    """Token ids of a prompt: through the tokenizer's chat template when it has one
-    and ``use_chat_template`` is set, else the raw text after the BOS token (if the
-    tokenizer has one; the chat template adds its own)."""
+def render_prompt(prompt: str | list[dict[str, str]], tokenizer: Any, use_chat_template: bool) -> list[int]:
+    """Token ids of a prompt, a user message's text or a message list (:meth:`Problem.conversation`):
+    through the tokenizer's chat template when it has one and ``use_chat_template`` is set (a text as one
+    user message; the template adds the generation prompt), else the raw text after the BOS token (if the
+    tokenizer has one; the chat template adds its own), a message list's contents joined by blank lines."""
+    messages = [{"role": "user", "content": prompt}] if isinstance(prompt, str) else list(prompt)
     if use_chat_template and getattr(tokenizer, "chat_template", None):
-        out = tokenizer.apply_chat_template(
-            [{"role": "user", "content": problem_text}], add_generation_prompt=True, tokenize=True
-        )
+        out = tokenizer.apply_chat_template(messages, add_generation_prompt=True, tokenize=True)
         if isinstance(out, dict) or hasattr(out, "input_ids"):  # BatchEncoding in newer transformers
             out = out["input_ids"]
         return list(out)
-    ids = list(tokenizer(problem_text, add_special_tokens=False)["input_ids"])
+    text = prompt if isinstance(prompt, str) else "\n\n".join(m["content"] for m in messages)
+    ids = list(tokenizer(text, add_special_tokens=False)["input_ids"])
     if tokenizer.bos_token_id is not None:
         ids = [tokenizer.bos_token_id] + ids
     return ids

@@ -150,6 +150,21 @@ def last_answer_text(response: str, tail_chars: int | None = TAIL_CHARS) -> str 
     return matches[-1].group(1) if matches else None
 
 
+def last_boxed_text(response: str, tail_chars: int | None = TAIL_CHARS) -> str | None:
+    """The content of the last ``\\boxed{...}`` in the response's tail, its braces matched (one pass, so the
+    cost is linear in ``tail_chars``), or None: none, or one left open."""
+    tail = response if tail_chars is None else response[-tail_chars:]
+    start = tail.rfind("\\boxed{")
+    if start < 0:
+        return None
+    depth, i = 1, start + len("\\boxed{")
+    for j in range(i, len(tail)):
+        depth += {"{": 1, "}": -1}.get(tail[j], 0)
+        if depth == 0:
+            return tail[i:j]
+    return None
+
+
 def extract_pred(response: str) -> str | None:
     """The normalised prediction of a response under the paper's rule, or None (no answer)."""
     raw = last_answer_text(response)

@@ -16,7 +16,10 @@ Schemas and how their columns map to ``Problem(id, prompt, answer, meta)``:
 
 - ``dapo`` (DAPO-Math-17k, AIME-2024; verl's format): ``prompt`` = list of
   ``{role, content}`` -> ``Problem.prompt`` = content of the last ``user`` message, kept
-  as is (it already holds the paper's template); ``reward_model.ground_truth`` ->
+  as is (it already holds the paper's template); a list of more than that one message (a
+  system message, few-shot turns before it) -> ``Problem.messages``, rendered whole by the
+  model's chat template (a message whose role is not system, user or assistant, or whose content
+  is not text, makes the row malformed); ``reward_model.ground_truth`` ->
   ``answer``; ``extra_info.index`` -> ``id`` suffix; ``extra_info.raw_problem`` (or the
   content with the template stripped) -> ``meta["problem"]``; ``data_source``,
   ``ability`` -> ``meta``.
@@ -348,6 +351,25 @@ def _user_content(prompt: Any) -> str | None:
     return None
 
 
+ROLES = ("system", "user", "assistant")
+
+
+def _conversation(prompt: Any) -> list[dict[str, str]] | None:
+    """A verl chat prompt's messages up to its last ``user`` message, when that is more than the one user
+    message (a system message, few-shot turns): each ``{role, content}`` with a known role and text content.
+    None: one user message (the paper's form: :attr:`Problem.prompt` alone), or a malformed message."""
+    if isinstance(prompt, str):
+        return None
+    messages = list(prompt)
+    last = max((i for i, m in enumerate(messages) if isinstance(m, dict) and m.get("role") == "user"), default=-1)
+    kept = messages[: last + 1]
+    if len(kept) < 2:
+        return None
+    if not all(isinstance(m, dict) and m.get("role") in ROLES and isinstance(m.get("content"), str) for m in kept):
+        raise ValueError("a message is not {role: system | user | assistant, content: text}")
+    return [{"role": str(m["role"]), "content": str(m["content"])} for m in kept]
+
+
 def _dapo_row(row: dict, pos: int, name: str) -> Problem | None:
     content = _user_content(row.get("prompt"))
     answer = _answer_text(_as_mapping(row.get("reward_model")).get("ground_truth"))
@@ -367,7 +389,8 @@ def _dapo_row(row: dict, pos: int, name: str) -> Problem | None:
         "data_source": row.get("data_source"),
         "ability": row.get("ability"),
     }
-    return Problem(id=f"{name}-{index}", prompt=content, answer=answer, meta=meta)
+    return Problem(id=f"{name}-{index}", prompt=content, answer=answer, meta=meta,
+                   messages=_conversation(row.get("prompt")))
 
 
 def gsm8k_answer(answer_column: Any) -> str | None:
@@ -403,7 +426,8 @@ _ROW_PARSERS = {"dapo": _dapo_row, "gsm8k": _gsm8k_row, "math500": _math500_row}
 def rows_to_problems(
     rows: Iterable[dict[str, Any]], schema: str, name: str
 ) -> tuple[list[Problem], dict[str, int]]:
-    """Map rows of ``schema`` to problems, deduplicated by prompt (first occurrence kept).
+    """Map rows of ``schema`` to problems, deduplicated by prompt (the whole conversation where a row has one;
+    first occurrence kept).
 
     Returns the problems and counts: ``rows``, ``malformed_skipped``, ``duplicates_dropped``
     (``conflicting_duplicates``: of those, how many had a different answer than the kept
@@ -424,7 +448,8 @@ def rows_to_problems(
         if problem is None:
             stats["malformed_skipped"] += 1
             continue
-        kept = seen.get(problem.prompt)
+        key = json.dumps(problem.messages) if problem.messages else problem.prompt
+        kept = seen.get(key)
         if kept is not None:
             stats["duplicates_dropped"] += 1
             stats["conflicting_duplicates"] += kept.answer != problem.answer
@@ -432,7 +457,7 @@ def rows_to_problems(
         if problem.id in ids:  # same index on different prompts: keep ids unique
             problem.id = f"{problem.id}#{pos}"
         ids.add(problem.id)
-        seen[problem.prompt] = problem
+        seen[key] = problem
     problems = list(seen.values())
     stats["problems"] = len(problems)
     return problems, stats

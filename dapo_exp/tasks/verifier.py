@@ -4,12 +4,14 @@
 and ``verify_batch(responses, answers)``, both giving :class:`VerifyResult`. The reward
 of a response is +1 if correct, -1 otherwise (:func:`reward_of`, the paper's rule).
 
-Two verifiers (``task.verifier``), which read the answer the same way and differ only
-in how they compare it:
+Three verifiers (``task.verifier``), which differ only in where they find the one final answer or
+how they compare it:
 
 - ``math_dapo`` (default, the paper's): the last ``Answer:`` match in the last 300
   characters of the response, Minerva-normalised, exact string match with the
   normalised ground truth. See :mod:`dapo_exp.tasks.math_dapo`.
+- ``answer_or_boxed``: ``math_dapo``, and where a response has no ``Answer:`` line, its last
+  ``\\boxed{}`` (braces matched) in the same tail, normalised and compared the same way.
 - ``math_verify``: the same extracted answer, compared by symbolic equivalence with
   HF's ``math-verify`` (``1/2`` = ``\\frac{1}{2}`` = ``0.5``). Everything ``math_dapo``
   accepts it accepts too, a relational hedge aside (equal normalised strings short-cut to correct). A response
@@ -353,9 +355,22 @@ class MathVerifyVerifier(_Verifier):
         return ("math_verify", raw, truth), pred
 
 
+class AnswerOrBoxedVerifier(MathDapoVerifier):
+    """``math_dapo``'s rule, and where a response has no ``Answer:`` line, its last ``\\boxed{}`` in the same
+    tail, normalised and compared the same way (instruct models trained on MATH-style data box their answers)."""
+
+    name = "answer_or_boxed"
+
+    def _fast(self, tail, truth):
+        if math_dapo.last_answer_text(tail) is None and (boxed := math_dapo.last_boxed_text(tail)) is not None:
+            tail = f"Answer: {boxed}" if "\n" not in boxed else tail  # a box spanning lines is no answer line
+        return super()._fast(tail, truth)
+
+
 # task.verifier -> verifier class (a new one: subclass _Verifier, register it here)
 VERIFIERS: Registry = Registry("verifier", "task.verifier")
 VERIFIERS.register("math_dapo", MathDapoVerifier)
+VERIFIERS.register("answer_or_boxed", AnswerOrBoxedVerifier)
 VERIFIERS.register("math_verify", MathVerifyVerifier)
 
 

@@ -1,0 +1,188 @@
+"""Tasks for a real instruct model: prompts as message lists (system, worked examples, question) rendered by
+the model's chat template, in the generated ``chat_arith`` levels and in the JSONL loader; the ``Answer:`` line
+and ``\\boxed{}`` scored; each level's base pass@1 on SmolLM2-135M-Instruct held in bands."""
+
+import json
+import re
+
+import pytest
+
+from dapo_exp.hydra_setup import compose_config
+from dapo_exp.tasks import load_task
+from dapo_exp.tasks.base import render_prompt
+from dapo_exp.tasks.chat_arith import LEVELS
+
+CHATML = ("{% for m in messages %}<|im_start|>{{ m['role'] }}\n{{ m['content'] }}<|im_end|>\n{% endfor %}"
+          "{% if add_generation_prompt %}<|im_start|>assistant\n{% endif %}")
+
+
+def _task(*overrides):
+    return compose_config(["task=chat_arith", "logger=none", "task.arith_n_train=200", "task.arith_n_eval=40",
+                           *overrides]).task
+
+
+def _value(solution: str) -> int:
+    """The last line of a worked solution, ``a op b = c``, checked and returned: c."""
+    *_, last = solution.splitlines()
+    lhs, rhs = last.split(" = ")
+    a, op, b = lhs.split(" ")
+    assert {"+": int(a) + int(b), "-": int(a) - int(b), "x": int(a) * int(b)}[op] == int(rhs), last
+    return int(rhs)
+
+
+@pytest.mark.parametrize("level", sorted(LEVELS))
+def test_every_level_generates_right_answers_with_worked_solutions(level):
+    data = load_task(_task(f"task.level={level}"))
+    assert len(data.train) == 200 and len(data.eval) == 40
+    for p in data.train + data.eval:
+        assert str(_value(p.meta["solution"])) == p.answer
+        for line in p.meta["solution"].splitlines():  # every step is right, not only the last
+            _value(line)
+        # the working starts from the question's first number
+        assert p.meta["solution"].split(" ")[0] == re.findall(r"\d+", p.prompt)[0]
+
+
+@pytest.mark.parametrize("level", sorted(LEVELS))
+def test_held_out_questions_are_never_trained_on_nor_shown_as_examples(level):
+    data = load_task(_task(f"task.level={level}", "task.arith_n_eval=30"))
+    held = {p.prompt for p in data.eval}
+    assert len(held) == len(data.eval)  # distinct
+    assert not held & {p.prompt for p in data.train}
+    shots = [m["content"] for m in data.eval[0].messages if m["role"] == "user"][:-1]
+    assert len(shots) == 3 and not held & set(shots)
+
+
+def test_problems_are_a_function_of_the_seed_alone():
+    a, b = load_task(_task()), load_task(_task())
+    assert [(p.prompt, p.answer) for p in a.train] == [(p.prompt, p.answer) for p in b.train]
+    c = load_task(_task("task.arith_seed=99"))
+    assert [p.prompt for p in a.eval] != [p.prompt for p in c.eval]
+
+
+def test_a_problem_is_a_conversation_system_worked_examples_then_the_question():
+    data = load_task(_task("task.few_shot=2", "task.system_prompt=Be brief."))
+    p = data.eval[0]
+    roles = [m["role"] for m in p.messages]
+    assert roles == ["system", "user", "assistant", "user", "assistant", "user"]
+    assert p.messages[0]["content"] == "Be brief." and p.messages[-1]["content"] == p.prompt
+    for shot in p.messages[2:5:2]:  # each worked example ends in the line the reward reads
+        assert re.fullmatch(r"(?s).*\nAnswer: -?\d+", shot["content"])
+    # the examples are the same for every problem (one prompt prefix for the whole task)
+    assert all(q.messages[:-1] == p.messages[:-1] for q in data.train + data.eval)
+    none = load_task(_task("task.few_shot=0", "task.system_prompt=null")).eval[0]
+    assert none.messages == [{"role": "user", "content": none.prompt}]
+
+
+def test_an_unknown_level_and_too_many_held_out_problems_are_refused_naming_the_key():
+    with pytest.raises(ValueError, match="task.level='hard'.*add1"):
+        load_task(_task("task.level=hard"))
+    with pytest.raises(ValueError, match="task.level: cannot draw 500 held-out"):  # add1 has 81 problems
+        load_task(_task("task.level=add1", "task.arith_n_eval=500"))
+
+
+def test_messages_render_through_the_chat_template_and_as_plain_text_without_one():
+    from dapo_exp.models import build_qwen_char_tokenizer
+
+    tok = build_qwen_char_tokenizer(vocab_size=200, chat_template=CHATML)
+    msgs = [{"role": "system", "content": "s"}, {"role": "user", "content": "1+2"},
+            {"role": "assistant", "content": "Answer: 3"}, {"role": "user", "content": "2+2"}]
+    text = tok.decode(render_prompt(msgs, tok, True))
+    assert text == ("<|im_start|>system\ns<|im_end|>\n<|im_start|>user\n1+2<|im_end|>\n<|im_start|>assistant\n"
+                    "Answer: 3<|im_end|>\n<|im_start|>user\n2+2<|im_end|>\n<|im_start|>assistant\n")
+    # a text prompt is the one user message it always was
+    assert render_prompt("2+2", tok, True) == render_prompt([{"role": "user", "content": "2+2"}], tok, True)
+    plain = render_prompt(msgs, tok, False)
+    assert plain[0] == tok.bos_token_id and tok.decode(plain[1:]) == "s\n\n1+2\n\nAnswer: 3\n\n2+2"
+
+
+def test_the_jsonl_loader_keeps_a_message_list_and_the_paper_form_stays_one_message(tmp_path):
+    rows = [
+        {"prompt": [{"role": "system", "content": "Be brief."}, {"role": "user", "content": "What is 1 + 1?"},
+                    {"role": "assistant", "content": "Answer: 2"}, {"role": "user", "content": "What is 2 + 5?"}],
+         "reward_model": {"ground_truth": "7"}, "extra_info": {"index": 0}},
+        {"prompt": [{"role": "user", "content": "What is 3 + 3?"}], "reward_model": {"ground_truth": "6"},
+         "extra_info": {"index": 1}},
+        {"prompt": [{"role": "narrator", "content": "x"}, {"role": "user", "content": "What is 4 + 4?"}],
+         "reward_model": {"ground_truth": "8"}, "extra_info": {"index": 2}},
+        # the same question after other examples: another problem, not a duplicate
+        {"prompt": [{"role": "user", "content": "What is 9 + 9?"}, {"role": "assistant", "content": "Answer: 18"},
+                    {"role": "user", "content": "What is 2 + 5?"}],
+         "reward_model": {"ground_truth": "7"}, "extra_info": {"index": 3}},
+    ]
+    path = tmp_path / "chat.jsonl"
+    path.write_text("".join(json.dumps(r) + "\n" for r in rows))
+    data = load_task(compose_config(["task=dapo_math", f"task.train_source={path}", f"task.eval_source={path}",
+                                     "logger=none"]).task)
+    by_answer = {p.id: p for p in data.eval}
+    assert len(data.eval) == 3 and data.stats["eval_malformed_skipped"] == 1  # the unknown role
+    first = by_answer["chat-0"]
+    assert [m["role"] for m in first.messages] == ["system", "user", "assistant", "user"]
+    assert first.prompt == "What is 2 + 5?" and first.conversation() == first.messages
+    assert by_answer["chat-1"].messages is None  # one user message: the paper's form, unchanged
+    assert by_answer["chat-1"].conversation() == [{"role": "user", "content": "What is 3 + 3?"}]
+
+
+def test_a_system_prompt_is_put_before_every_one_message_problem(tmp_path):
+    path = tmp_path / "plain.jsonl"
+    path.write_text(json.dumps({"prompt": [{"role": "user", "content": "Q?"}], "reward_model": {"ground_truth": "1"}})
+                    + "\n")
+    task = compose_config(["task=dapo_math", f"task.train_source={path}", f"task.eval_source={path}",
+                           "task.system_prompt=Think.", "logger=none"]).task
+    p = load_task(task).train[0]
+    assert p.messages == [{"role": "system", "content": "Think."}, {"role": "user", "content": "Q?"}]
+
+
+def test_verl_gets_each_problems_whole_conversation(tmp_path):
+    import pandas as pd
+
+    from dapo_exp.backends.verl_launch import export_data
+
+    cfg = compose_config(["task=chat_arith", "task.arith_n_train=10", "task.arith_n_eval=4", "logger=none"])
+    export_data(cfg, tmp_path)
+    got = pd.read_parquet(tmp_path / "verl_data" / "eval.parquet")
+    want = load_task(cfg.task).eval
+    assert [list(map(dict, row)) for row in got["prompt"]] == [p.messages for p in want]
+
+
+@pytest.mark.parametrize("response, truth, correct", [
+    ("47 + 25 = 72\nAnswer: 72", "72", True),
+    ("The sum is \\boxed{72}.", "72", True),  # no Answer: line: the last box
+    ("\\boxed{\\frac{1}{2}}", "\\frac{1}{2}", True),
+    ("\\boxed{1,000} dollars", "1000", True),  # normalised as the Answer: line is
+    ("Answer: 71\nor \\boxed{72}", "72", False),  # an Answer: line wins over a box
+    ("\\boxed{70} then \\boxed{72}", "72", True),  # the last box
+    ("\\boxed{7", "7", False),  # left open: no answer
+    ("\\boxed{{7}", "7", False),
+    ("72", "72", False),  # a bare number is no answer
+])
+def test_answer_or_boxed_reads_the_answer_line_else_the_last_box(response, truth, correct):
+    from dapo_exp.tasks.verifier import get_verifier
+
+    with get_verifier("answer_or_boxed", 5.0, 1) as v:
+        assert v.verify(response, truth).correct is correct
+    with get_verifier("math_dapo", 5.0, 1) as v:  # the paper's rule is unchanged: never a box
+        assert v.verify(response, truth).correct is (correct and "Answer:" in response)
+
+
+# ------------------------------------------------------------------ base pass@1 on SmolLM2-135M-Instruct
+# Each level's base pass@1 at temperature 1 (experiment=smollm2_add2's sampling, 32-token cap, three worked
+# examples), 16 held-out problems x 4 samples here. Measured 2026-11-28 with
+# `python -m dapo_exp.tasks.probe --problems 32 --k 4` (the 95% intervals over problems in
+# docs/how-to/real-model.md); the bands hold those intervals, widened for 16 problems.
+BASE_BANDS = {
+    "add1": (0.55, 0.95),
+    "add2": (0.10, 0.60),
+}
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("level", sorted(BASE_BANDS))
+def test_each_levels_base_pass_at_1_on_smollm2_is_in_its_band(level, smollm2_dir):
+    from dapo_exp.tasks.probe import probe
+
+    cfg = compose_config(["experiment=smollm2_add2", f"task.level={level}", "logger=none"])
+    got = probe(cfg, problems=16, k=4)
+    print(level, got)  # pytest -s: the measured values
+    lo, hi = BASE_BANDS[level]
+    assert lo <= got["acc"] <= hi, f"{level}: base pass@1 {got['acc']:.3f} outside [{lo}, {hi}]; {got}"
+    assert got["answer_line"] >= 0.8  # the worked examples teach the format
