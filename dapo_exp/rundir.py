@@ -116,9 +116,12 @@ def write_error(path: str | os.PathLike, exc: OSError) -> RunWriteError:
         free = f"{shutil.disk_usage(path.parent).free / 2**20:.0f} MiB free there now"
     except OSError:
         free = "free space unknown"
+    if exc.errno in (errno.ENOSPC, errno.EDQUOT):
+        fix = "free disk space, or point the run at a larger filesystem (out_dir / hydra.run.dir)"
+    else:
+        fix = f"make {path.parent} a writable directory, or point the run elsewhere (out_dir / hydra.run.dir)"
     return RunWriteError(exc.errno or errno.EIO,
-                         f"cannot write {path} ({exc.strerror or exc}; {free}); free disk space, or point the run at "
-                         "a larger filesystem (out_dir / hydra.run.dir), and run the same command again")
+                         f"cannot write {path} ({exc.strerror or exc}; {free}); {fix}, and run the same command again")
 
 
 def write_text_atomic(path: str | os.PathLike, text: str) -> None:
