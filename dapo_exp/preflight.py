@@ -174,9 +174,9 @@ def precheck(argv: list[str], config_dir: str, *, launch: bool = True, machine: 
 
 
 def _check_sequential(first: Any, jobs: list[list[str]]) -> None:
-    """``hydra/sweeper=sequential``: its values (the rule's and ``round_seeds``), no ``seed=`` (it chooses the
-    seeds), two configurations at least; refused in one line before anything runs (the sweeper would raise the
-    same, later)."""
+    """``hydra/sweeper=sequential``: its values (the rule's and ``round_seeds``), the rule its sweep directory's
+    record holds, if any; no ``seed=`` (it chooses the seeds), two configurations at least; refused in one line
+    before anything runs (the sweeper would raise the same, later)."""
     from omegaconf import OmegaConf
 
     from dapo_exp.config import ConfigError
@@ -184,10 +184,11 @@ def _check_sequential(first: Any, jobs: list[list[str]]) -> None:
     sweeper = first.hydra.sweeper
     if not str(sweeper.get("_target_", "")).endswith("SequentialSweeper"):
         return
-    from dapo_exp.analysis.sequential_sweep import ONE_CONFIGURATION, SEEDS_REFUSED, SETTINGS, settings
+    from dapo_exp.analysis.sequential_sweep import ONE_CONFIGURATION, SEEDS_REFUSED, SETTINGS, recorded_rounds, settings
 
     try:
-        settings({k: OmegaConf.select(sweeper, k) for k in SETTINGS})
+        rule, _ = settings({k: OmegaConf.select(sweeper, k) for k in SETTINGS})
+        recorded_rounds(first.hydra.sweep.dir, rule)  # a recorded decision under another rule is never rewritten
     except ValueError as exc:
         raise ConfigError(str(exc)) from None
     if any(o.split("=", 1)[0].lstrip("+~") == "seed" for job in jobs for o in job):

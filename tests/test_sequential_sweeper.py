@@ -135,6 +135,62 @@ def test_a_rerun_replays_the_rounds_and_launches_nothing_finished(tmp_path, caps
     assert "already finished: not run again" in capsys.readouterr().out
 
 
+@pytest.mark.parametrize("change", [{"margin": 40.0}, {"alpha": 0.2}, {"max_seeds": 10}])
+def test_a_recorded_decision_is_never_rewritten_a_rerun_under_another_rule_is_refused_naming_it(tmp_path, change):
+    """Re-running a finished sequential sweep with another rule would replay it to another decision: refused
+    before any run, naming the recorded rule and each changed key; the record keeps every byte."""
+    from hydra.errors import HydraException
+
+    acc = lambda p, s: 0.30 + (0.05 if p == "clip" else 0.0) + _noise(p, s, 0.02)  # noqa: E731
+    _sweeper(tmp_path, acc, max_seeds=8).sweep(["fixes=grpo,clip"])
+    before = (tmp_path / ss.RECORD).read_bytes()
+    again = _sweeper(tmp_path, acc, **{"max_seeds": 8, **change})
+    (key, value), = change.items()
+    recorded = ss.record_of(tmp_path)["rule"][key]
+    with pytest.raises(HydraException, match=rf"records a decision under another rule \({key}: {recorded!r} -> "
+                                             rf"{value!r}\).*\(hydra.sweeper.alpha=0.05 hydra.sweeper.margin=5.0"):
+        again.sweep(["fixes=grpo,clip"])
+    assert again.launcher.launched == [] and (tmp_path / ss.RECORD).read_bytes() == before
+
+
+def test_a_record_of_other_configurations_is_refused_naming_them(tmp_path):
+    from hydra.errors import HydraException
+
+    acc = lambda p, s: 0.30 + _noise(p, s, 0.02)  # noqa: E731
+    _sweeper(tmp_path, acc, max_seeds=4).sweep(["fixes=grpo,clip"])
+    before = (tmp_path / ss.RECORD).read_bytes()
+    with pytest.raises(HydraException, match=r"records another sweep \(fixes=clip, fixes=grpo; this command: fixes=full, fixes=grpo\)"):
+        _sweeper(tmp_path, acc, max_seeds=4).sweep(["fixes=grpo,full"])
+    assert (tmp_path / ss.RECORD).read_bytes() == before
+
+
+def test_the_writer_refuses_to_rewrite_a_recorded_round(tmp_path):
+    rule = ss.Rule()
+    first = [{"round": 1, "seeds": {"a": [0, 1, 2]}, "comparisons": []}]
+    ss.write_record(tmp_path, rule, first, done=False)
+    ss.write_record(tmp_path, rule, first + [{"round": 2, "seeds": {"a": [0, 1, 2, 3]}, "comparisons": []}], done=True)
+    before = (tmp_path / ss.RECORD).read_bytes()
+    ss.write_record(tmp_path, rule, first, done=False)  # a re-run replaying round 1: the record stands
+    with pytest.raises(ValueError, match="round 1 would be rewritten"):
+        ss.write_record(tmp_path, rule, [{"round": 1, "seeds": {"a": [0, 1]}, "comparisons": []}], done=True)
+    with pytest.raises(ValueError, match="records another rule"):
+        ss.write_record(tmp_path, ss.Rule(margin=40.0), first, done=True)
+    assert (tmp_path / ss.RECORD).read_bytes() == before
+
+
+def test_the_table_states_the_rule_the_sequential_sweep_used(tmp_path):
+    """With hydra.sweeper.margin=40 the equivalence the table states is the record's ±40 pp, never the fixed
+    design's default ±5; the caption gives no TOST margin (a fixed-sample test, not given here)."""
+    from dapo_exp.analysis.report import run_analysis
+
+    _sweeper(tmp_path, lambda p, s: 0.30 + _noise(p, s, 0.02), max_seeds=6, margin=40.0).sweep(["fixes=grpo,clip"])
+    last = ss.record_of(tmp_path)["rounds"][-1]["comparisons"][0]
+    assert last["state"] == "equivalent" and not -5 < last["lo"] < last["hi"] < 5  # decided by the wide margin
+    t = run_analysis(tmp_path, out=tmp_path / "analysis", figures=False).table
+    assert t.loc["clip", "d_margin"] == 40.0 and t.loc["clip", "d_equivalence"].startswith("equivalent within ±40 pp")
+    assert "±40 pp" in t.attrs["caption"] and "±5 pp" not in t.attrs["caption"], t.attrs["caption"]
+
+
 @pytest.mark.parametrize("args, rule, message", [
     (["fixes=grpo,clip", "seed=0,1"], {}, "chooses the seeds itself"),
     (["fixes=clip"], {}, "at least two"),
@@ -258,6 +314,21 @@ def test_run_py_refuses_a_bad_sequential_sweep_in_one_line_before_anything_is_wr
     assert out.returncode == 2 and len(out.stderr.strip().splitlines()) == 1, out.stderr[-2000:]
     assert out.stderr.startswith(message), out.stderr[-2000:]
     assert not (tmp_path / "sweep").exists()
+
+
+def test_run_py_refuses_a_rerun_under_another_rule_in_one_line_naming_the_recorded_rule(tmp_path):
+    sweep = tmp_path / "sweep"
+    sweep.mkdir()
+    ss.write_record(sweep, ss.Rule(), [{"round": 1, "seeds": {"fixes=clip": [0, 1, 2], "fixes=grpo": [0, 1, 2]},
+                                        "comparisons": []}], done=True)
+    before = {p.name: p.read_bytes() for p in sweep.iterdir()}
+    out = subprocess.run([sys.executable, "run.py", "-m", "fixes=grpo,clip", "hydra/sweeper=sequential",
+                          "hydra.sweeper.margin=40", f"hydra.sweep.dir={sweep}"], cwd=ROOT, capture_output=True,
+                         text=True, timeout=300)
+    assert out.returncode == 2 and len(out.stderr.strip().splitlines()) == 1, out.stderr[-2000:]
+    assert out.stderr.startswith(f"error: hydra/sweeper=sequential: {sweep / ss.RECORD} records a decision under "
+                                 "another rule (margin: 5.0 -> 40.0)"), out.stderr
+    assert {p.name: p.read_bytes() for p in sweep.iterdir()} == before
 
 
 def test_the_one_mean_case_of_the_regression_form_is_the_paired_sequence():

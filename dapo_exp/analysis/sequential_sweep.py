@@ -11,7 +11,9 @@ comparisons`` each. A comparison is decided when its interval excludes 0 or lies
 configuration gets more seeds while one of its comparisons is undecided and its budget lasts.
 
 The record, ``<sweep>/sequential.json`` (:func:`write_record`), holds the rule and every round's intervals;
-the analysis (:func:`record_of`) reads it to label a sequential sweep's intervals as anytime-valid.
+the analysis (:func:`record_of`) reads it to label a sequential sweep's intervals as anytime-valid, under the
+rule recorded. It is append-only (:func:`recorded_rounds`, :func:`write_record`): a decision once recorded is
+never rewritten by a re-run under another rule or with other configurations.
 """
 
 from __future__ import annotations
@@ -200,13 +202,54 @@ def read_round(sweep_dir: str | os.PathLike, dirs: list[list[Path]], seeds: list
     return out
 
 
+def recorded_rounds(sweep_dir: str | os.PathLike, rule: Rule, names: list[str] | None = None) -> list[dict[str, Any]]:
+    """The rounds ``<sweep>/sequential.json`` records ([] when there is none), which a re-run replays on their
+    seeds and appends to. A record is append-only: one under another rule, or of other configurations than
+    ``names`` (None: not checked), is refused (ValueError naming what it records), never rewritten."""
+    path = Path(sweep_dir) / RECORD
+    try:
+        rec = record_of(sweep_dir)
+    except (OSError, ValueError) as exc:
+        raise ValueError(f"hydra/sweeper=sequential: {path} cannot be read ({type(exc).__name__}); it records this "
+                         "sweep's decision: restore it, or sweep into another hydra.sweep.dir") from None
+    if rec is None:
+        return []
+    ours, theirs = asdict(rule), rec.get("rule") or {}
+    changed = [f"{k}: {theirs.get(k)!r} -> {v!r}" for k, v in ours.items() if theirs.get(k) != v]
+    if changed:
+        again = " ".join(f"hydra.sweeper.{k}={v}" for k, v in theirs.items())
+        raise ValueError(f"hydra/sweeper=sequential: {path} records a decision under another rule ({'; '.join(changed)}); "
+                         f"a recorded decision is never rewritten: re-run with its rule ({again}), or sweep into "
+                         "another hydra.sweep.dir")
+    rounds = rec.get("rounds") or []
+    if rounds and names is not None and set(rounds[0].get("seeds") or {}) != set(names):
+        raise ValueError(f"hydra/sweeper=sequential: {path} records another sweep "
+                         f"({', '.join(sorted(rounds[0].get('seeds') or {}))}; this command: {', '.join(sorted(names))}); "
+                         "a recorded decision is never rewritten: sweep into another hydra.sweep.dir")
+    return rounds
+
+
 def write_record(sweep_dir: str | os.PathLike, rule: Rule, rounds: list[dict[str, Any]], done: bool) -> Path:
     """``<sweep>/sequential.json``: the rule, each round (its seeds per configuration and its comparisons)
-    and whether the sweep has ended (every comparison decided or out of budget)."""
+    and whether the sweep has ended (every comparison decided or out of budget). Append-only: the rounds
+    recorded already and ``rounds`` must agree where both have one, under the same rule (else ValueError, nothing
+    written); a replay of recorded rounds leaves the record as it is, a new round is appended."""
+    import json
+
     from dapo_exp.rundir import write_json
 
     path = Path(sweep_dir) / RECORD
-    write_json(path, {"rule": asdict(rule), "rounds": rounds, "done": done})
+    old = record_of(sweep_dir) or {}
+    new = json.loads(json.dumps({"rule": asdict(rule), "rounds": rounds}, default=str))  # as it will read back
+    if old and old.get("rule") != new["rule"]:
+        raise ValueError(f"{path}: records another rule ({old.get('rule')}); it would be rewritten")
+    recorded = old.get("rounds") or []
+    for was, now in zip(recorded, new["rounds"]):
+        if was != now:
+            raise ValueError(f"{path}: round {was.get('round')} would be rewritten (a record is append-only)")
+    if old and len(new["rounds"]) <= len(recorded):  # a replay of recorded rounds: the record stands
+        return path
+    write_json(path, {**new, "done": done})
     return path
 
 

@@ -172,7 +172,8 @@ def _anytime_columns(row: dict[str, object], a: pd.Series, b: pd.Series, record:
     iv = anytime(a, b, record)
     lo, hi = (x if np.isfinite(x) else np.nan for x in (iv.lo, iv.hi))
     row.update({d: iv.mean, f"{d}_lo": lo, f"{d}_hi": hi, f"{d}_n": iv.n, f"{d}_p": np.nan, f"{d}_mde": np.nan,
-                f"{d}_tost_p": np.nan, "d_test": f"{seq.LABEL} (sequential)"})
+                f"{d}_tost_p": np.nan, "d_test": f"{seq.LABEL} (sequential)",
+                "d_margin": float((record.get("rule") or {}).get("margin", np.nan))})  # the rule the sweep used
     row["d_equivalence"] = (f"equivalent within ±{row['d_margin']:g} pp ({seq.LABEL})" if iv.state == seq.EQUIVALENT
                             else "")
     row["d_verdict"] = {seq.DIFFERENT: "difference shown", seq.EQUIVALENT: "no difference shown"}.get(
@@ -382,7 +383,9 @@ def caption(table: pd.DataFrame) -> str:
         "eval.final_samples); a maximum over noisy evaluations of different sizes, biased upward: for "
         "orientation, the comparison is final acc.",
     ]
-    if base:
+    if base and table.attrs.get("sequential"):  # its intervals, verdict and margin: the sequential sentence below
+        parts.append(f"Δ {table.attrs.get('acc_name', 'final acc')}: difference to {base} in percentage points.")
+    elif base:
         parts.append(
             f"Δ {table.attrs.get('acc_name', 'final acc')}: difference to {base} in percentage points with its {conf}% CI — "
             "paired t on per-seed differences when the seeds match, Welch's t otherwise (column Δ test); "

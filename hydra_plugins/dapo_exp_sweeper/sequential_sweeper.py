@@ -5,8 +5,10 @@ seeds in rounds through the configured launcher, reads the runs back after each 
 comparison when its anytime-valid interval decides it (:mod:`dapo_exp.analysis.sequential_sweep` reads
 and records, :mod:`dapo_exp.analysis.sequential` is the statistics). It prints the rule at the start and one
 line per comparison per round, and writes ``<sweep>/sequential.json``. Re-running the same command
-resumes it: the rounds replay on the seeds they had (finished runs are not launched again; a killed run
-resumes from its checkpoint), so the decisions are the same.
+resumes it: the recorded rounds replay on the seeds the record gives them (finished runs are not launched
+again; a killed run resumes from its checkpoint), so the decisions are the same, and new rounds are appended.
+The record is append-only: a re-run under another rule (``alpha``, ``margin``, ...) or with other
+configurations is refused, naming what the record holds.
 """
 
 from __future__ import annotations
@@ -87,16 +89,21 @@ class SequentialSweeper(Sweeper):
 
         configs = self._configurations(arguments)
         sweep_dir = Path(str(self.config.hydra.sweep.dir))
-        sweep_dir.mkdir(parents=True, exist_ok=True)
-        OmegaConf.save(self.config, sweep_dir / "multirun.yaml")
         common = set.intersection(*(set(c) for c in configs))  # the overrides every configuration shares
         names = [" ".join(o for o in c if o not in common) for c in configs]
+        try:
+            recorded = ss.recorded_rounds(sweep_dir, self.rule, names)  # replayed on their seeds, then appended to
+        except ValueError as exc:
+            raise HydraException(str(exc)) from None
+        sweep_dir.mkdir(parents=True, exist_ok=True)
+        OmegaConf.save(self.config, sweep_dir / "multirun.yaml")
         print(f"[sequential] {len(configs)} configurations; {self.rule.text()}", flush=True)
         seeds: list[set[int]] = [set() for _ in configs]
         active, rounds, returns, job_idx, round_no = set(range(len(configs))), [], [], 0, 0
         while active:
             round_no += 1
-            batch = self._next_batch(configs, seeds, active, round_no)
+            replay = recorded[round_no - 1]["seeds"] if round_no <= len(recorded) else None
+            batch = self._next_batch(configs, seeds, active, round_no, [replay[n] for n in names] if replay else None)
             results, job_idx = self._launch(batch, job_idx)
             returns.append(results)
             dirs = [[self._job_dir(c + [f"seed={s}"]) for s in sorted(own)] for c, own in zip(configs, seeds)]
@@ -106,18 +113,23 @@ class SequentialSweeper(Sweeper):
                 print(c.line(round_no, spent[c.a] and spent[c.b]), flush=True)
             active = {i for c in comps if c.state == "undecided" for i in (c.a, c.b) if not spent[i]}
             rounds.append(ss.round_record(round_no, seeds, names, comps))
-            ss.write_record(sweep_dir, self.rule, rounds, done=not active)
+            try:
+                ss.write_record(sweep_dir, self.rule, rounds, done=not active)
+            except ValueError as exc:  # a replayed round that no longer reads as recorded (its runs changed)
+                raise HydraException(f"hydra/sweeper=sequential: {exc}") from None
         print(f"[sequential] done after {round_no} round(s): "
               + "; ".join(f"{c.label_a} vs {c.label_b} {c.state} ({c.n} seeds)" for c in comps), flush=True)
         return returns
 
-    def _next_batch(self, configs: list[list[str]], seeds: list[set[int]], active: set[int],
-                    round_no: int) -> list[list[str]]:
-        """The jobs of the next round (the seeds are recorded as launched)."""
+    def _next_batch(self, configs: list[list[str]], seeds: list[set[int]], active: set[int], round_no: int,
+                    replay: list[list[int]] | None = None) -> list[list[str]]:
+        """The jobs of the next round (the seeds are recorded as launched); ``replay``: each configuration's seeds
+        after this round as the record holds them (a re-run replays a recorded round on its seeds)."""
         batch = []
         for i in sorted(active):
             n = self.rule.first_seeds if round_no == 1 else self._per_round(len(active))
-            new = range(len(seeds[i]), min(self.rule.max_seeds, len(seeds[i]) + n))
+            new = (sorted(set(replay[i]) - seeds[i]) if replay is not None
+                   else range(len(seeds[i]), min(self.rule.max_seeds, len(seeds[i]) + n)))
             seeds[i].update(new)
             batch += [configs[i] + [f"seed={s}"] for s in new]
         return batch
