@@ -7,6 +7,7 @@ so the expected numbers below are computed from these by hand.
 
 from __future__ import annotations
 
+import json
 import math
 import subprocess
 import sys
@@ -510,6 +511,48 @@ def test_a_malformed_summary_is_reported_and_left_out_of_the_statistics(tmp_path
     assert not row["included"] and row["exclude_reason"] == f"malformed summary.json: {what}"
     assert len(data.included) == len(clean.included) - 1
     A.comparison_table(data)  # the table is still made from the others
+
+
+@pytest.mark.parametrize("damage, what", [
+    (lambda s: s | {"label": "x" * 1_000_000}, "label is 1000000 characters, over the 500 read"),
+    (lambda s: s | {"error": "y" * 30_000}, "error is 30000 characters, over the 20000 read"),
+    (lambda s: s | {"notes": "z" * (4 * 2**20 + 1)}, "bytes, over the 4194304 read"),
+    (lambda s: "[" * 200_000 + "]" * 200_000, "nested deeper than the JSON parser reads"),
+    (lambda s: json.dumps(s)[:-40], "not valid JSON (torn?)"),
+])
+def test_a_summary_over_its_bounds_is_refused_for_that_run_naming_why_and_the_rest_analysed(tmp_path, damage, what):
+    """A field or file over its stated size (a 1 MB label, copied into every history row, ran the figures for
+    minutes; 50 MB took 16 GB), too deep to parse, or torn: that run is left out naming the reason, never read as
+    killed, and the table is made from the others."""
+    make_sweep(tmp_path, STANDARD_SWEEP)
+    victim = tmp_path / "fixes=grpo,seed=1"
+    clean = A.load_runs(tmp_path)
+    summary = json.loads((victim / rundir.SUMMARY).read_text())
+    text = damage(summary)
+    (victim / rundir.SUMMARY).write_text(text if isinstance(text, str) else json.dumps(text))
+    with pytest.warns(UserWarning, match="malformed summary.json") as caught:
+        data = A.load_runs(tmp_path)
+    assert any(str(victim) in str(w.message) and what in str(w.message) for w in caught), [str(w.message) for w in caught]
+    row = data.runs.set_index("run").loc["fixes=grpo,seed=1"]
+    assert not row["included"] and what in row["exclude_reason"] and "killed" not in row["exclude_reason"]
+    assert len(data.included) == len(clean.included) - 1
+    assert data.runs["label"].map(len).max() <= 500 and data.history["label"].map(len).max() <= 500
+    A.comparison_table(data)
+
+
+def test_skipped_lines_of_metrics_jsonl_are_reported_with_their_run_and_reason(tmp_path):
+    """A torn last line, a line that is not an object and a step that is not an int are left out of the history,
+    each reported with the run, the line and the reason; the rows around them are kept."""
+    make_sweep(tmp_path, STANDARD_SWEEP)
+    victim = tmp_path / "fixes=grpo,seed=1"
+    clean = A.load_runs(tmp_path)
+    with open(victim / rundir.METRICS, "a") as f:
+        f.write('[1, 2]\n{"step": "7", "actor/entropy": 1.0}\n{"step": 8, "actor/ent')
+    with pytest.warns(UserWarning, match="skipped") as caught:
+        data = A.load_runs(tmp_path)
+    (message,) = [str(w.message) for w in caught if str(victim) in str(w.message)]
+    assert "not an object" in message and "not an int" in message and "torn" in message, message
+    assert len(data.history) == len(clean.history)
 
 
 def test_a_summary_nested_too_deep_to_parse_never_stops_the_analysis(tmp_path):

@@ -96,6 +96,11 @@ EVAL_ACC = rundir.EVAL_ACC
 ENDPOINT_ACC = f"endpoint/{EVAL_ACC}"  # the declared endpoint's accuracy (eval.endpoint): what tables report
 # the SHA-256 (12 digits) of the base weights (summary.json's base_model), a result-changing column
 BASE_WEIGHTS = "config.model.base_sha256"
+# What the analysis reads of one run, at most: a file or field over its bound is refused for that run, named,
+# and the rest analysed (a summary's label is copied into each history row). summary.json: the trainer's is
+# tens of KiB; metrics.jsonl: about 1 KiB a step.
+MAX_SUMMARY_BYTES = 4 * 2**20
+MAX_METRICS_BYTES = 512 * 2**20
 # directories never searched for runs
 _PRUNE = {"wandb", rundir.CHECKPOINTS, ".hydra", "__pycache__", ".ipynb_checkpoints"}
 
@@ -116,6 +121,10 @@ class RunRecord:
     tags: tuple[str, ...] = ()
     # the backend's own run state (W&B: finished, failed, crashed, killed, running), if any
     state: str | None = None
+    # why the summary could not be read (over its bound, not JSON, nested too deep); None: read, or none there
+    summary_unread: str | None = None
+    # why the history could not be read (over its bound); None: read
+    history_unread: str | None = None
 
 
 @dataclass
@@ -228,16 +237,48 @@ def _early_config(run_dir: Path) -> dict[str, Any]:
 def read_run_dir(run_dir: str | os.PathLike, root: str | os.PathLike | None = None) -> RunRecord:
     """Read one run directory into a :class:`RunRecord` (no network)."""
     run_dir = Path(run_dir)
-    summary = rundir.read_summary(run_dir)
-    config = (summary or {}).get("config") or _early_config(run_dir)
+    summary, summary_unread = _read_summary(run_dir / rundir.SUMMARY)
+    config = (summary if isinstance(summary, dict) else {}).get("config") or _early_config(run_dir)
     mp = run_dir / rundir.METRICS
-    history = rundir.read_jsonl(mp)
+    history, history_unread = [], _over(mp, MAX_METRICS_BYTES)
+    if history_unread is None:
+        history, skipped = rundir.read_rows(mp)
+        if skipped:
+            warnings.warn(f"{run_dir}: skipped {len(skipped)} line(s) of {rundir.METRICS}: {'; '.join(skipped[:5])}",
+                          stacklevel=2)
     if root is not None:
         rel = os.path.relpath(run_dir, root)
         run_id = run_dir.name if rel == "." else rel
     else:
         run_id = str(run_dir)
-    return RunRecord(run=run_id, config=config or {}, summary=summary, history=history, path=str(run_dir))
+    return RunRecord(run=run_id, config=config or {}, summary=summary, history=history, path=str(run_dir),
+                     summary_unread=summary_unread, history_unread=history_unread)
+
+
+def _over(path: Path, limit: int) -> str | None:
+    """``"<n> bytes, over the <limit> read"`` when ``path`` is larger than ``limit``, else None."""
+    try:
+        size = path.stat().st_size
+    except OSError:
+        return None
+    return f"{size} bytes, over the {limit} read" if size > limit else None
+
+
+def _read_summary(path: Path) -> tuple[Any, str | None]:
+    """``summary.json`` parsed (any JSON value: :func:`summary_problem` judges it) and None, or None and why it
+    cannot be read; ``(None, None)`` when there is none."""
+    if not path.is_file():
+        return None, None
+    if too_big := _over(path, MAX_SUMMARY_BYTES):
+        return None, too_big
+    try:
+        return json.loads(path.read_text(encoding="utf-8", errors="replace")), None
+    except RecursionError:
+        return None, "nested deeper than the JSON parser reads"
+    except ValueError as exc:
+        return None, f"not valid JSON (torn?): {' '.join(str(exc).split())[:80]}"
+    except OSError as exc:
+        return None, f"cannot be read ({exc.strerror or type(exc).__name__})"
 
 
 def load_runs(paths: str | os.PathLike | Sequence[str | os.PathLike], *, end_window: int = 1) -> RunSet:
@@ -501,7 +542,8 @@ def _run_row(rec: RunRecord, wide: pd.DataFrame, end_window: int) -> dict[str, A
 
 
 _SUMMARY_OBJECTS = ("config", "switches", "final", "best", "base", "environment", "endpoint", "base_model")
-_SUMMARY_TEXTS = ("label", "preset", "status", "git_commit", "error")
+# summary.json's text fields and the most characters of each the analysis reads (the label goes into every row)
+_SUMMARY_TEXTS = {"label": 500, "preset": 500, "status": 500, "git_commit": 500, "error": 20_000}
 _SUMMARY_NUMBERS = ("seed", "wall_time_s", "steps_done", "load_avg_end")
 
 
@@ -515,9 +557,11 @@ def summary_problem(summary: Any) -> str | None:
     for key in _SUMMARY_OBJECTS:
         if summary.get(key) is not None and not isinstance(summary[key], dict):
             return f"{key} is a {type(summary[key]).__name__}, not an object"
-    for key in _SUMMARY_TEXTS:
+    for key, limit in _SUMMARY_TEXTS.items():
         if summary.get(key) is not None and not isinstance(summary[key], str):
             return f"{key} is a {type(summary[key]).__name__}, not a string"
+        if len(summary.get(key) or "") > limit:
+            return f"{key} is {len(summary[key])} characters, over the {limit} read"
     for key in _SUMMARY_NUMBERS:
         v = summary.get(key)
         if v is not None and (isinstance(v, bool) or not isinstance(v, (int, float))):
@@ -536,13 +580,17 @@ def records_to_runset(
     rows, hist = [], []
     for rec in records:
         wide = history_wide(rec.history)
-        if bad_summary := summary_problem(rec.summary):  # read as if it had none, and left out saying why
+        if bad_summary := rec.summary_unread or summary_problem(rec.summary):  # read as if it had none, left out
             rec = replace(rec, summary=None, config=rec.config if isinstance(rec.config, dict) else {})
         row = _run_row(rec, wide, end_window)
         if bad_summary:
             row["included"], row["exclude_reason"] = False, f"malformed summary.json: {bad_summary}"
             warnings.warn(f"{rec.path or rec.run}: left out of the statistics, malformed summary.json: {bad_summary}",
                           stacklevel=2)
+        elif rec.history_unread:
+            row["included"], row["exclude_reason"] = False, f"unread {rundir.METRICS}: {rec.history_unread}"
+            warnings.warn(f"{rec.path or rec.run}: left out of the statistics, unread {rundir.METRICS}: "
+                          f"{rec.history_unread}", stacklevel=2)
         elif row["included"] and (problems := history_problems(list(rec.history))):
             # a damaged history never reaches the statistics: the run is listed as excluded, saying what
             row["included"] = False
