@@ -13,6 +13,7 @@ from __future__ import annotations
 import json
 import logging
 import os
+import pickle
 from pathlib import Path
 from typing import Any
 
@@ -173,6 +174,12 @@ def load_policy(path: str, dtype: str = "float32", device: str = "cpu", trust_re
     try:
         model = AutoModelForCausalLM.from_pretrained(path, dtype=torch_dtype, trust_remote_code=trust_remote_code,
                                                      **extra)
+    except pickle.UnpicklingError:  # a pickle holding more than tensors: torch refuses to run its code
+        weights = ", ".join(f for f in MODEL_WEIGHTS if (Path(path) / f).is_file()) or "its weights"
+        raise ModelSourceError(
+            f"model.path={path}: {weights} is a pickle holding more than tensors (a whole pickled model), which is "
+            f"never unpickled here (it could run code); save the model with save_pretrained (safetensors). "
+            f"{_MODEL_DIR}") from None
     except (OSError, ValueError, RuntimeError, KeyError, SafetensorError) as exc:  # damaged weights or config
         files = [f for f in MODEL_WEIGHTS + ("config.json",) if (Path(path) / f).is_file()] if Path(path).is_dir() else []
         first = (str(exc).strip().splitlines() or [""])[0][:200]

@@ -232,8 +232,6 @@ def test_damaged_weights_in_a_model_directory_are_one_line_naming_the_file(tmp_p
     assert not (tmp_path / "run").exists()
 
 
-@pytest.mark.xfail(strict=True, reason="dapo_exp.models.load_policy does not catch pickle.UnpicklingError yet: "
-                   "a pickled model as pytorch_model.bin ends in a 67-line traceback")
 def test_a_model_directory_holding_only_a_pickled_model_is_one_line_naming_the_file(tmp_path):
     """``pytorch_model.bin`` holding a whole pickled model (``torch.save(model)``) instead of a state dict: torch
     refuses to unpickle it weights-only (it would run code), and that refusal is one line naming the file and the
