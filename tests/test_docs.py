@@ -106,6 +106,9 @@ NOT_RUN = {
     "bash .ci/install": "the install itself (tests run inside the installed environment)",
     "source .venv/bin/activate": "the test runs the environment's interpreter directly",
     'pip install -e ".[notebook]"': "an install; the notebooks are executed by tests/test_notebooks.py",
+    'pip install -e ".[gguf]"': "an install; the test environment has the gguf extra (the dev extra lists it)",
+    "python run.py experiment=smollm2_add2 fixes=grpo": "the real model: tests/test_real_model.py runs this command "
+                                                        "at two steps (the toy's reduced sizes do not apply to it)",
 }
 NOT_RUN_PREFIXES = ("jupyter lab ",)  # opens a browser: the notebook itself runs in tests/test_notebooks.py
 

@@ -212,7 +212,9 @@ def cpu_minutes(config: Any, runs: int, at_once: int, cores: int, load: float | 
 
 def run_cost_line(config: Any, *, cores: int | None = None, load: float | None = MEASURED) -> str | None:
     """One run's cost before compute, for a CPU preset that declares its measured seconds per step
-    (:data:`CPU_S_KEY`), else None."""
+    (:data:`CPU_S_KEY`, the native trainer's), else None (and for ``backend=verl``, whose step costs differ)."""
+    if _get(config, "backend.name") != "native":
+        return None
     cores = cores or _cores(config)
     load = _load() if load == MEASURED else load
     minutes = cpu_minutes(config, 1, 1, cores, load)
@@ -353,12 +355,13 @@ def launch_plan(config: Any, *, cores: int | None = None, load: float | None = M
     launcher = str(_get(config, "hydra.launcher._target_", "") or "")
     toy = _get(config, "model.path") == "tiny"
     local = launcher.endswith(("BasicLauncher", "ParallelLauncher"))
-    if not local or (not toy and _get(config, CPU_S_KEY) is None):
+    native_cost = _get(config, CPU_S_KEY) is not None and _get(config, "backend.name") == "native"
+    if not local or (not toy and not native_cost):
         return line
     cores = cores or _cores(config)
     load = _load() if load == MEASURED else load
     at_once = _at_once(config, left, cores)
-    minutes = cpu_minutes(config, left, at_once, cores, load)
+    minutes = cpu_minutes(config, left, at_once, cores, load) if native_cost else None
     if minutes is not None:
         machine = "load unknown: as if idle" if load is None else f"load {load:.1f}"
         return (f"{line}; expected wall time ~{minutes:.0f} min for {left} run(s) x {_get(config, 'train.steps')} "

