@@ -19,10 +19,11 @@
 # Extra overrides pass through to both engines' sweeps: bash sweeps/cross_engine.sh train.steps=30
 set -euo pipefail
 cd "$(dirname "$0")/.."
+PY="${PYTHON:-$(bash .ci/venv --find)}"  # the project's interpreter (.venv, or the active environment)
 SEEDS="${SEEDS:-0,1,2,3,4}"
 STUDY=(experiment=toy_overlong fixes=grpo train.steps=20 eval.every=10 logger=none)
-python run.py -m hydra/launcher=parallel sweep=cross_engine_native "${STUDY[@]}" \
+"$PY" run.py -m hydra/launcher=parallel sweep=cross_engine_native "${STUDY[@]}" \
     seed="$SEEDS" overlong_punishment=disabled,soft "$@"
-python run.py -m sweep=cross_engine_verl backend=verl train.device=cpu "${STUDY[@]}" \
+"$PY" run.py -m sweep=cross_engine_verl backend=verl train.device=cpu "${STUDY[@]}" \
     seed="$SEEDS" overlong_punishment=disabled,soft "$@"
-python sweeps/checks/cross_engine.py multirun/cross_engine_native multirun/cross_engine_verl multirun/cross_engine
+"$PY" sweeps/checks/cross_engine.py multirun/cross_engine_native multirun/cross_engine_verl multirun/cross_engine

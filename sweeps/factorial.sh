@@ -30,8 +30,9 @@
 # Extra overrides pass through: bash sweeps/factorial.sh train.steps=60
 set -euo pipefail
 cd "$(dirname "$0")/.."
+PY="${PYTHON:-$(bash .ci/venv --find)}"  # the project's interpreter (.venv, or the active environment)
 SEEDS="${SEEDS:-0,1,2}"
-python run.py -m hydra/launcher=parallel sweep=factorial fixes=grpo \
+"$PY" run.py -m hydra/launcher=parallel sweep=factorial fixes=grpo \
     clip_higher=disabled,enabled \
     dynamic_sampling=disabled,enabled \
     token_level_loss=disabled,enabled \

@@ -28,5 +28,6 @@
 #           prints one line of overrides per configuration (as sweeps/fractional.sh loops over them).
 set -euo pipefail
 cd "$(dirname "$0")/.."
+PY="${PYTHON:-$(bash .ci/venv --find)}"  # the project's interpreter (.venv, or the active environment)
 SEEDS="${SEEDS:-0,1,2,3,4}"
-python run.py -m hydra/launcher=parallel sweep=family fixes=grpo,full,dr_grpo,gspo,cispo,gmpo,clip_cov,kl_cov seed="$SEEDS" "$@"
+"$PY" run.py -m hydra/launcher=parallel sweep=family fixes=grpo,full,dr_grpo,gspo,cispo,gmpo,clip_cov,kl_cov seed="$SEEDS" "$@"

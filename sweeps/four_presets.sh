@@ -30,5 +30,6 @@
 # Extra overrides pass through: bash sweeps/four_presets.sh train.steps=60 logger=none
 set -euo pipefail
 cd "$(dirname "$0")/.."
+PY="${PYTHON:-$(bash .ci/venv --find)}"  # the project's interpreter (.venv, or the active environment)
 SEEDS="${SEEDS:-0,1,2}"
-python run.py -m hydra/launcher=parallel sweep=four_presets fixes=grpo,clip,clip_ds,full seed="$SEEDS" "$@"
+"$PY" run.py -m hydra/launcher=parallel sweep=four_presets fixes=grpo,clip,clip_ds,full seed="$SEEDS" "$@"

@@ -35,12 +35,13 @@
 # Extra overrides pass through: bash sweeps/fractional.sh train.steps=60
 set -euo pipefail
 cd "$(dirname "$0")/.."
+PY="${PYTHON:-$(bash .ci/venv --find)}"  # the project's interpreter (.venv, or the active environment)
 SEEDS="${SEEDS:-0,1,2}"
-mapfile -t CONFIGS < <(python -m dapo_exp.analysis design fractional)
+mapfile -t CONFIGS < <("$PY" -m dapo_exp.analysis design fractional)
 [ "${#CONFIGS[@]}" -eq 16 ] || { echo "expected 16 configurations, got ${#CONFIGS[@]}" >&2; exit 1; }
 for config in "${CONFIGS[@]}"; do
     # one multirun per configuration (over the seeds); the analysis runs once, after the last
     # shellcheck disable=SC2086  # $config is a list of overrides, split on purpose
-    python run.py -m hydra/launcher=parallel sweep=fractional fixes=grpo $config seed="$SEEDS" '~hydra.callbacks.analysis' "$@"
+    "$PY" run.py -m hydra/launcher=parallel sweep=fractional fixes=grpo $config seed="$SEEDS" '~hydra.callbacks.analysis' "$@"
 done
-python -m dapo_exp.analysis multirun/fractional --wandb-log
+"$PY" -m dapo_exp.analysis multirun/fractional --wandb-log

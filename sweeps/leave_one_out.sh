@@ -28,7 +28,8 @@
 # Extra overrides pass through: bash sweeps/leave_one_out.sh train.steps=60
 set -euo pipefail
 cd "$(dirname "$0")/.."
+PY="${PYTHON:-$(bash .ci/venv --find)}"  # the project's interpreter (.venv, or the active environment)
 SEEDS="${SEEDS:-0,1,2}"
-python run.py -m hydra/launcher=parallel sweep=leave_one_out \
+"$PY" run.py -m hydra/launcher=parallel sweep=leave_one_out \
     fixes=full,full_no_clip,full_no_ds,full_no_tl,full_no_sop \
     seed="$SEEDS" "$@"

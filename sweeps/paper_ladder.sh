@@ -26,7 +26,8 @@
 # Extra overrides pass through: bash sweeps/paper_ladder.sh train.steps=60
 set -euo pipefail
 cd "$(dirname "$0")/.."
+PY="${PYTHON:-$(bash .ci/venv --find)}"  # the project's interpreter (.venv, or the active environment)
 SEEDS="${SEEDS:-0,1,2}"
-python run.py -m hydra/launcher=parallel sweep=paper_ladder \
+"$PY" run.py -m hydra/launcher=parallel sweep=paper_ladder \
     fixes=paper_1_grpo,paper_2_of,paper_3_clip,paper_4_sop,paper_5_tl,paper_6_dapo \
     seed="$SEEDS" "$@"

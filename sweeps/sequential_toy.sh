@@ -17,9 +17,10 @@
 # Extra overrides pass through to the three sweeps: bash sweeps/sequential_toy.sh hydra.sweeper.max_seeds=10
 set -euo pipefail
 cd "$(dirname "$0")/.."
+PY="${PYTHON:-$(bash .ci/venv --find)}"  # the project's interpreter (.venv, or the active environment)
 STUDY=(hydra/sweeper=sequential hydra/launcher=parallel experiment=toy_dapo)
-python run.py -m sweep=sequential_toy_sop "${STUDY[@]}" fixes=paper_3_clip,paper_4_sop "$@"
-python run.py -m sweep=sequential_toy_ds "${STUDY[@]}" fixes=paper_5_tl,paper_6_dapo "$@"
-python run.py -m sweep=sequential_toy_tl "${STUDY[@]}" fixes=paper_4_sop,paper_5_tl "$@"
-python sweeps/checks/sequential_toy.py multirun/sequential_toy_sop multirun/sequential_toy_ds \
+"$PY" run.py -m sweep=sequential_toy_sop "${STUDY[@]}" fixes=paper_3_clip,paper_4_sop "$@"
+"$PY" run.py -m sweep=sequential_toy_ds "${STUDY[@]}" fixes=paper_5_tl,paper_6_dapo "$@"
+"$PY" run.py -m sweep=sequential_toy_tl "${STUDY[@]}" fixes=paper_4_sop,paper_5_tl "$@"
+"$PY" sweeps/checks/sequential_toy.py multirun/sequential_toy_sop multirun/sequential_toy_ds \
     multirun/sequential_toy_tl --fixed sweeps/results/2026-11-27-toy_dapo_ladder/runs.csv --out multirun/sequential_toy

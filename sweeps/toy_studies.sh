@@ -18,17 +18,19 @@
 #           (python -m dapo_exp.analysis study multirun/<sweep> --study <fix>).
 set -euo pipefail
 cd "$(dirname "$0")/.."
+PY="${PYTHON:-$(bash .ci/venv --find)}"  # the project's interpreter (.venv, or the active environment)
 SEEDS="${SEEDS:-0,1,2,3,4}"
 studies=()
 while [ $# -gt 0 ] && [ "$1" != "--" ]; do studies+=("$1"); shift; done
 [ "${1:-}" = "--" ] && shift
 if [ ${#studies[@]} -eq 0 ] || [ "${studies[0]}" = all ]; then
-    mapfile -t studies < <(python -c "from dapo_exp.analysis.studies import STUDIES; print('\n'.join(STUDIES))")
+    mapfile -t studies < <("$PY" -c "from dapo_exp.analysis.studies import STUDIES; print('\n'.join(STUDIES))")
 fi
 for s in "${studies[@]}"; do
-    { read -r sweep; read -r cmd; } < <(python -c "import sys; from dapo_exp.analysis.studies import STUDIES; s = STUDIES[sys.argv[1]]; print(s.sweep); print(s.command(sys.argv[2]))" "$s" "$SEEDS")
+    { read -r sweep; read -r cmd; } < <("$PY" -c "import sys; from dapo_exp.analysis.studies import STUDIES; s = STUDIES[sys.argv[1]]; print(s.sweep); print(s.command(sys.argv[2]))" "$s" "$SEEDS")
     [ -n "${cmd:-}" ] || { echo "toy_studies.sh: no study $s (see dapo_exp/analysis/studies.py)" >&2; exit 2; }
     echo "[toy_studies] $cmd $*"
-    $cmd "$@"
-    python -m dapo_exp.analysis study "multirun/$sweep" --study "$s"
+    # shellcheck disable=SC2086  # the study's command, words split on purpose, run with the project's interpreter
+    "$PY" ${cmd#python } "$@"
+    "$PY" -m dapo_exp.analysis study "multirun/$sweep" --study "$s"
 done

