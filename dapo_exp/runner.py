@@ -607,7 +607,8 @@ def _endpoint(run: Run, evals: dict[int, dict], final_step: int) -> dict[str, An
 
 
 def print_summary(s: dict[str, Any], out: Path) -> None:
-    """One screen at the end of a run."""
+    """One screen at the end of a run, on either engine (a backend=verl run's summary has the same fields;
+    an evaluation it did not make is shown as ``-``)."""
     keys = [rundir.EVAL_ACC, rundir.EVAL_PASS, rundir.EVAL_MAJ, rundir.EVAL_LEN, rundir.EVAL_TRUNC,
             rundir.EVAL_ENTROPY]
     lines = [f"[dapo-exp] run {s['label']} seed {s['seed']}: finished {s['steps_done']} steps in "
@@ -619,7 +620,7 @@ def print_summary(s: dict[str, Any], out: Path) -> None:
         return f"{v:8.3f}" if isinstance(v, (int, float)) and not math.isnan(v) else f"{'-':>8s}"
 
     for k in keys:
-        lines.append(f"  {k:28s} {fmt(s.get('base', {}), k)} {fmt(s['final'], k)} {fmt(s['best'], k)}")
+        lines.append(f"  {k:28s} {fmt(s.get('base', {}), k)} {fmt(s.get('final', {}), k)} {fmt(s.get('best', {}), k)}")
     on = [fixes.FIXES[k].describe() if k in fixes.FIXES else k for k, v in s["switches"].items() if v]
     lines.append(f"  fixes on: {', '.join(on) or 'none (GRPO)'}")
     if s.get("history_gap"):

@@ -215,7 +215,20 @@ def _launch_locked(cfg: DictConfig, job: verl.VerlJob, python: str, out: Path, t
     summary = _finish(cfg, out, summary, rc=rc, stopped=stopped, wall_time_s=time.perf_counter() - t0)
     if summary["status"] == rundir.STATUS_FAILED:
         raise RuntimeError(summary["error"])
+    _print_end(summary, out)
     return summary
+
+
+def _print_end(summary: dict[str, Any], out: Path) -> None:
+    """A local run ends as a native one does: its summary screen and where it was written (a stopped run:
+    one line saying so)."""
+    from dapo_exp.runner import print_summary
+
+    if summary["status"] == rundir.STATUS_FINISHED:
+        print_summary(summary, out)
+    else:
+        print(f"[dapo-exp] run {summary['label']} seed {summary['seed']}: {summary['status']}, {summary['error']}; "
+              f"written to {out}")
 
 
 def _print_dry_run(argv: list[str], script: Path | None) -> None:
