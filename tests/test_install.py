@@ -339,13 +339,12 @@ def test_a_prefetched_verl_install_is_waited_for_not_started_twice(tmp_path):
     shutil.copy(ROOT / ".ci" / "test-env", ci)
     (ci / "install-verl").write_text("echo installing\nwhile [ ! -f release ]; do sleep 0.1; done\necho installed\n")
     env = {**os.environ, "DAPO_SKIP_SLURM": "1", "DAPO_SKIP_VLLM": "1"}
-    started = time.monotonic()
     out = subprocess.run(["bash", ".ci/test-env", "--prefetch"], cwd=tmp_path, env=env, capture_output=True,
                          text=True, timeout=60)
-    assert out.returncode == 0 and time.monotonic() - started < 30, out.stderr
+    assert out.returncode == 0, out.stderr
     pending = ci / ".install-verl.pending"
     first = int(pending.read_text())
-    os.kill(first, 0)  # under way
+    os.kill(first, 0)  # under way: the prefetch returned without waiting for it (it waits for `release`)
     out = subprocess.run(["bash", ".ci/test-env", sys.executable, "--verl-background"], cwd=tmp_path, env=env,
                          capture_output=True, text=True, timeout=300)
     assert out.returncode == 0 and int(pending.read_text()) == first, out.stderr  # the same install, not a second

@@ -150,19 +150,15 @@ def no_hub(monkeypatch):
 
 
 def test_hub_model_offline_fails_fast_in_one_line(no_hub):
-    import time
-
     from dapo_exp.config import ConfigError
     from dapo_exp.models import HUB_TIMEOUT_S, ModelSourceError, load_policy
 
     endpoint, calls = no_hub
-    t0 = time.monotonic()
     with pytest.raises(ModelSourceError) as err:
         load_policy("Qwen/Qwen2.5-0.5B")
-    elapsed = time.monotonic() - t0
     msg = str(err.value)
-    assert elapsed < 10, f"took {elapsed:.1f} s"  # transformers' own retries took ~61 s
-    assert calls == [HUB_TIMEOUT_S] and HUB_TIMEOUT_S <= 10  # one request, short time-out
+    # fast by construction (transformers' own retries took ~61 s): one request, short time-out; not timed
+    assert calls == [HUB_TIMEOUT_S] and HUB_TIMEOUT_S <= 10
     assert isinstance(err.value, ConfigError)  # run.py prints it as one `error:` line, exit 2
     assert "\n" not in msg and len(msg) < 800
     assert msg.startswith("model.path='Qwen/Qwen2.5-0.5B': cannot reach the Hugging Face hub at " + endpoint)

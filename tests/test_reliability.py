@@ -296,23 +296,34 @@ def test_disk_full_leaves_no_temp_dir_and_names_the_checkpoint(tmp_path, monkeyp
 # 7. W&B online without a network                                               #
 # --------------------------------------------------------------------------- #
 def test_wandb_online_without_network_falls_back_to_offline_quickly(tmp_path, monkeypatch, caplog):
-    from dapo_exp.tracking import WandbTracker, start_tracker
+    """The wait is bounded by the time-out the online attempt hands W&B (``WANDB_INIT_TIMEOUT``, else
+    ``tracking.INIT_TIMEOUT_S``; W&B's own default waits about 100 s), checked as given, not timed: a clock
+    here would fail on a loaded machine."""
+    import wandb
+
+    from dapo_exp.tracking import INIT_TIMEOUT_S, WandbTracker, start_tracker
 
     monkeypatch.delenv("WANDB_MODE", raising=False)
     monkeypatch.setenv("WANDB_BASE_URL", f"http://127.0.0.1:{closed_loopback_port()}")  # loopback only
     monkeypatch.setenv("WANDB_API_KEY", "0" * 40)  # a dummy key; nothing leaves the machine
     monkeypatch.setenv("WANDB_INIT_TIMEOUT", "3")
-    t0 = time.monotonic()
+    attempts, real_init = [], wandb.init
+
+    def init(**kwargs):
+        attempts.append((kwargs["mode"], kwargs["settings"].init_timeout))
+        return real_init(**kwargs)
+
+    monkeypatch.setattr(wandb, "init", init)
     tracker = start_tracker("wandb", out_dir=str(tmp_path), config={"a": 1}, project="p", group="g", name="n",
                             tags=[], mode="online", run_id="offline-fallback-test")
-    elapsed = time.monotonic() - t0
     try:
         assert isinstance(tracker, WandbTracker)
         assert tracker.run.settings.mode == "offline"
         tracker.log({"actor/pg_loss": 1.0}, step=1)
     finally:
         tracker.finish()
-    assert elapsed < 30, f"W&B start took {elapsed:.0f} s"  # W&B's own default would wait ~100 s
+    assert attempts == [("online", 3.0), ("offline", 3.0)]  # one online attempt, bounded by the time-out
+    assert INIT_TIMEOUT_S <= 30  # the default bound, without WANDB_INIT_TIMEOUT
     assert any("logging offline instead" in r.getMessage() for r in caplog.records)
     assert list((tmp_path / "wandb").glob("offline-run-*"))
 
@@ -371,11 +382,31 @@ def test_hydra_struct_schema_accepts_a_plus_key_so_run_py_refuses_it():
 def test_dapo_math_offline_fails_fast_naming_the_local_file_override(tmp_path, how):
     env = ({"HF_ENDPOINT": f"http://127.0.0.1:{closed_loopback_port()}", "HF_HUB_OFFLINE": "0"}
            if how == "hub unreachable" else {"HF_HUB_OFFLINE": "1"})
-    out, _, elapsed = run_cli(tmp_path, "task=dapo_math", env=env)
+    out, _, _ = run_cli(tmp_path, "task=dapo_math", env=env)
     lines = [ln for ln in out.stderr.splitlines() if ln.strip()]
     assert out.returncode == 2 and len(lines) == 1, out.stderr
     assert "task.train_source=/path/to/" in lines[0] and "task.eval_source=/path/to/" in lines[0]
-    assert elapsed < 30, f"took {elapsed:.0f} s"  # datasets' own retries took ~38 s
+
+
+def test_an_unreachable_hub_data_set_is_asked_once_with_a_short_time_out(monkeypatch):
+    """Why the refusal above is fast (datasets' own retries took ~38 s): one request to the hub, bounded by
+    HUB_TIMEOUT_S, then the refusal; checked as made, not timed."""
+    from huggingface_hub import HfApi
+
+    from dapo_exp.tasks.math_data import HUB_TIMEOUT_S, TaskSourceError, check_hub_reachable, resolve_source
+
+    calls = []
+
+    def unreachable(self, repo_id, **kwargs):
+        calls.append(kwargs.get("timeout"))
+        raise ConnectionError("connection refused")
+
+    monkeypatch.delenv("HF_HUB_OFFLINE", raising=False)
+    monkeypatch.delenv("HF_DATASETS_OFFLINE", raising=False)
+    monkeypatch.setattr(HfApi, "dataset_info", unreachable)
+    with pytest.raises(TaskSourceError, match="cannot reach the Hugging Face hub"):
+        check_hub_reachable(resolve_source("dapo_math_17k"), "task.train_source")
+    assert calls == [HUB_TIMEOUT_S] and HUB_TIMEOUT_S <= 10
 
 
 def test_model_dir_check_names_what_a_model_dir_must_hold(tmp_path):
