@@ -319,6 +319,25 @@ def read_overrides(run_dir: str | os.PathLike) -> list[str] | None:
         return None
 
 
+# Hydra's own overrides that say where and how a sweep's jobs run: a command that re-runs the sweep keeps them
+RERUN_HYDRA_OVERRIDES = ("hydra/launcher=", "hydra/sweeper=", "hydra.launcher.", "hydra.sweeper.", "~hydra.callbacks.")
+
+
+def read_launch_overrides(run_dir: str | os.PathLike) -> list[str]:
+    """The overrides of Hydra's own config the run's command gave that a re-run keeps (the launcher, the
+    sweeper and their settings, a callback removed: :data:`RERUN_HYDRA_OVERRIDES`; the seeds aside), from
+    ``.hydra/hydra.yaml``; [] when it records none or cannot be read."""
+    from omegaconf import OmegaConf
+
+    p = Path(run_dir) / ".hydra" / "hydra.yaml"
+    try:
+        given = OmegaConf.select(OmegaConf.load(p), "hydra.overrides.hydra", default=None) if p.is_file() else None
+        return [str(o) for o in (OmegaConf.to_container(given) if given is not None else [])
+                if str(o).startswith(RERUN_HYDRA_OVERRIDES) and not str(o).startswith("hydra.sweeper.params.seed")]
+    except Exception:  # noqa: BLE001 - an unreadable record: nothing kept
+        return []
+
+
 def read_summary(run_dir: str | os.PathLike) -> dict[str, Any] | None:
     """The run's ``summary.json``, or None (missing or unreadable)."""
     return read_json(Path(run_dir) / SUMMARY)

@@ -39,7 +39,7 @@ def one_seed(tmp_path_factory):
 # A. a one-seed table says in its first line that nothing can be concluded     #
 # --------------------------------------------------------------------------- #
 def test_one_seed_table_first_line_says_nothing_can_be_concluded_and_what_to_run(one_seed, tmp_path, capsys):
-    n = PL.seeds_paired(V.DEFAULT_MARGIN, PL.DEFAULT_PAIRED_SD["final_acc"][0])
+    n = V.seed_advice("other").seeds(V.DEFAULT_MARGIN)  # the fixture's regime: neither of the toy's measured ones
     assert n >= 5
     table = A.comparison_table(A.load_runs(one_seed))
     first = A.table_markdown(table).splitlines()[0]
@@ -66,8 +66,60 @@ def test_one_seed_line_uses_the_runs_own_overrides(tmp_path):
         make_run(root / f"fixes={p}", p, 0, 0.5, overrides=["experiment=toy_clip", f"fixes={p}", "seed=0",
                                                             "optim.lr=1e-4"])
     first = A.table_markdown(A.comparison_table(A.load_runs(root))).splitlines()[0]
-    n = PL.seeds_paired(V.DEFAULT_MARGIN, PL.DEFAULT_PAIRED_SD["final_acc"][0])
+    n = V.seed_advice("other").seeds(V.DEFAULT_MARGIN)
     assert f"python run.py -m experiment=toy_clip fixes=grpo,clip optim.lr=1e-4 {_seeds(n)}" in first
+
+
+def test_a_suggested_command_keeps_the_launcher_and_the_sweepers_overrides(tmp_path):
+    """Hydra records the launcher's and the sweeper's overrides apart from the job's (``.hydra/hydra.yaml``):
+    the command that adds seeds keeps them, and every override of the job's own."""
+    root = tmp_path / "sweep"
+    for p in ("grpo", "clip"):
+        run = make_run(root / f"fixes={p}", p, 0, 0.5, overrides=["experiment=toy_clip", f"fixes={p}", "seed=0",
+                                                                 "optim.lr=1e-4"])["dir"]
+        (run / ".hydra" / "hydra.yaml").write_text(
+            "hydra:\n  overrides:\n    hydra:\n    - hydra/launcher=parallel\n    - hydra.launcher.jobs=2\n"
+            "    - hydra.mode=MULTIRUN\n    - hydra.sweeper.params.seed=range(0,3)\n    task: []\n")
+    runs = A.load_runs(root).included
+    assert V.rerun_command(runs, 3) == ("python run.py -m experiment=toy_clip fixes=grpo,clip optim.lr=1e-4 "
+                                        "hydra/launcher=parallel hydra.launcher.jobs=2 seed=0,1,2")
+
+
+def _regime_config(regime: str) -> tuple[list[str], dict]:
+    """A toy sweep's overrides and the resolved values its runs record, in the default or the fast regime."""
+    from omegaconf import OmegaConf
+
+    from dapo_exp.config import Config
+
+    schema = OmegaConf.structured(Config)
+    values = {key: OmegaConf.select(schema, key) for key in V.REGIME_KEYS}
+    if regime == "default":
+        return [], {**values, "eval.endpoint": "final"}
+    return ["experiment=toy_fast"], {"eval.endpoint": "last_k_mean", "eval.endpoint_k": 3}
+
+
+@pytest.mark.parametrize("regime", ["default", "fast"])
+def test_one_piece_of_seed_advice_everywhere_it_is_printed(regime, tmp_path, capsys):
+    """The launch line, a one-seed table's first line and ``plan`` on a one-seed pilot give the same seeds
+    for a difference of 5 points, all from :func:`seed_advice` for the sweep's regime and endpoint."""
+    from test_sweeps import _multirun_config
+
+    from dapo_exp.analysis.callback import launch_plan
+
+    overrides, values = _regime_config(regime)
+    advice = V.seed_advice(regime, values["eval.endpoint"], values.get("eval.endpoint_k", 3))
+    n = advice.seeds(5.0)
+    assert n == {"default": 5, "fast": 8}[regime]  # the how-to's and the README's figures
+    line = launch_plan(_multirun_config(overrides, [*overrides, "fixes=grpo,clip"]))
+    said = f"5 seeds per arm detect about {advice.detects(5):.0f} points of {advice.what}"
+    assert said in line and (n == 5 or f"({n} seeds detect 5)" in line), line
+    root = tmp_path / "sweep"
+    for p in ("grpo", "clip"):
+        make_run(root / f"fixes={p},seed=0", p, 0, 0.5, config_overrides=values,
+                 overrides=[*overrides, f"fixes={p}", "seed=0"])
+    first = A.table_markdown(A.comparison_table(A.load_runs(root))).splitlines()[0]
+    assert f"{_seeds(n)}` ({n} seeds per configuration detect 5 points of {advice.what}" in first, first
+    assert PL.plan(root, 5.0, metrics=["final_acc"]).loc["final_acc", "n_paired"] == n
 
 
 def test_tables_with_seeds_do_not_carry_the_one_seed_line(tmp_path):
@@ -83,7 +135,7 @@ def test_plan_on_one_seed_sweep_says_how_many_seeds_to_add(one_seed, capsys):
     assert main(["plan", str(one_seed), "--delta", "5"]) == 0
     out = capsys.readouterr().out
     assert "nan" not in out.lower()
-    sd, _ = PL.DEFAULT_PAIRED_SD["final_acc"]
+    sd = V.seed_advice("other").sd
     n_p = PL.seeds_paired(5.0, sd)
     n_u = PL.seeds_unpaired(5.0, sd / math.sqrt(2))  # r = 0: sd per arm = sd_paired / sqrt(2)
     assert f"paired {n_p}" in out and f"unpaired {n_u}" in out

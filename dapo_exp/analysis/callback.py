@@ -137,18 +137,7 @@ class AnalysisCallback(Callback):
 # (issue 38: the headline sweep took 50 min on the 2 cores at a load of 4 and more; at load 4 this says 43-60).
 TOY_RUN_S = (25.0, 35.0)
 TOY_PROMPTS = 16
-# The toy's paired standard deviation of held-out accuracy between two arms of one seed, in points, as
-# the verdict_cost benchmark measured it (docs: results): what the launch line's smallest detectable
-# effect is computed from, the larger of the two fixes measured. Pooled over seeds 12-35 in two blocks
-# on the 2-core machine (2026-11-24/25, sweeps/results/2026-11-25-verdict-cost-batch/pooled).
-# The default regime (64 prompts per step, a 256 x 8 final evaluation), final accuracy: Clip-Higher
-# 2.34 [1.68, 2.83], Token-level Loss 2.96 [2.05, 3.83].
-TOY_DEFAULT_PAIRED_SD = 2.96
-# The fast regime (experiment=toy_fast: 16 prompts, 64 x 4 evaluations), per endpoint: final
-# Clip-Higher 5.67 [3.69, 7.16], Token-level Loss 7.82 [5.19, 10.10]; last_k_mean with k = 3 (steps
-# 10, 20, 30) 3.46 [2.38, 4.32] and 4.06 [2.78, 5.05]. A regime neither of the two is quoted at the
-# fast regime's spread, and the launch line says so.
-TOY_FAST_PAIRED_SD = {"final": 7.8, "last_k_mean": 4.1}
+# The launch line's smallest detectable effect: dapo_exp.analysis.verdicts.seed_advice (the toy's measured spread).
 
 
 @contextlib.contextmanager
@@ -450,46 +439,26 @@ def _get(config: Any, key: str, default: Any = None) -> Any:
     return OmegaConf.select(config, key, default=default)
 
 
-# the keys that make the toy's measured default regime (their schema defaults): the batch, the held-out set
-# and the final evaluation
-REGIME_KEYS = ("train.prompts_per_step", "train.mini_batch_size", "rollout.n", "task.arith_n_eval",
-               "eval.final_problems", "eval.final_samples")
-
-
 def default_regime(config: Any) -> bool:
-    """Whether ``config`` runs the toy's measured default regime (the verdict_cost benchmark's
-    ``batch4x``): no experiment preset (their warm starts differ), and the schema's defaults of
-    :data:`REGIME_KEYS`, which another batch or a smaller held-out set would change."""
-    from omegaconf import OmegaConf
+    """Whether ``config`` runs the toy's measured default regime (the verdict_cost benchmark's ``batch4x``):
+    :func:`dapo_exp.analysis.verdicts.toy_regime` of its values and its experiment preset."""
+    from dapo_exp.analysis.verdicts import toy_regime
 
-    from dapo_exp.config import Config
-
-    schema = OmegaConf.structured(Config)
-    return (_get(config, "hydra.runtime.choices.experiment") in (None, "null")
-            and all(_get(config, key) == OmegaConf.select(schema, key) for key in REGIME_KEYS))
+    return toy_regime(lambda key: _get(config, key), _get(config, "hydra.runtime.choices.experiment")) == "default"
 
 
 def _toy_detect(config: Any, n_seeds: int) -> str:
-    """What ``n_seeds`` seeds per arm detect on the toy, at the paired spread measured for its endpoint
-    and regime (the default's final accuracy; otherwise experiment=toy_fast's, said so)."""
-    from dapo_exp.analysis.verdicts import mde_paired, seeds_paired
+    """What ``n_seeds`` seeds per arm detect on the toy: :func:`dapo_exp.analysis.verdicts.seed_advice` for
+    its regime and endpoint, the advice every other place prints too."""
+    from dapo_exp.analysis.verdicts import seed_advice, toy_regime
 
     if n_seeds <= 1:
         return "; one seed: no interval, nothing can be concluded"
-    endpoint, k = _get(config, "eval.endpoint", "final"), _get(config, "eval.endpoint_k", 3)
-    fast = "" if _get(config, "hydra.runtime.choices.experiment") == "toy_fast" else " (at experiment=toy_fast's spread)"
-    if default_regime(config) and endpoint == "final":
-        sd, what = TOY_DEFAULT_PAIRED_SD, "final accuracy"
-    elif endpoint == "last_k_mean" and k == 3:
-        sd, what = TOY_FAST_PAIRED_SD["last_k_mean"], f"the mean accuracy of the last 3 evaluations{fast}"
-    elif endpoint == "last_k_mean":  # measured for k = 3 only: final accuracy's larger spread, said so
-        sd, what = TOY_FAST_PAIRED_SD["final"], (f"the mean accuracy of the last {k} evaluations (at experiment=toy_fast's final-accuracy "
-                                         "spread)")
-    else:
-        sd, what = TOY_FAST_PAIRED_SD["final"], f"final accuracy{fast}"
-    mde, for_five = mde_paired(sd, n_seeds), seeds_paired(5.0, sd)
+    regime = toy_regime(lambda key: _get(config, key), _get(config, "hydra.runtime.choices.experiment"))
+    advice = seed_advice(regime, _get(config, "eval.endpoint", "final"), _get(config, "eval.endpoint_k", 3))
+    mde, for_five = advice.detects(n_seeds), advice.seeds(5.0)
     five = "" if round(mde) == 5 else f" ({for_five} seeds detect 5)"  # not "5 seeds detect 5 (5 seeds detect 5)"
-    return f"; {n_seeds} seeds per arm detect about {mde:.0f} points of {what} at power 0.8 on the toy{five}"
+    return f"; {n_seeds} seeds per arm detect about {mde:.0f} points of {advice.what} at power 0.8 on the toy{five}"
 
 
 def failed_jobs(sweep_dir: str, since: float) -> list[tuple[str, str]]:

@@ -24,9 +24,11 @@ two-sided alpha 0.05 and power 0.8 (``statsmodels.stats.power``):
   the residual sd once the seed block is removed; sd where there is no paired estimate).
 
 **From one seed.** A pilot with one seed per configuration measures no spread. The paired sd is
-then the one given (``paired_sd``, ``--paired-sd``, in the table's unit: pp for accuracy) or the
-default of :data:`DEFAULT_PAIRED_SD` (measured on the committed fractional sweep; docs: results); a given one also
-replaces a pilot's. Unpaired counts use the pilot's between-seed sd of each arm, or, without one,
+then the one given (``paired_sd``, ``--paired-sd``, in the table's unit: pp for accuracy), else for the
+endpoint's accuracy the toy's measured spread for the pilot's regime and endpoint
+(:func:`dapo_exp.analysis.verdicts.seed_advice`: the launch line and a one-seed table give the same count),
+for the best accuracy the default of :data:`DEFAULT_PAIRED_SD` (measured on the committed fractional sweep);
+a given one also replaces a pilot's. Unpaired counts use the pilot's between-seed sd of each arm, or, without one,
 ``sd_arm = sd_paired / sqrt(2 (1 - r))`` from the paired sd and the correlation ``r`` of the arms'
 per-seed values (``correlation``, ``--correlation``, default 0: pairing assumed to buy nothing), so
 that the unpaired difference has ``sd_diff_unpaired = sqrt(2) sd_arm``. The plan then says how many
@@ -63,6 +65,8 @@ from dapo_exp.analysis.verdicts import (  # noqa: F401  (part of this module's A
     DEFAULT_MARGIN,
     DEFAULT_PAIRED_DF,
     DEFAULT_PAIRED_SD,
+    SeedAdvice,
+    runs_seed_advice,
     seeds_paired,
     seeds_unpaired,
 )
@@ -195,12 +199,16 @@ def _given(paired_sd, key: str) -> float | None:
     return float(paired_sd)
 
 
-def _sds(r, key: str, given: float | None, correlation: float) -> tuple:
-    """(sd_paired, its df, where from, sd per arm, its df, where from) for one metric of a pilot."""
+def _sds(r, key: str, given: float | None, correlation: float, advice: SeedAdvice) -> tuple:
+    """(sd_paired, its df, where from, sd per arm, its df, where from) for one metric of a pilot; the
+    endpoint's accuracy without a measured spread takes ``advice``'s (:func:`seed_advice`, as the launch line
+    and a one-seed table do)."""
     if given is not None:
         sdp, sdp_df, sdp_from = given, 0, "--paired-sd"
     elif np.isfinite(r["sd_paired"]):
         sdp, sdp_df, sdp_from = float(r["sd_paired"]), int(r["df_paired"]), "pilot"
+    elif key == "final_acc":
+        sdp, sdp_df, sdp_from = advice.sd, advice.df, f"the toy's measured spread of {advice.what}"
     elif key in DEFAULT_PAIRED_SD:
         sdp, sdp_df = DEFAULT_PAIRED_SD[key][0], DEFAULT_PAIRED_DF
         sdp_from = f"default ({DEFAULT_PAIRED_SD[key][1]})"
@@ -240,7 +248,8 @@ def plan(source, delta: float = DEFAULT_DELTA, *, metrics: Sequence[str] = DEFAU
 
     ``paired_sd``: the sd of per-seed differences to use (one number for every metric, or per metric
     key), e.g. measured elsewhere; it replaces the pilot's. Without it and without a pilot estimate
-    (one seed per configuration): :data:`DEFAULT_PAIRED_SD`. ``correlation``: r between the arms'
+    (one seed per configuration): the toy's measured spread for the endpoint's accuracy
+    (:func:`dapo_exp.analysis.verdicts.seed_advice`), :data:`DEFAULT_PAIRED_SD` for the others. ``correlation``: r between the arms'
     per-seed values, for the unpaired counts when the pilot has no between-seed sd. ``margin`` (pp),
     ``budget``, ``sims``: the sequential sweep's equivalence margin (accuracy metrics only), most seeds
     and simulated sweeps (:func:`sequential_cost`).
@@ -255,11 +264,12 @@ def plan(source, delta: float = DEFAULT_DELTA, *, metrics: Sequence[str] = DEFAU
         if not len(data.runs):
             raise FileNotFoundError(f"no runs found in {source}")
     v = pilot_variances(data if data is not None else source, metrics)
+    advice = runs_seed_advice(data.included if data is not None else pd.DataFrame())
     rows = []
     for key, r in v.iterrows():
         row = r.to_dict()
         row["delta"] = delta
-        sdp, sdp_df, sdp_from, sda, sda_df, sda_from = _sds(r, key, _given(paired_sd, key), correlation)
+        sdp, sdp_df, sdp_from, sda, sda_df, sda_from = _sds(r, key, _given(paired_sd, key), correlation, advice)
         row.update({"sd_paired_used": sdp, "sd_paired_from": sdp_from, "sd_arm": sda, "sd_arm_from": sda_from,
                     "correlation": correlation})
         row["n_unpaired"] = seeds_unpaired(delta, sda, power, alpha)

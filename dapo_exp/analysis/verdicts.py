@@ -27,6 +27,10 @@ table's difference to the baseline, :mod:`dapo_exp.analysis.table`) it also give
 :func:`one_seed_line` and :func:`rerun_command` write the first line of a table whose every
 configuration has one seed: nothing can be concluded, and the command that adds the seeds
 ``plan`` recommends.
+
+**Seed advice** comes from one function, :func:`seed_advice`: the toy's paired spread measured for a
+regime and an endpoint, and the seeds it takes to detect a difference. The launch line, a one-seed
+table's first line and ``plan`` without a measured spread all ask it, so they give one number.
 """
 
 from __future__ import annotations
@@ -34,6 +38,8 @@ from __future__ import annotations
 import math
 import re
 import warnings
+from collections.abc import Callable
+from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
@@ -46,13 +52,92 @@ ALPHA = 0.05
 POWER = 0.8
 DEFAULT_MARGIN = 5.0  # percentage points, for accuracy metrics (shown in percent)
 
-# sd of per-seed differences (table unit) used when the pilot measured none: (sd, where it comes from)
+# sd of per-seed differences (table unit) used when the pilot measured none and no toy measurement fits (the
+# endpoint's accuracy has one: :func:`seed_advice`): (sd, where it comes from)
 _FRACTIONAL = "measured on the 2026-11-22 fractional sweep, 15 df, sweeps/results/2026-11-22-fractional/plan.txt"
 DEFAULT_PAIRED_SD: dict[str, tuple[float, str]] = {
-    "final_acc": (6.45, _FRACTIONAL),
     "best_acc": (4.27, _FRACTIONAL),
 }
 DEFAULT_PAIRED_DF = 15
+
+# The toy's paired standard deviation of held-out accuracy between two arms of one seed, in points, as the
+# verdict_cost benchmark measured it (docs: results), per (regime, endpoint): the larger of the two fixes
+# measured. Pooled over seeds 12-35 in two blocks on the 2-core machine (2026-11-24/25,
+# sweeps/results/2026-11-25-verdict-cost-batch/pooled). The default regime (64 prompts per step, a 256 x 8 final
+# evaluation), final accuracy: Clip-Higher 2.34 [1.68, 2.83], Token-level Loss 2.96 [2.05, 3.83]. The fast
+# regime (experiment=toy_fast: 16 prompts, 64 x 4 evaluations): final, Clip-Higher 5.67 [3.69, 7.16], Token-level
+# Loss 7.82 [5.19, 10.10]; last_k_mean with k = 3 (steps 10, 20, 30) 3.46 [2.38, 4.32] and 4.06 [2.78, 5.05].
+TOY_PAIRED_SD: dict[tuple[str, str], float] = {("default", "final"): 2.96, ("fast", "final"): 7.8,
+                                               ("fast", "last_k_mean"): 4.1}
+TOY_PAIRED_DF = 23  # 24 seeds' pairs
+# the keys that make the toy's measured default regime (their schema defaults): the batch, the held-out set
+REGIME_KEYS = ("train.prompts_per_step", "train.mini_batch_size", "rollout.n", "task.arith_n_eval",
+               "eval.final_problems", "eval.final_samples")
+
+
+def toy_regime(value: Callable[[str], Any], experiment: str | None) -> str:
+    """``default``: the toy's measured default regime (no experiment preset, whose warm starts differ, and the
+    schema's defaults of :data:`REGIME_KEYS`, read with ``value(key)``); ``fast``: ``experiment=toy_fast``;
+    ``other`` otherwise."""
+    from omegaconf import OmegaConf
+
+    from dapo_exp.config import Config
+
+    if experiment in (None, "null"):
+        schema = OmegaConf.structured(Config)
+        if all(value(key) == OmegaConf.select(schema, key) for key in REGIME_KEYS):
+            return "default"
+    return "fast" if experiment == "toy_fast" else "other"
+
+
+@dataclass(frozen=True)
+class SeedAdvice:
+    """The paired spread (points) seed advice is computed from, and the endpoint it was measured for, as
+    the advice names it."""
+
+    sd: float
+    what: str
+    df: int = TOY_PAIRED_DF
+
+    def seeds(self, delta: float = DEFAULT_MARGIN) -> int:
+        """Seeds per arm, paired by seed, that detect ``delta`` points with power 0.8 (at least 2)."""
+        return max(seeds_paired(delta, self.sd), 2)
+
+    def detects(self, n_seeds: int) -> float:
+        """The difference (points) ``n_seeds`` seeds per arm detect with power 0.8."""
+        return mde_paired(self.sd, n_seeds)
+
+
+def seed_advice(regime: str, endpoint: str = "final", k: int = 3) -> SeedAdvice:
+    """The one source of seed advice: the toy's paired spread for a regime (:func:`toy_regime`) and an
+    endpoint (``eval.endpoint``, ``eval.endpoint_k``); a regime or endpoint not measured gets the fast
+    regime's spread, and its text says so."""
+    fast = "" if regime == "fast" else " (at experiment=toy_fast's spread)"
+    if regime == "default" and endpoint == "final":
+        return SeedAdvice(TOY_PAIRED_SD["default", "final"], "final accuracy")
+    if endpoint == "last_k_mean" and k == 3:
+        return SeedAdvice(TOY_PAIRED_SD["fast", "last_k_mean"], f"the mean accuracy of the last 3 evaluations{fast}")
+    if endpoint == "last_k_mean":  # measured for k = 3 only: final accuracy's larger spread, said so
+        return SeedAdvice(TOY_PAIRED_SD["fast", "final"],
+                          f"the mean accuracy of the last {k} evaluations (at experiment=toy_fast's final-accuracy spread)")
+    return SeedAdvice(TOY_PAIRED_SD["fast", "final"], f"final accuracy{fast}")
+
+
+def runs_seed_advice(runs: pd.DataFrame) -> SeedAdvice:
+    """:func:`seed_advice` for the regime and endpoint the runs record (their first run's config and
+    overrides); runs that record none: another regime's advice."""
+    if not len(runs):
+        return seed_advice("other")
+    row = runs.iloc[0]
+
+    def value(key: str) -> Any:
+        v = row.get(f"config.{key}")
+        return None if v is None or (isinstance(v, float) and math.isnan(v)) else v
+
+    experiment = next((o.split("=", 1)[1] for o in _read_overrides(row.get("path")) or []
+                       if o.split("=", 1)[0].lstrip("+") == "experiment"), None)
+    k = value("eval.endpoint_k")
+    return seed_advice(toy_regime(value, experiment), value("eval.endpoint") or "final", int(k) if k else 3)
 
 NO_DIFFERENCE = "no difference shown"
 DIFFERENCE = "difference shown"
@@ -253,16 +338,19 @@ def shell_word(arg: str) -> str:
 def rerun_command(runs: pd.DataFrame, n_seeds: int) -> str:
     """``python run.py -m <the runs' overrides> seed=0,...,n_seeds-1``: the sweep again with more seeds
     (a re-run sweep skips its finished jobs). The overrides are the union of the runs' own
-    ``.hydra/overrides.yaml`` (values of a key joined by commas, in order of appearance); without
+    ``.hydra/overrides.yaml`` (values of a key joined by commas, in order of appearance), then the launcher's
+    and the sweeper's as the command gave them (:func:`dapo_exp.rundir.read_launch_overrides`); without
     those, ``sweep=<name>`` (when not the default) and ``fixes=<the presets>``. Each override is
     written as the shell must pass it (:func:`shell_word`: ``"sweep='fixes=grpo,clip'"``)."""
     keys: dict[str, list[str]] = {}
+    launch: list[str] = []  # where the jobs ran (the launcher, the sweeper and their settings), kept as given
     got = False
     for path in runs.get("path", pd.Series(dtype=object)):
         ov = _read_overrides(path)
         if ov is None:
             continue
         got = True
+        launch += [o for o in rundir.read_launch_overrides(path) if o not in launch]
         for o in ov:
             if "=" not in o:
                 continue
@@ -285,7 +373,7 @@ def rerun_command(runs: pd.DataFrame, n_seeds: int) -> str:
                          key=lambda p: (order.get(p, len(order)), p))
         if presets:
             keys["fixes"] = presets
-    parts = [shell_word(f"{k}={','.join(v)}") for k, v in keys.items()]
+    parts = [shell_word(f"{k}={','.join(v)}") for k, v in keys.items()] + [shell_word(o) for o in launch]
     seeds = ",".join(str(i) for i in range(max(n_seeds, 2)))
     return " ".join(["python run.py -m", *parts, f"seed={seeds}"])
 
@@ -294,13 +382,15 @@ def one_seed_line(table: pd.DataFrame, runs: pd.DataFrame | None = None, margin:
     """The first line of a table whose every configuration has at most one seed, else ""."""
     if not len(table) or "n" not in table or int(table["n"].max()) > 1:
         return ""
-    sd, where = DEFAULT_PAIRED_SD["final_acc"]
-    n = max(seeds_paired(margin, sd), 2)
-    cmd = rerun_command(runs if runs is not None else pd.DataFrame(), n)
+    runs = runs if runs is not None else pd.DataFrame()
+    advice = runs_seed_advice(runs)
+    n = advice.seeds(margin)
+    cmd = rerun_command(runs, n)
     return (
         "**Nothing can be concluded from one seed per configuration**: no interval, no test, and a difference "
         "of one run against one run is as likely seed noise as an effect. "
-        f"Add seeds: `{cmd}` ({n} seeds per configuration: what `python -m dapo_exp.analysis plan <sweep> "
-        f"--delta {margin:g}` recommends to detect {margin:g} pp with power {POWER:g}, paired by seed, at the "
-        f"default paired sd of {sd:g} pp ({where}); give a measured one with `--paired-sd`)."
+        f"Add seeds: `{cmd}` ({n} seeds per configuration detect {margin:g} points of {advice.what} with power "
+        f"{POWER:g}, paired by seed, at the toy's measured paired sd of {advice.sd:g} pp: what the launch line and "
+        f"`python -m dapo_exp.analysis plan <sweep> --delta {margin:g}` say too; give a measured sd with "
+        "`--paired-sd`)."
     )
