@@ -1,7 +1,8 @@
 """What the jobs of a run or sweep need from this machine, checked once before any job starts.
 
 A failure that would hit every job (vLLM missing for ``rollout=vllm``, verl's environment missing for
-``backend=verl``, a hub model that cannot be reached and is not cached) is refused here in one line
+``backend=verl``, a hub model that cannot be reached and is not cached, a math task's data set that is
+mistyped, missing or on a hub that cannot be reached) is refused here in one line
 naming the fix, instead of once per job with a traceback each. ``run.py`` calls :func:`precheck` before
 Hydra starts: the overrides parsed, each distinct job (seeds aside) composed and its keys and values
 checked, a sweep's cost, then :func:`check` with the distinct jobs' configs; each need is checked once
@@ -21,6 +22,8 @@ from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
+
+from omegaconf import OmegaConf
 
 from dapo_exp.config import ConfigError
 
@@ -65,6 +68,11 @@ def needs(cfg: Any) -> list[Need]:
             out.append(Need("gpu", "", f"backend=verl train.device={cfg.train.device}"))
     elif cfg.rollout.engine == "vllm":
         out.append(Need("vllm", "", "rollout=vllm"))
+    from dapo_exp.tasks.math_data import TASK_DEFAULT_SOURCES
+
+    if cfg.task.name in TASK_DEFAULT_SOURCES:  # read from files or the hub (the toy generates its data)
+        task = OmegaConf.to_container(cfg.task, resolve=True)
+        out.append(Need("task-data", json.dumps(task, sort_keys=True, default=str), f"task={cfg.task.name}"))
     from dapo_exp.packaged_models import is_packaged
 
     if is_packaged(cfg.model.path):  # obtained, checked and converted here, once, before any job starts
@@ -122,6 +130,19 @@ def _check_model(need: Need) -> None:
     check_hub_model(need.key)  # a hub id: reachable, or cached (one short request)
 
 
+def _check_task_data(need: Need) -> None:
+    """The task's sources (:func:`dapo_exp.tasks.check_task_sources`: a file that exists, a known name or id,
+    valid options), then each hub data set reachable (one short request; skipped under HF_HUB_OFFLINE=1).
+    TaskSourceError names the field and the path or id."""
+    from dapo_exp.tasks import check_task_sources
+    from dapo_exp.tasks.math_data import check_hub_reachable, task_sources
+
+    task = json.loads(need.key)
+    check_task_sources(task)
+    for source, field in zip(task_sources(task), ("task.train_source", "task.eval_source")):
+        check_hub_reachable(source, field)
+
+
 def _check_packaged_model(need: Need) -> None:
     from dapo_exp.packaged_models import ensure_packaged_model
 
@@ -131,7 +152,7 @@ def _check_packaged_model(need: Need) -> None:
 
 CHECKS: dict[str, Callable[[Need], None]] = {"verl": _check_verl, "verl-vllm": _check_verl_vllm, "gpu": _check_gpu,
                                              "vllm": _check_vllm, "model": _check_model,
-                                             "packaged-model": _check_packaged_model}
+                                             "packaged-model": _check_packaged_model, "task-data": _check_task_data}
 
 
 def check(cfgs: Iterable[Any]) -> None:
@@ -152,7 +173,7 @@ def precheck(argv: list[str], config_dir: str, *, launch: bool = True, machine: 
     option or type, :func:`dapo_exp.cli_errors.check_known_keys`, :func:`dapo_exp.config.validate`),
     and a sweep's estimated cost is checked (:func:`dapo_exp.analysis.callback.cost_refusal`: above
     its GPU-hour threshold a sweep names its seeds), then what the jobs need from this machine, once
-    (:func:`check`: vLLM, verl's environment, a reachable or cached hub model). Raises the error ``run.py`` prints as one line
+    (:func:`check`: vLLM, verl's environment, a reachable or cached hub model, a math task's data). Raises the error ``run.py`` prints as one line
     (:func:`dapo_exp.cli_errors.describe`). A sweep in which some jobs fail validation and others do
     not is let through: those jobs fail and are recorded, as documented. A command with a flag other
     than ``-m`` (``--help``, ``--cfg``, ...) and any error that is not a config error are left to

@@ -3,7 +3,9 @@
 Issue: a GPU preset sweep without hub access ran all its jobs, each printing a long traceback, then
 analysed no run; ``rollout=vllm`` without vLLM loaded data and model before failing. dapo_exp.preflight,
 called by run.py's precheck with the distinct jobs' configs: vLLM for ``rollout=vllm``, verl's
-environment for ``backend=verl`` (and its vLLM in CPU mode), a hub model that is reachable or cached.
+environment for ``backend=verl`` (and its vLLM in CPU mode), a hub model that is reachable or cached, a math
+task's data (a mistyped path, a data set on a hub that cannot be reached: issue 49 saw 20 jobs each end in a
+traceback).
 """
 
 from __future__ import annotations
@@ -36,6 +38,26 @@ def test_each_job_says_what_it_needs():
     assert _needs("backend=verl") == [("verl", ".venv-verl/bin/python"), ("gpu", "")]  # train.device=auto, local
     slurm = _needs("backend=verl", "backend.launch=slurm", "model.path=Qwen/Qwen2.5-0.5B")
     assert slurm == [("verl", ".venv-verl/bin/python")]  # the model is loaded on the cluster's nodes
+    assert [what for what, _ in _needs("task=gsm8k")] == ["task-data"]  # read from a file or the hub
+    assert _needs("task=gsm8k", "fixes=grpo") == _needs("task=gsm8k", "fixes=full")  # one need for every job
+
+
+def test_a_math_tasks_hub_data_is_asked_for_once_however_many_jobs(monkeypatch):
+    from huggingface_hub import HfApi
+
+    calls = []
+
+    def unreachable(self, repo_id, **kwargs):
+        calls.append(repo_id)
+        raise ConnectionError("connection refused")
+
+    monkeypatch.delenv("HF_HUB_OFFLINE", raising=False)
+    monkeypatch.delenv("HF_DATASETS_OFFLINE", raising=False)
+    monkeypatch.setattr(HfApi, "dataset_info", unreachable)
+    cfgs = [compose_config(["task=dapo_math", f"fixes={p}"]) for p in ("grpo", "clip", "clip_ds", "full")]
+    with pytest.raises(ConfigError, match=r"^task\.train_source: cannot reach the Hugging Face hub at .* to load "):
+        preflight.check(cfgs)
+    assert calls == ["BytedTsinghua-SIA/DAPO-Math-17k"]  # once, for the first source, then refused
 
 
 def test_a_need_shared_by_many_jobs_is_checked_once(monkeypatch):
@@ -76,6 +98,23 @@ def test_a_sweep_whose_model_the_hub_cannot_give_is_refused_once(tmp_path):
     env = {"HF_HUB_OFFLINE": "1", "HF_HOME": str(tmp_path / "hf")}
     out = _sweep(tmp_path, "fixes=grpo,full", "model.path=Qwen/Qwen2.5-0.5B", env=env)
     _refused_once(out, tmp_path, "model.path='Qwen/Qwen2.5-0.5B'", "model.path=/path/to/model_dir")
+
+
+def test_a_sweep_whose_data_path_is_mistyped_is_refused_once(tmp_path):
+    data = tmp_path / "gsm8k_train.parquet"  # never written: the path is mistyped
+    out = _sweep(tmp_path, "fixes=grpo,full", "task=gsm8k", f"task.train_source={data}")
+    _refused_once(out, tmp_path, "task.train_source", str(data))
+
+
+def test_a_sweep_whose_data_set_the_hub_cannot_give_is_refused_once(tmp_path):
+    import socket
+
+    with socket.socket() as s:  # a port on 127.0.0.1 that nothing listens on
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    out = _sweep(tmp_path, "fixes=grpo,full", "task=gsm8k",
+                 env={"HF_ENDPOINT": f"http://127.0.0.1:{port}", "HF_HUB_OFFLINE": "0", "HF_DATASETS_OFFLINE": "0"})
+    _refused_once(out, tmp_path, "task.train_source: cannot reach the Hugging Face hub", "task.train_source=/path/to/")
 
 
 def test_a_sweep_without_vllm_is_refused_once(tmp_path):
