@@ -18,7 +18,8 @@ line naming the keys (exit 2), unless ``run.on_config_change=restart|branch``. A
 SIGTERM / SIGINT stop a run cleanly after its current step (exit code 128 + the signal); a
 second signal stops it at once, with one line (the run recorded as failed, its checkpoints kept).
 A multirun whose jobs failed (or were refused: another config, an unwritable directory) runs the
-others, prints their table, names those jobs and exits 1. A sweep job whose run another process is
+others, prints their table, then one line counting those jobs and the finished ones and naming the command
+as given, which takes them up again; exit 1. A sweep job whose run another process is
 running (the same sweep started twice at once) waits for it, then takes the run up: a finished run
 is skipped, so both commands end in success and each run is trained once. ``sweep=`` must name a directory inside ``multirun/`` (refused before anything is
 written otherwise). torch's thread count is chosen per run before any compute
@@ -165,6 +166,40 @@ def failed_sweep_jobs(since: float) -> list[tuple[str, str]]:
     return [job for sweep_dir in noted_sweeps() for job in failed_jobs(sweep_dir, since)]
 
 
+def finished_sweep_jobs() -> int:
+    """After ``main()``: how many jobs of the multirun's sweep directories have finished (its table's runs)."""
+    from dapo_exp.analysis.callback import finished_runs, noted_sweeps
+
+    return sum(len(finished_runs(sweep_dir)) for sweep_dir in noted_sweeps())
+
+
+def as_given(argv: list[str]) -> str:
+    """The command line as given (every override, the launcher's included), each word as the shell must pass it."""
+    from dapo_exp.analysis.verdicts import shell_word
+
+    return " ".join(["python run.py", *map(shell_word, argv)])
+
+
+def sweep_end_line(*, failed: list[tuple[str, str]], lost: list[tuple[str, str]], refused: list[str], finished: int,
+                   rerun: str) -> str | None:
+    """The closing line of a sweep some of whose jobs did not finish, else None: how many failed (an error
+    they all share said once), ended without a result or were refused, how many of the sweep have finished,
+    and ``rerun``, the command as given (every override, the launcher): it takes up only those jobs."""
+    done = f"{finished} finished" if finished else "none finished"
+    if failed:
+        errors = {error for _, error in failed}
+        same = f", each with the same error: {errors.pop()}" if len(failed) > 1 and len(errors) == 1 else ""
+        return (f"error: {len(failed)} job(s) of the sweep failed, {done}{same}: {', '.join(d for d, _ in failed)}; "
+                f"each one's summary.json has its error and traceback; `{rerun}` again re-runs only them")
+    if lost:
+        return (f"error: {len(lost)} job(s) of the sweep ended without a result, {done}: "
+                f"{'; '.join(f'{d} ({why})' for d, why in lost)}; `{rerun}` again resumes them from their checkpoints")
+    if refused:
+        return (f"error: {len(refused)} job(s) of the sweep were refused and did not run, {done}: {', '.join(refused)} "
+                f"(each one's reason is printed above); `{rerun}` again runs them once that is mended")
+    return None
+
+
 def interrupted(exc: KeyboardInterrupt) -> int:
     """One line for a run stopped at once (a second SIGTERM / SIGINT, or Ctrl-C before the loop); the exit code."""
     import signal
@@ -195,19 +230,9 @@ if __name__ == "__main__":
                     import signal
 
                     sys.exit(128 + int(getattr(signal, stop.signame)))
-                if failed := failed_sweep_jobs(started):
-                    print(f"error: {len(failed)} job(s) of the sweep failed (the others finished): "
-                          f"{', '.join(d for d, _ in failed)}; each one's summary.json has its error and "
-                          "traceback; re-running the command re-runs only them", file=sys.stderr)
-                    sys.exit(1)
-                if lost := rundir.lost_jobs():
-                    print(f"error: {len(lost)} job(s) of the sweep ended without a result (the others finished): "
-                          f"{'; '.join(f'{d} ({why})' for d, why in lost)}; re-running the command resumes them "
-                          "from their checkpoints", file=sys.stderr)
-                    sys.exit(1)
-                if SKIPPED:
-                    print(f"error: {len(SKIPPED)} job(s) of the sweep were refused and did not run: "
-                          f"{', '.join(SKIPPED)} (each one's reason is printed above)", file=sys.stderr)
+                if line := sweep_end_line(failed=failed_sweep_jobs(started), lost=rundir.lost_jobs(), refused=SKIPPED,
+                                          finished=finished_sweep_jobs(), rerun=as_given(sys.argv[1:])):
+                    print(line, file=sys.stderr)
                     sys.exit(1)
     except KeyboardInterrupt as exc:
         sys.exit(interrupted(exc))

@@ -122,6 +122,14 @@ def test_one_piece_of_seed_advice_everywhere_it_is_printed(regime, tmp_path, cap
     assert PL.plan(root, 5.0, metrics=["final_acc"]).loc["final_acc", "n_paired"] == n
 
 
+def test_a_sweep_of_which_no_run_finished_suggests_no_seeds(tmp_path):
+    """Every job failed (a data error before the preflight checked data): no "add seeds" command, whose
+    overrides would come from no run (issue 49 saw `python run.py -m seed=0,...,15`, every override dropped)."""
+    make_sweep(tmp_path / "s", [(p, 0, 0.5, "failed") for p in ("grpo", "clip")])
+    table = A.comparison_table(A.load_runs(tmp_path / "s"))
+    assert table.attrs["one_seed"] == "" and table.attrs["n_excluded"] == 2
+
+
 def test_tables_with_seeds_do_not_carry_the_one_seed_line(tmp_path):
     make_sweep(tmp_path / "s", [(p, s, 0.3 + 0.01 * s, "finished") for p in ("grpo", "clip") for s in range(3)])
     md = A.table_markdown(A.comparison_table(A.load_runs(tmp_path / "s")))

@@ -70,7 +70,7 @@ def test_parallel_sweep_runs_jobs_side_by_side_with_their_threads(tmp_path, warm
     # the failed job fails the sweep (exit 1, named), once the other two have finished
     assert out.returncode == 1, out.stderr[-3000:]
     last = out.stderr.strip().splitlines()[-1]
-    assert last.startswith("error: 1 job(s) of the sweep failed (the others finished)") and "rollout.n=1" in last
+    assert last.startswith("error: 1 job(s) of the sweep failed, 2 finished: ") and "rollout.n=1" in last
     jobs = {p: (p / ".hydra" / "overrides.yaml").read_text() for p in tmp_path.iterdir() if (p / ".hydra").is_dir()}
     assert len(jobs) == 3
     spans = []

@@ -256,7 +256,7 @@ def test_a_sweep_job_in_a_directory_of_another_config_is_skipped_untouched_and_t
     assert out.returncode == 1, out.stderr[-2000:]
     assert f"[dapo-exp] job {job} skipped: {job} holds a run of another configuration (optim.lr: 5e-05 -> 0.0001)" \
         in out.stderr
-    assert f"error: 1 job(s) of the sweep were refused and did not run: {job}" in out.stderr
+    assert f"error: 1 job(s) of the sweep were refused and did not run, none finished: {job}" in out.stderr
     assert _snapshot(job) == before
 
 
@@ -1032,6 +1032,35 @@ def test_in_a_sweep_such_a_job_is_marked_failed_before_any_compute(tmp_path, wha
     summary = rundir.read_summary(job)
     assert summary["status"] == "failed" and summary["error"]
     assert rundir.nothing_computed(job)  # no metric row, no checkpoint, no sample: only the records of a start
+
+
+def test_a_sweep_whose_jobs_all_fail_alike_ends_in_one_line_counting_them_and_naming_the_command(tmp_path):
+    """No job finished: the closing line says so (not "the others finished"), gives the error they share once,
+    and the command to take them up again is the one given, every override and the launcher kept."""
+    sweep = tmp_path / "sweep"
+    argv = ["-m", "logger=none", "hydra/launcher=basic", *OFFLINE_SOURCES["data"], "seed=0,1", f"hydra.sweep.dir={sweep}"]
+    out = subprocess.run([sys.executable, "run.py", *argv], cwd=ROOT, capture_output=True, text=True, timeout=300,
+                         env=_offline_env(tmp_path))
+    assert out.returncode == 1, out.stderr[-2000:]
+    last = out.stderr.strip().splitlines()[-1]
+    assert last.startswith("error: 2 job(s) of the sweep failed, none finished, each with the same error: "), last
+    assert f"`python run.py {' '.join(argv)} \"sweep='seed=0,1'\"` again re-runs only them" in last, last
+
+
+def test_the_closing_line_of_a_sweep_counts_each_kind_of_job(tmp_path):
+    import runpy
+
+    end = runpy.run_path(str(ROOT / "run.py"), run_name="run")["sweep_end_line"]
+    rerun = "python run.py -m hydra/launcher=parallel fixes=grpo,clip"
+    assert end(failed=[], lost=[], refused=[], finished=4, rerun=rerun) is None
+    line = end(failed=[("a", "boom"), ("b", "bang")], lost=[], refused=[], finished=2, rerun=rerun)
+    assert line == (f"error: 2 job(s) of the sweep failed, 2 finished: a, b; each one's summary.json has its error and "
+                    f"traceback; `{rerun}` again re-runs only them")
+    assert "each with the same error: boom:" in end(failed=[("a", "boom"), ("b", "boom")], lost=[], refused=[],
+                                                    finished=0, rerun=rerun)
+    assert end(failed=[], lost=[("c", "CANCELLED")], refused=[], finished=1, rerun=rerun).startswith(
+        "error: 1 job(s) of the sweep ended without a result, 1 finished: c (CANCELLED)")
+    assert ", none finished: d " in end(failed=[], lost=[], refused=["d"], finished=0, rerun=rerun)
 
 
 # --------------------------------------------------------------------------- #

@@ -140,7 +140,7 @@ def test_a_sweep_with_a_failed_job_finishes_the_others_prints_the_table_and_exit
     assert sorted(statuses.values()) == ["failed", "finished"], statuses
     assert "[analysis]" in out.stdout and "1 job(s) of this sweep FAILED" in out.stdout  # the table, then them
     last = out.stderr.strip().splitlines()[-1]
-    assert last.startswith("error: 1 job(s) of the sweep failed (the others finished): ") and "rollout.n=1" in last
+    assert last.startswith("error: 1 job(s) of the sweep failed, 1 finished: ") and "rollout.n=1" in last
     logs = [p.read_text() for p in tmp_path.glob("*/run.log")]
     assert len(logs) == 2 and all("[run][INFO] - torch threads: 1 (a small model (0.3" in t for t in logs), logs
 

@@ -461,10 +461,9 @@ def _toy_detect(config: Any, n_seeds: int) -> str:
     return f"; {n_seeds} seeds per arm detect about {mde:.0f} points of {advice.what} at power 0.8 on the toy{five}"
 
 
-def failed_jobs(sweep_dir: str, since: float) -> list[tuple[str, str]]:
-    """``(job directory, error)`` of every job under ``sweep_dir`` whose ``summary.json`` says ``failed``
-    and was written at or after ``since`` (a time.time()): the jobs of the sweep started then that
-    failed, not those of an earlier run of the same sweep directory."""
+def _job_summaries(sweep_dir: str, since: float = 0.0) -> list[tuple[str, dict]]:
+    """``(job directory, its summary)`` of every job under ``sweep_dir`` whose ``summary.json`` was written at
+    or after ``since`` (a time.time()); an unreadable one is left out."""
     out = []
     for summary in sorted(Path(sweep_dir).glob("*/summary.json")):
         try:
@@ -473,10 +472,23 @@ def failed_jobs(sweep_dir: str, since: float) -> list[tuple[str, str]]:
             data = json.loads(summary.read_text())
         except (OSError, ValueError):
             continue
-        if isinstance(data, dict) and data.get("status") == "failed":
-            error = " ".join(str(data.get("error") or "?").split())
-            out.append((str(summary.parent), error[:200]))
+        if isinstance(data, dict):
+            out.append((str(summary.parent), data))
     return out
+
+
+def failed_jobs(sweep_dir: str, since: float) -> list[tuple[str, str]]:
+    """``(job directory, error)`` of every job under ``sweep_dir`` whose ``summary.json`` says ``failed``
+    and was written at or after ``since``: the jobs of the sweep started then that failed, not those of an
+    earlier run of the same sweep directory."""
+    return [(job, " ".join(str(data.get("error") or "?").split())[:200])
+            for job, data in _job_summaries(sweep_dir, since) if data.get("status") == "failed"]
+
+
+def finished_runs(sweep_dir: str) -> list[str]:
+    """The job directories under ``sweep_dir`` whose ``summary.json`` says ``finished`` (this run of the
+    sweep's and earlier ones': the runs its table has)."""
+    return [job for job, data in _job_summaries(sweep_dir) if data.get("status") == "finished"]
 
 
 def _nothing_ran(config: Any) -> bool:

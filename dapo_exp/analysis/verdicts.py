@@ -379,8 +379,9 @@ def rerun_command(runs: pd.DataFrame, n_seeds: int) -> str:
 
 
 def one_seed_line(table: pd.DataFrame, runs: pd.DataFrame | None = None, margin: float = DEFAULT_MARGIN) -> str:
-    """The first line of a table whose every configuration has at most one seed, else ""."""
-    if not len(table) or "n" not in table or int(table["n"].max()) > 1:
+    """The first line of a table whose every configuration has one seed, else "" (a table of runs of which
+    none finished has nothing to add seeds to: its failures are the message)."""
+    if not len(table) or "n" not in table or int(table["n"].max()) != 1:
         return ""
     runs = runs if runs is not None else pd.DataFrame()
     advice = runs_seed_advice(runs)
