@@ -15,7 +15,9 @@ Each is asked with ``pip install --dry-run --no-deps --report`` (metadata only: 
 wheel's gigabytes is downloaded from an index that serves PEP 658 metadata, PyPI and PyPI-like
 indexes do), and the wheel pip would pick is classified by :func:`classify`: ``+cpu`` in its
 version or file name, or no ``nvidia-*`` dependency for this platform, is a CPU build; ``+cuXXX`` /
-``+rocm`` or an ``nvidia-*`` dependency is a GPU build. The pip arguments of the first CPU source are
+``+rocm`` or an ``nvidia-*`` dependency is a GPU build. A wheel that does not come from the source asked
+(pip's ``--extra-index-url`` falls back to the default index) is not that source's: the source is said to be
+unreachable, with pip's own reason, or to serve no such build, never to offer only a CUDA build. The pip arguments of the first CPU source are
 printed on stdout, one per line (nothing when pip's configured sources do); what was chosen and why
 goes to stderr. When no source gives a CPU build it says so loudly and exits 3, before anything
 is downloaded, unless ``DAPO_TORCH_ALLOW_CUDA=1`` (then the first source that resolves is taken).
@@ -100,8 +102,33 @@ def classify(item: dict) -> tuple[str, str]:
     return "cpu", what
 
 
+def source_of(args: list[str]) -> str | None:
+    """The URL or directory a candidate's pip arguments name (None: pip's configured sources)."""
+    return args[1] if len(args) == 2 else None
+
+
+def served_by(item: dict, source: str) -> bool:
+    """Whether the wheel of a report entry comes from ``source``: an index on the same host, or a file in the
+    directory (a wheel pip found elsewhere, such as the default index beside an unreachable extra one, is not)."""
+    url = (item.get("download_info") or {}).get("url", "")
+    if source.startswith(("http://", "https://")):
+        return urllib.parse.urlsplit(url).netloc == urllib.parse.urlsplit(source).netloc
+    path = urllib.parse.unquote(urllib.parse.urlsplit(url).path) if url.startswith("file:") else url
+    return os.path.abspath(path).startswith(os.path.abspath(os.path.expanduser(source)).rstrip("/") + "/")
+
+
+def pips_reason(stderr: str, source: str) -> str:
+    """pip's own words about ``source`` (its last warning naming the source's host or path: a refused
+    connection, an unknown host, an HTTP error), or ""."""
+    parts = urllib.parse.urlsplit(source)
+    marks = [m for m in (parts.netloc, parts.path.rstrip("/") or None, source) if m]
+    said = [ln.strip() for ln in stderr.splitlines() if any(m in ln for m in marks)]
+    return " ".join(said[-1].removeprefix("WARNING:").split())[:400] if said else ""
+
+
 def dry_run(python: str, spec: str, args: list[str]) -> tuple[dict | None, str]:
-    """What ``pip install spec args`` would install: (the report's torch entry, "") or (None, the error)."""
+    """What ``pip install spec args`` would install: (the report's torch entry, pip's warnings) or (None, the
+    error)."""
     with tempfile.TemporaryDirectory() as tmp:
         report = Path(tmp) / "report.json"
         cmd = [python, "-m", "pip", "install", "--dry-run", "--no-deps", "--ignore-installed", "--quiet",
@@ -112,7 +139,7 @@ def dry_run(python: str, spec: str, args: list[str]) -> tuple[dict | None, str]:
             return None, (lines[-1] if lines else f"pip exited {out.returncode}")
         entries = json.loads(report.read_text()).get("install") or []
     torch = [e for e in entries if str((e.get("metadata") or {}).get("name", "")).lower() == "torch"]
-    return (torch[0], "") if torch else (None, "pip would install no torch")
+    return (torch[0], out.stderr or "") if torch else (None, "pip would install no torch")
 
 
 def choose(python: str, spec: str, env: dict | None = None) -> tuple[list[str] | None, list[str]]:
@@ -126,6 +153,12 @@ def choose(python: str, spec: str, env: dict | None = None) -> tuple[list[str] |
             said.append(f"{what}: no {spec} ({error})")
             continue
         kind, wheel = classify(item)
+        source = source_of(args)
+        if kind == "gpu" and source is not None and not served_by(item, source):  # pip took it from elsewhere
+            reason = pips_reason(error, source)
+            said.append(f"{what}: unreachable (pip: {reason}); pip would take {wheel} from another source" if reason
+                        else f"{what}: serves no {spec}; pip would take {wheel} from another source")
+            continue
         if kind == "cpu":
             said.append(f"{what}: CPU build {wheel}: chosen")
             return args, said
@@ -138,14 +171,21 @@ def choose(python: str, spec: str, env: dict | None = None) -> tuple[list[str] |
 
 
 def refusal(spec: str, said: list[str]) -> str:
+    """The refusal, saying what each source gave; the fixes that can work (PyTorch's CPU index only when it was
+    not found unreachable)."""
     bar = "!" * 100
+    index_down = any(line.startswith(f"PyTorch's CPU wheel index {CPU_INDEX}: unreachable") for line in said)
+    index = ([f"!!!   DAPO_TORCH_SOURCE=https://<your mirror of {CPU_INDEX}> bash .ci/install",
+              f"!!!   (the index itself is unreachable from here; where it is reachable: pip download --no-deps "
+              f"{spec} --index-url {CPU_INDEX} -d wheels/, then copy wheels/ here)"] if index_down else
+             [f"!!!   DAPO_TORCH_SOURCE={CPU_INDEX} bash .ci/install      (PyTorch's CPU index, or your mirror of it)"])
     return "\n".join([
         bar,
         f"!!! NO CPU BUILD OF {spec} IS REACHABLE: refusing to install (a CUDA build is several GB of wheels)",
         *[f"!!!   {line}" for line in said],
         "!!! Point the install at a CPU wheel source and run it again:",
-        f"!!!   DAPO_TORCH_SOURCE={CPU_INDEX} bash .ci/install      (PyTorch's CPU index, or your mirror of it)",
         "!!!   DAPO_TORCH_SOURCE=/path/to/wheels bash .ci/install   (a directory holding torch-<ver>+cpu-*.whl)",
+        *index,
         "!!! or, to install the CUDA build anyway: DAPO_TORCH_ALLOW_CUDA=1 bash .ci/install",
         bar,
     ])

@@ -93,14 +93,21 @@ if args[:2] == ["-m", "pip"]:
     for flag in ("--extra-index-url", "--index-url", "--find-links"):
         if flag in args:
             source = args[args.index(flag) + 1]
-    kind = json.loads(os.environ["FAKE_SOURCES"]).get(source, "none")
+    sources = json.loads(os.environ["FAKE_SOURCES"])
+    kind = sources.get(source, "none")
+    host = source if source.startswith("http") else "https://x"  # an index's wheels are on its host
+    if kind == "unreachable":  # as pip does with an extra index it cannot reach: warns, takes the default's
+        print("WARNING: Retrying (Retry(total=0)) after connection broken by 'NewConnectionError(<conn>: Failed to "
+              "establish a new connection: [Errno 111] Connection refused)': /" + source.split("://", 1)[-1]
+              .split("/", 1)[-1].rstrip("/") + "/torch/", file=sys.stderr)
+        kind, host = sources.get("configured", "none"), "https://pypi.example"
     if kind == "none":
         print("ERROR: No matching distribution found for torch", file=sys.stderr)
         sys.exit(1)
     ver = "2.13.0+cpu" if kind == "cpu" else "2.13.0"
     req = [] if kind == "cpu" else ['nvidia-cublas-cu12==12.8.4.1; platform_system == "Linux"']
     entry = {{"metadata": {{"name": "torch", "version": ver, "requires_dist": req}},
-              "download_info": {{"url": "https://x/torch-" + ver.replace("+", "%2B") + "-cp311-cp311-linux_x86_64.whl"}}}}
+              "download_info": {{"url": host + "/torch-" + ver.replace("+", "%2B") + "-cp311-cp311-linux_x86_64.whl"}}}}
     with open(args[args.index("--report") + 1], "w") as f:
         json.dump({{"install": [entry]}}, f)
     sys.exit(0)
@@ -113,13 +120,29 @@ sys.exit(0)
 '''
 
 
+def scratch_ci(src: Path, dst: Path) -> None:
+    """The checkout's .ci scripts without the state an earlier install left beside them (git-ignored dot files:
+    the torch source it recorded, .ci/.torch_source, which .ci/torch_args would read; its failure markers)."""
+    shutil.copytree(src, dst, ignore=shutil.ignore_patterns(".*"))
+
+
+def test_the_scratch_repository_carries_no_state_of_an_earlier_install(tmp_path):
+    src = tmp_path / "checkout" / ".ci"
+    shutil.copytree(ROOT / ".ci", src, ignore=shutil.ignore_patterns(".*"))
+    (src / ".torch_source").write_text("/somewhere/wheels\n")  # what an install with DAPO_TORCH_SOURCE records
+    (src / ".vllm_install_failed").touch()
+    scratch_ci(src, tmp_path / "repo" / ".ci")
+    copied = {p.name for p in (tmp_path / "repo" / ".ci").iterdir()}
+    assert {"install", "torch_args", "torch_source.py"} <= copied and not any(n.startswith(".") for n in copied)
+
+
 @pytest.fixture
 def fake_env(tmp_path):
     """A scratch repository (.ci/ and pyproject.toml) and an active 'environment' whose python is the fake."""
     if shutil.which("nvidia-smi"):
         pytest.skip("a GPU machine: the CPU path is not taken")
     repo = tmp_path / "repo"
-    shutil.copytree(ROOT / ".ci", repo / ".ci", ignore=shutil.ignore_patterns(".*_install_failed"))
+    scratch_ci(ROOT / ".ci", repo / ".ci")
     shutil.copy(ROOT / "pyproject.toml", repo / "pyproject.toml")
     env_dir = tmp_path / "env"
     (env_dir / "bin").mkdir(parents=True)
@@ -172,6 +195,28 @@ def test_install_refuses_when_only_cuda_builds_are_reachable(fake_env):
     assert "NO CPU BUILD OF torch==2.13.0 IS REACHABLE" in out.stderr and "DAPO_TORCH_SOURCE=" in out.stderr
     assert "No matching distribution" in out.stderr  # what the CPU index said
     assert pip_installs(calls) == []  # nothing downloaded, nothing installed
+
+
+def test_an_unreachable_cpu_index_is_named_unreachable_with_pips_reason_and_not_suggested_again(fake_env):
+    """pip's --extra-index-url falls back to the default index when the extra one cannot be reached: the CUDA
+    build it then picks is not the CPU index's, which is said to be unreachable, in pip's words."""
+    run, _ = fake_env
+    out, calls = run(".ci/install", sources={"configured": "cuda", CPU_INDEX: "unreachable"})
+    assert out.returncode != 0 and pip_installs(calls) == []
+    said = [ln for ln in out.stderr.splitlines() if f"PyTorch's CPU wheel index {CPU_INDEX}:" in ln]
+    assert len(said) == 1 and "unreachable (pip: Retrying" in said[0] and "Connection refused" in said[0], out.stderr
+    assert "only a CUDA/GPU build" not in said[0]
+    assert "pip's configured sources (pip config list, PIP_* variables): only a CUDA/GPU build" in out.stderr
+    assert f"DAPO_TORCH_SOURCE={CPU_INDEX} bash .ci/install" not in out.stderr  # not the index that failed
+    assert "DAPO_TORCH_SOURCE=/path/to/wheels bash .ci/install" in out.stderr and "your mirror of" in out.stderr
+
+
+def test_a_cpu_index_that_serves_only_a_cuda_build_is_said_so(fake_env):
+    run, _ = fake_env
+    out, _ = run(".ci/install", sources={"configured": "cuda", CPU_INDEX: "cuda"})
+    assert out.returncode != 0
+    assert f"PyTorch's CPU wheel index {CPU_INDEX}: only a CUDA/GPU build" in out.stderr
+    assert f"DAPO_TORCH_SOURCE={CPU_INDEX} bash .ci/install" in out.stderr  # reachable: a mirror may serve CPU
 
 
 def test_install_with_cuda_allowed_takes_the_cuda_build(fake_env):
