@@ -491,7 +491,7 @@ def test_every_documented_command_runs_when_pasted_into_a_fresh_shell():
 SCRIPTS = sorted((ROOT / "sweeps").glob("*.sh"))
 # the project's interpreter, as .ci/venv chooses it (the active environment, else .venv), unless PYTHON names one
 PROJECT_PYTHON = 'PY="${PYTHON:-$(bash .ci/venv --find)}"'
-BARE_PYTHON = re.compile(r"(?<![\w/.$\"'-])(?:python3?|pip3?) ")
+BARE_PYTHON = re.compile(r"(?<![\w/.$\"'#-])(?:python3?|pip3?) ")  # not a path's, a string's, ${cmd#python }
 FAKE_PROJECT_PYTHON = """#!{python}
 import json, os, subprocess, sys
 args = sys.argv[1:]
@@ -529,7 +529,7 @@ def test_every_sweep_script_runs_the_projects_interpreter():
     runs "$PY", set once from .ci/venv (the active environment, else .venv) unless PYTHON names one."""
     assert SCRIPTS
     for script in SCRIPTS:
-        code = [re.sub(r"\s#\s.*$", "", line) for line in script.read_text().splitlines()
+        code = [re.sub(r"\s#\s.*$", "", line).rstrip() for line in script.read_text().splitlines()
                 if not line.lstrip().startswith("#")]
         bare = [line.strip() for line in code if BARE_PYTHON.search(line)]
         assert not bare, f"sweeps/{script.name}: a bare interpreter: {bare}"
