@@ -137,7 +137,10 @@ def whole_and_killed(small_cfg, monkeypatch, tmp_path, overrides, step):
 # at load 4-7). The test command spreads modules over four workers in this order (pytest-xdist, --dist
 # loadscope --no-loadscope-reorder), so the long ones run beside the rest and short ones fill the end:
 # collected alphabetically, test_run_control.py and test_train.py (~9 and ~8 min) ran last, alone, for minutes.
-FIRST = ("test_verl_run.py", "test_slurm_sweeps.py", "test_run_control.py", "test_train.py", "test_family.py",
+# The real model's modules (SmolLM2-135M-Instruct: each level's base pass@1, two training steps; ~6 and ~3 min on
+# one core, the conversion of the model once beside them) come after the four longest.
+FIRST = ("test_verl_run.py", "test_slurm_sweeps.py", "test_run_control.py", "test_train.py", "test_chat_tasks.py",
+         "test_real_model.py", "test_family.py",
          "test_docs.py", "test_checkpoint_integrity.py", "test_launchers.py", "test_notebooks.py", "test_backend.py")
 
 

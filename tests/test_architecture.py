@@ -39,7 +39,7 @@ LAYERS = [
     # which reach only the objective, the config error and the run files' metric names)
     {"dapo_exp.errors", "dapo_exp.objective", "dapo_exp.config", "dapo_exp.fixes*", "dapo_exp.rundir", "dapo_exp.evaluation",
      "dapo_exp.batching", "dapo_exp.logprobs", "dapo_exp.tracking", "dapo_exp.checkpoint", "dapo_exp.models",
-     "dapo_exp.console", "dapo_exp.keyed", "dapo_exp.quiet"},
+     "dapo_exp.console", "dapo_exp.keyed", "dapo_exp.quiet", "dapo_exp.packaged_models"},
     # 1: registries and what they choose from: tasks, rollout; the composition of the fixes' hooks;
     # Hydra glue and the checks before launch; analysis
     {"dapo_exp.registry", "dapo_exp.compose", "dapo_exp.hydra_setup", "dapo_exp.cli_errors", "dapo_exp.tasks*",

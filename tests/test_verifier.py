@@ -126,8 +126,8 @@ def test_batch_matches_single_and_reward():
 
 
 def test_interface_errors_and_names():
-    assert set(VERIFIERS) == {"math_dapo", "math_verify"}
-    with pytest.raises(ValueError, match="math_dapo, math_verify"):
+    assert set(VERIFIERS) == {"math_dapo", "answer_or_boxed", "math_verify"}
+    with pytest.raises(ValueError, match="answer_or_boxed, math_dapo, math_verify"):
         get_verifier("nope")
     with pytest.raises(ValueError, match="verifier_timeout_s"):
         get_verifier("math_dapo", timeout_s=0)

@@ -1,6 +1,8 @@
 """The same toy ablation on both engines: each arm compared across engines, the fix's effect on each.
 
     python sweeps/checks/cross_engine.py multirun/cross_engine_native multirun/cross_engine_verl OUT
+    python sweeps/checks/cross_engine.py multirun/smollm2_clip multirun/smollm2_clip_verl OUT --arms grpo,clip \
+        --title "GRPO vs + Clip-Higher on SmolLM2-135M-Instruct (experiment=smollm2_add2)"
 
 Reads the two sweeps of ``sweeps/cross_engine.sh`` (the same study, one trained by dapo-exp's trainer,
 one by verl's) through the analysis' own reader (:func:`dapo_exp.analysis.runs.load_runs`: a verl run's
@@ -22,6 +24,7 @@ An endpoint is a run's mean over its training steps (``avg/``) or its last held-
 
 from __future__ import annotations
 
+import argparse
 import os
 import sys
 from pathlib import Path
@@ -35,7 +38,8 @@ import pandas as pd  # noqa: E402
 from dapo_exp.analysis.runs import load_runs  # noqa: E402
 from dapo_exp.analysis.stats import paired_difference, welch_difference  # noqa: E402
 
-OFF, ON = "grpo", "sop"  # overlong_punishment=disabled / soft on fixes=grpo
+OFF, ON = "grpo", "sop"  # the default arms: overlong_punishment=disabled / soft on fixes=grpo (--arms: others)
+TITLE = "GRPO vs + Soft Overlong Punishment on toy_overlong"
 ENDPOINTS = {  # column of the runs frame -> (shown name, scale)
     "avg/response_length/clip_ratio": ("truncated share (mechanism)", 1.0),
     "avg/response_length/mean": ("response length (tokens)", 1.0),
@@ -56,8 +60,8 @@ def _ci(iv) -> str:
     return f"{iv.mean:+.4g} [{iv.lo:+.4g}, {iv.hi:+.4g}]" + (f" (p {iv.p:.2g})" if iv.p == iv.p else "")
 
 
-def load(native: str, verl: str):
-    """Both sweeps: the runs (one row per run, ``engine`` added) and the per-step history."""
+def load(native: str, verl: str, arms: tuple[str, str] = (OFF, ON)):
+    """Both sweeps: the runs of the two ``arms`` (one row per run, ``engine`` added) and the per-step history."""
     runs, hist = [], []
     for engine, path in (("native", native), ("verl", verl)):
         rs = load_runs(path)
@@ -67,7 +71,7 @@ def load(native: str, verl: str):
                                                              as_index=False).value.sum()
         hist += [h, clip.assign(metric=CLIPFRAC)]
     runs = pd.concat(runs, ignore_index=True)
-    runs = runs[runs.label.isin([OFF, ON])]
+    runs = runs[runs.label.isin(arms)]
     return runs, pd.concat(hist, ignore_index=True)
 
 
@@ -76,26 +80,28 @@ def _values(runs: pd.DataFrame, engine: str, label: str, col: str) -> pd.Series:
     return sel[col].astype(float) * ENDPOINTS[col][1] if col in sel else pd.Series(dtype=float)
 
 
-def arms_table(runs: pd.DataFrame) -> str:
-    lines = ["| endpoint | engine | " + " | ".join(f"{a} (mean ± sd, n)" for a in (OFF, ON)) + " |",
+def arms_table(runs: pd.DataFrame, arms: tuple[str, str] = (OFF, ON)) -> str:
+    lines = ["| endpoint | engine | " + " | ".join(f"{a} (mean ± sd, n)" for a in arms) + " |",
              "|---|---|---|---|"]
     for col, (name, _) in ENDPOINTS.items():
         for engine in ("native", "verl"):
             cells = []
-            for arm in (OFF, ON):
+            for arm in arms:
                 v = _values(runs, engine, arm, col).dropna()
                 cells.append(f"{v.mean():.4g} ± {v.std(ddof=1):.2g} ({len(v)})" if len(v) else "-")
             lines.append(f"| {name} | {engine} | " + " | ".join(cells) + " |")
     return "\n".join(lines)
 
 
-def effects_table(runs: pd.DataFrame) -> str:
-    lines = ["| endpoint | native: sop - grpo [95% CI] | verl: sop - grpo [95% CI] | verl effect - native effect |",
+def effects_table(runs: pd.DataFrame, arms: tuple[str, str] = (OFF, ON)) -> str:
+    off_arm, on_arm = arms
+    lines = [f"| endpoint | native: {on_arm} - {off_arm} [95% CI] | verl: {on_arm} - {off_arm} [95% CI] | verl effect - "
+             "native effect |",
              "|---|---|---|---|"]
     for col, (name, _) in ENDPOINTS.items():
         diffs, cells = {}, []
         for engine in ("native", "verl"):
-            on, off = _values(runs, engine, ON, col), _values(runs, engine, OFF, col)
+            on, off = _values(runs, engine, on_arm, col), _values(runs, engine, off_arm, col)
             diffs[engine] = (on - off.reindex(on.index)).dropna()
             cells.append(_ci(paired_difference(on, off)) + f", n {len(diffs[engine])}")
         cells.append(_ci(welch_difference(diffs["verl"], diffs["native"])))
@@ -103,10 +109,10 @@ def effects_table(runs: pd.DataFrame) -> str:
     return "\n".join(lines)
 
 
-def engines_table(runs: pd.DataFrame) -> str:
+def engines_table(runs: pd.DataFrame, arms: tuple[str, str] = (OFF, ON)) -> str:
     lines = ["| endpoint | arm | native | verl | verl - native [95% CI, Welch] |", "|---|---|---|---|---|"]
     for col, (name, _) in ENDPOINTS.items():
-        for arm in (OFF, ON):
+        for arm in arms:
             a, b = _values(runs, "verl", arm, col), _values(runs, "native", arm, col)
             lines.append(f"| {name} | {arm} | {b.mean():.4g} | {a.mean():.4g} | {_ci(welch_difference(a, b))} |")
     return "\n".join(lines)
@@ -124,10 +130,10 @@ def timing_table(runs: pd.DataFrame, hist: pd.DataFrame) -> str:
     return "\n".join(lines)
 
 
-def curves(hist: pd.DataFrame, path: Path) -> None:
+def curves(hist: pd.DataFrame, path: Path, arms: tuple[str, str] = (OFF, ON), title: str = TITLE) -> None:
     fig, axes = plt.subplots(2, 3, figsize=(13, 7))
-    styles = {("native", OFF): ("C0", "-"), ("native", ON): ("C1", "-"),
-              ("verl", OFF): ("C0", "--"), ("verl", ON): ("C1", "--")}
+    styles = {("native", arms[0]): ("C0", "-"), ("native", arms[1]): ("C1", "-"),
+              ("verl", arms[0]): ("C0", "--"), ("verl", arms[1]): ("C1", "--")}
     for ax, metric in zip(axes.flat, CURVES):
         for (engine, arm), (color, ls) in styles.items():
             h = hist[(hist.engine == engine) & (hist.label == arm) & (hist.metric == metric)]
@@ -139,28 +145,34 @@ def curves(hist: pd.DataFrame, path: Path) -> None:
         ax.set_title(metric)
         ax.set_xlabel("rollout step")
     axes.flat[0].legend(fontsize=8)
-    fig.suptitle("GRPO vs + Soft Overlong Punishment on toy_overlong: dapo-exp (solid) and verl 0.9.1 (dashed), "
-                 "mean over seeds")
+    fig.suptitle(f"{title}: dapo-exp (solid) and verl 0.9.1 (dashed), mean over seeds")
     fig.tight_layout()
     fig.savefig(path, dpi=110)
     plt.close(fig)
 
 
 def main(argv: list[str]) -> int:
-    if len(argv) != 3:
-        print(__doc__.strip().splitlines()[2].strip(), file=sys.stderr)
-        return 2
-    out = Path(argv[2])
+    ap = argparse.ArgumentParser(description=__doc__.strip().splitlines()[0])
+    ap.add_argument("native")
+    ap.add_argument("verl")
+    ap.add_argument("out", type=Path)
+    ap.add_argument("--arms", default=f"{OFF},{ON}", help="the two arms' labels, fix off first")
+    ap.add_argument("--title", default=TITLE, help="the curves' title")
+    args = ap.parse_args(argv)
+    arms = tuple(args.arms.split(","))
+    if len(arms) != 2:
+        ap.error("--arms takes two labels, fix off first")
+    out = args.out
     os.makedirs(out, exist_ok=True)
-    runs, hist = load(argv[0], argv[1])
+    runs, hist = load(args.native, args.verl, arms)
     cols = ["engine", "label", "seed", *[c for c in ENDPOINTS if c in runs], "wall_time_s"]
     runs[[c for c in cols if c in runs]].sort_values(["engine", "label", "seed"]).to_csv(out / "runs.csv", index=False)
-    parts = {"arms.md": arms_table(runs), "effects.md": effects_table(runs), "engines.md": engines_table(runs),
-             "timing.md": timing_table(runs, hist)}
+    parts = {"arms.md": arms_table(runs, arms), "effects.md": effects_table(runs, arms),
+             "engines.md": engines_table(runs, arms), "timing.md": timing_table(runs, hist)}
     for name, text in parts.items():
         (out / name).write_text(text + "\n")
         print(f"## {name}\n{text}\n")
-    curves(hist, out / "curves.png")
+    curves(hist, out / "curves.png", arms, args.title)
     print(f"written to {out}")
     return 0
 

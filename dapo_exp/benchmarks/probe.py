@@ -1,6 +1,6 @@
 """A task's base pass@1 on a model before any training: how hard each level is for this policy.
 
-``python -m dapo_exp.tasks.probe [--levels add1,add2] [--problems 32] [--k 4] [overrides ...]`` composes the
+``python -m dapo_exp.benchmarks.probe [--levels add1,add2] [--problems 32] [--k 4] [overrides ...]`` composes the
 run config from the overrides (default ``experiment=smollm2_add2``), and for each ``task.level`` samples ``k``
 responses to each of the first ``--problems`` held-out problems at the training sampling settings
 (``rollout.temperature``, ``rollout.top_p``, ``rollout.max_response_len``) with the run's own engine and
