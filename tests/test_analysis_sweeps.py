@@ -27,6 +27,8 @@ EXPECTED_LABELS = {
     "toy_dapo_ladder.sh": {"paper_1_grpo", "paper_2_of", "paper_3_clip", "paper_4_sop", "paper_5_tl", "paper_6_dapo"},
     "cross_engine.sh": "loop",  # two `run.py -m` calls, one per engine (native, then verl)
     "sequential_toy.sh": "loop",  # three sequential sweeps (hydra/sweeper=sequential), one per comparison
+    "smollm2_clip.sh": {"grpo", "clip"},  # the real model: GRPO against Clip-Higher
+    "smollm2_cross_engine.sh": "loop",  # the same two arms on verl, then the comparison with the native sweep
 }
 LOOPED = {k for k, v in EXPECTED_LABELS.items() if v == "loop"}
 RUN = '"$PY" run.py -m'  # the recipes run the project's interpreter (PY: .ci/venv's choice)
@@ -187,6 +189,41 @@ def test_cross_engine_recipe_runs_the_same_study_on_both_engines():
     assert per_engine["native"] == per_engine["verl"]
     assert {label for label, _ in per_engine["native"]} == {"grpo", "sop"}
     assert len(per_engine["native"]) * 2 == total == 2 * 2 * len(seeds.split(","))
+
+
+def test_the_real_models_cross_engine_recipe_runs_the_native_studys_arms_on_verls_cpu_mode():
+    """sweeps/smollm2_cross_engine.sh: smollm2_clip.sh's two arms (grpo, clip on experiment=smollm2_add2) on
+    backend=verl train.device=cpu, the converted model directory as verl's model, then the comparison with the
+    native sweep on those two arms."""
+    from hydra import compose, initialize_config_dir
+    from hydra._internal.core_plugins.basic_sweeper import BasicSweeper
+    from hydra.core.override_parser.overrides_parser import OverridesParser
+
+    from dapo_exp.backends import verl as vb
+    from dapo_exp.hydra_setup import register_resolvers, run_label
+    from dapo_exp.packaged_models import SMOLLM2_135M
+
+    text = (SWEEPS / "smollm2_cross_engine.sh").read_text()
+    for field in ("# Question:", "# Runs:", "# Cost:", "# SLURM:", "# Needs:"):
+        assert field in text, f"smollm2_cross_engine.sh: header lacks {field!r}"
+    assert text.rstrip().endswith('--arms grpo,clip --title "GRPO vs + Clip-Higher on SmolLM2-135M-Instruct '
+                                  '(experiment=smollm2_add2)"')
+    assert "multirun/smollm2_clip multirun/smollm2_clip_verl multirun/smollm2_cross_engine" in text
+    joined = text.replace("\\\n", " ")
+    line = next(l.strip() for l in joined.splitlines() if l.strip().startswith(RUN))
+    seeds = re.search(r'SEEDS="\$\{SEEDS:-([^}]*)\}"', text).group(1)
+    args = shlex.split(line.replace('"$SEEDS"', seeds).replace('"$@"', ""))
+    jobs = BasicSweeper.split_arguments(OverridesParser.create().parse_overrides(args[3:]), None)[0]
+    assert len(jobs) == int(re.search(r"^# Runs:\s+(\d+)", text, re.M).group(1))
+    register_resolvers()
+    with initialize_config_dir(config_dir=str(REPO / "conf"), version_base="1.3"):
+        cfgs = [compose("config", overrides=[o for o in job if not o.startswith("hydra/")]) for job in jobs]
+    assert {run_label(c) for c in cfgs} == {"grpo", "clip"}
+    for c in cfgs:
+        values = vb.translate(c).values
+        assert values["trainer.device"] == "cpu"
+        assert values["actor_rollout_ref.model.path"].endswith(SMOLLM2_135M.directory("/x").name)
+        assert values["actor_rollout_ref.actor.clip_ratio_high"] == (0.28 if run_label(c) == "clip" else 0.2)
 
 
 def test_cross_engine_comparison_pairs_arms_within_an_engine_and_not_across(tmp_path):
