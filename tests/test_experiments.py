@@ -101,6 +101,10 @@ def test_experiment_sets_no_fix_switch(experiment):
     header = "\n".join(line for line in text.splitlines() if line.startswith("#"))
     if experiment.startswith("toy_"):  # a CPU testbed regime: what it builds, what the paper predicts
         assert "regime" in header and "predict" in header and "python run.py" in header
+    elif experiment.startswith("smollm2_"):  # a real model on a CPU: its measured cost, the key the launch line reads
+        assert "python run.py" in header and "cpu_s_per_step" in header
+        raw_notes = yaml.safe_load(text).get("notes", {})
+        assert raw_notes.get("cpu_s_per_step", 0) > 0 and "measured" in text.split("cpu_s_per_step:")[0].lower()
     elif experiment != "dapo_32b_paper":
         assert "ESTIMATE" in header and "GPU-hours" in header and "H100" in header
 
@@ -126,7 +130,19 @@ def test_model_presets(composer, model):
     validate(cfg)
 
 
-@pytest.mark.parametrize("task", ["dapo_math", "gsm8k", "math500"])
+def test_the_packaged_model_preset(composer):
+    raw = yaml.safe_load((CONF / "model" / "smollm2_135m.yaml").read_text())
+    from dapo_exp.packaged_models import PACKAGED_MODELS
+
+    assert raw["path"] in PACKAGED_MODELS and raw["dtype"] == "float32" and raw["wheel"] is None
+    text = (CONF / "model" / "smollm2_135m.yaml").read_text().splitlines()
+    for i, line in enumerate(text):  # a comment above every field
+        if line and not line.startswith("#"):
+            assert text[i - 1].startswith("#"), f"conf/model/smollm2_135m.yaml: no comment above {line!r}"
+    validate(composer("model=smollm2_135m"))
+
+
+@pytest.mark.parametrize("task", ["dapo_math", "gsm8k", "math500", "chat_arith"])
 def test_task_presets(composer, task):
     cfg = composer(f"task={task}")
     validate(cfg)
