@@ -236,6 +236,17 @@ def test_every_shipped_warm_start_is_vouched_for_by_the_code():
         assert W.weights_sha256(p) == W.SHIPPED_SHA256[p.name] and W.cache_problem(p) is None
 
 
+def test_every_file_a_shipped_warm_start_loads_is_held_by_the_code():
+    """Issue 48: the code held the weights' hash only, so a tokenizer edited and re-hashed into its manifest was
+    used. Every file the loading reads (config, tokenizer) is held too, computed here from the committed assets."""
+    import dapo_exp.tasks.arith_warmstart as W
+
+    for p in sorted(p for p in W.SHIPPED_DIR.iterdir() if p.is_dir()):
+        loaded = W.base_identity(p)["files"]  # every file the loading reads, hashed from its bytes
+        assert {"tokenizer.json", "tokenizer_config.json", "config.json"} <= set(loaded), p.name
+        assert loaded == W.shipped_files_sha256(p.name), p.name
+
+
 def _shipped_copy(tmp_path, monkeypatch):
     from conftest import shipped_default_model
 
@@ -270,6 +281,20 @@ def test_a_shipped_warm_start_whose_manifest_skips_the_tokenizer_or_was_rehashed
     assert W.cache_problem(copy) is None and W.shipped_checkpoint(key) is None
     out = capsys.readouterr().out
     assert "model.safetensors: SHA-256" in out and "arith_warmstart.SHIPPED_SHA256" in out
+
+
+def test_a_shipped_warm_start_whose_tokenizer_was_changed_and_rehashed_is_not_used(tmp_path, monkeypatch, capsys):
+    """Issue 48: two digit tokens swapped in tokenizer.json and its manifest entry re-hashed: the manifest vouches
+    for it, the code's hash of the shipped tokenizer does not."""
+    W, copy, key = _shipped_copy(tmp_path, monkeypatch)
+    tok = json.loads((copy / "tokenizer.json").read_text())
+    vocab = tok["model"]["vocab"]
+    vocab["7"], vocab["8"] = vocab["8"], vocab["7"]
+    (copy / "tokenizer.json").write_text(json.dumps(tok))
+    _rehash(copy)
+    assert W.cache_problem(copy) is None and W.shipped_checkpoint(key) is None
+    out = capsys.readouterr().out.strip().splitlines()
+    assert len(out) == 1 and f"{copy / 'tokenizer.json'}: SHA-256" in out[0], out
 
 
 def test_a_base_models_identity_is_computed_from_the_files_it_loads(tmp_path, monkeypatch):

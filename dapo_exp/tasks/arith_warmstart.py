@@ -244,24 +244,51 @@ SHIPPED_SHA256 = {
 }
 
 
-def _listed_sha256(target: Path) -> str | None:
+# every other file a shipped warm start's loading reads (the LOADED_FILES it holds), held by the code too, so
+# that a tokenizer edited and re-hashed into its manifest is caught: the same in each (one architecture's config,
+# the character tokenizer); a warm start shipped with others fails the test that compares these with the assets
+SHIPPED_LOADED_SHA256 = {
+    "config.json": "26c02f13089688214a0c4649f39f3c8f7c91ffe6416dcebb643f33a2df911060",
+    "generation_config.json": "304d8599739c0afba9527f305998bc56de4d36534844c9558f0a77268d11a822",
+    "tokenizer.json": "afd7816b8363deaead4a9ff40a9efaa719575f910a4a793a5d5412baac363b65",
+    "tokenizer_config.json": "e406c1671f7227dc8794a216484d7d88ced3c580c0d2a0951af2386fa540d74e",
+}
+
+
+def shipped_files_sha256(name: str) -> dict[str, str]:
+    """The SHA-256 the code holds for each file the shipped warm start ``name`` (``tiny-<key>``) loads: its
+    weights' (:data:`SHIPPED_SHA256`) and the config's and tokenizer's (:data:`SHIPPED_LOADED_SHA256`); empty
+    when none is shipped under that name."""
+    return {"model.safetensors": SHIPPED_SHA256[name], **SHIPPED_LOADED_SHA256} if name in SHIPPED_SHA256 else {}
+
+
+def _unvouched(target: Path) -> str | None:
+    """The first file the shipped warm start ``target`` loads whose SHA-256 in its manifest is not the one the
+    code holds (:func:`shipped_files_sha256`), named with both; None when the code vouches for every one."""
     try:
-        return json.loads((target / CACHE_MANIFEST).read_text())["files"]["model.safetensors"]["sha256"]
-    except (OSError, ValueError, KeyError, TypeError):
-        return None
+        listed = {n: f["sha256"] for n, f in json.loads((target / CACHE_MANIFEST).read_text())["files"].items()}
+    except (OSError, ValueError, KeyError, TypeError, AttributeError):
+        listed = {}
+    held = shipped_files_sha256(target.name)
+    loaded = {"model.safetensors", *(n for n in LOADED_FILES if (target / n).is_file()), *held}
+    for name in sorted(loaded, key=lambda n: (n != "model.safetensors", n)):  # the weights first
+        if listed.get(name) != held.get(name):
+            where = "SHIPPED_SHA256" if name == "model.safetensors" else "SHIPPED_LOADED_SHA256"
+            return (f"{target / name}: SHA-256 {listed.get(name)} is not the shipped one's {held.get(name)} "
+                    f"(arith_warmstart.{where})")
+    return None
 
 
 def shipped_checkpoint(key: str) -> Path | None:
     """The package's prebuilt warm start of ``key`` (:data:`SHIPPED_DIR`), verified against its
-    manifest; None when none is shipped, or when it is damaged (said in one line: the caller builds)."""
+    manifest, and the manifest against the hashes the code holds of every file it loads
+    (:func:`shipped_files_sha256`); None when none is shipped, or when it is damaged (said in one line: the
+    caller builds)."""
     target = SHIPPED_DIR / f"tiny-{key}"
     if not target.exists():
         return None
-    problem = cache_problem(target)
-    if problem is None and SHIPPED_SHA256.get(target.name) != _listed_sha256(target):
-        # the manifest vouches for the files, and the code vouches for the manifest (a re-hashed one is caught)
-        problem = (f"{target / 'model.safetensors'}: SHA-256 {_listed_sha256(target)} is not the shipped weights' "
-                   f"{SHIPPED_SHA256.get(target.name)} (arith_warmstart.SHIPPED_SHA256)")
+    # the manifest vouches for the files, and the code vouches for the manifest (a re-hashed one is caught)
+    problem = cache_problem(target) or _unvouched(target)
     if problem:
         print(f"[dapo-exp] the shipped warm start {target} is damaged ({problem}); not used: the warm start "
               f"cached on this machine is used instead, built first if there is none", flush=True)
@@ -333,8 +360,9 @@ def _build_cache(model_cfg: Any, task_cfg: Any, max_response_len: int, cache_roo
 def ship(overrides: list[str]) -> Path:
     """Build the warm start of the config ``overrides`` give here (``model.warmstart_source=build``)
     and copy it, with its manifest, into :data:`SHIPPED_DIR`: how the shipped one was made. Returns
-    the shipped directory; its weights' SHA-256 goes into :data:`SHIPPED_SHA256` by hand (the code vouches
-    for what it ships; a test fails until it does)."""
+    the shipped directory; its weights' SHA-256 goes into :data:`SHIPPED_SHA256` by hand, and any other loaded
+    file that differs from :data:`SHIPPED_LOADED_SHA256` is named (the code vouches for what it ships; a test
+    fails until it does)."""
     from dapo_exp.hydra_setup import compose_config
 
     cfg = compose_config([*overrides, "model.warmstart_source=build"])
@@ -358,4 +386,8 @@ if __name__ == "__main__":
     if not args.ship:
         parser.error("nothing to do: pass --ship")
     shipped = ship(args.overrides)
-    print(f"{shipped}\nadd to arith_warmstart.SHIPPED_SHA256: {shipped.name!r}: {weights_sha256(shipped)!r}")
+    files = base_identity(shipped)["files"]
+    print(f"{shipped}\nadd to arith_warmstart.SHIPPED_SHA256: {shipped.name!r}: {files['model.safetensors']!r}")
+    for name, sha in sorted(files.items()):
+        if name != "model.safetensors" and SHIPPED_LOADED_SHA256.get(name) != sha:
+            print(f"{name} is not the one the other shipped warm starts load (SHIPPED_LOADED_SHA256): {sha!r}")
