@@ -347,10 +347,53 @@ def _recorded_config(cfg: DictConfig, out: Path) -> dict[str, Any] | None:
     return own
 
 
+class BaseChangedError(ConfigChangedError):
+    """A file the base model loads changed under a resumable run (nothing was written): one line, exit 2 in
+    ``run.py``; in a sweep, the job is skipped untouched, like another configuration."""
+
+
+def _sha_or(files: dict[str, Any], name: str, absent: str) -> str:
+    return str(files[name])[:12] if name in files else absent
+
+
+def check_base_change(out: Path) -> None:
+    """Refuse to resume ``out`` when a file its base model loads (weights, config, tokenizer, chat template: the
+    ``files`` of :func:`dapo_exp.tasks.arith_warmstart.base_identity`) differs from what its newest checkpoint
+    recorded when the run started: the resumed steps would run on another base (a tokenizer with two ids swapped
+    changes what every later step computes) under the first one's identity, and the analysis would pool them.
+    :class:`BaseChangedError` names each changed file and how to start over. Nothing to compare: no checkpoint
+    (the run starts over), a finished run (skipped), a hub id, a checkpoint written before the files were recorded,
+    a recorded directory that no longer exists (loading then fails naming it). Called with ``out``'s lock held,
+    before anything of it is written."""
+    if (rundir.read_summary(out) or {}).get("status") == rundir.STATUS_FINISHED:
+        return
+    try:
+        newest = checkpoint.latest(out / rundir.CHECKPOINTS, warn=False)
+    except checkpoint.CheckpointError:
+        return  # resume() names each damaged checkpoint
+    if newest is None:
+        return
+    base = checkpoint.read_state(newest, mmap=True)["state"].get("base_model")
+    recorded = base.get("files") if isinstance(base, dict) else None
+    if not isinstance(recorded, dict) or not Path(str(base.get("path"))).is_dir():
+        return
+    from dapo_exp.tasks.arith_warmstart import base_identity
+
+    now = base_identity(base["path"]).get("files", {})
+    changed = [f"{name} (SHA-256 {_sha_or(recorded, name, 'absent')} -> {_sha_or(now, name, 'removed')})"
+               for name in sorted(set(recorded) | set(now)) if recorded.get(name) != now.get(name)]
+    if changed:
+        raise BaseChangedError(
+            f"{out} was trained from {base['path']}, whose {', '.join(changed)} changed since the run started "
+            f"(its checkpoint {newest.name} records them): resuming would train one run from two base models. Put "
+            f"the file back, or start over: delete {out}, or run in another directory (hydra.run.dir=...)")
+
+
 @contextlib.contextmanager
 def claimed(cfg: DictConfig) -> Iterator[Path]:
     """Lock ``cfg.out_dir`` (:class:`dapo_exp.rundir.RunLock`; a second writer is refused) and check its
-    recorded configuration (:func:`check_config_change`) before anything of it is written; yields the
+    recorded configuration (:func:`check_config_change`) and base model (:func:`check_base_change`) before
+    anything of it is written; yields the
     run's directory, ``cfg.out_dir`` updated to it on a branch. Re-entrant: ``run.py`` claims the
     directory before Hydra's record is written, and the trainer's claim inside is then a no-op."""
     out = Path(cfg.out_dir).expanduser().resolve()
@@ -358,6 +401,8 @@ def claimed(cfg: DictConfig) -> Iterator[Path]:
         lock = rundir.RunLock(out).acquire()
         try:
             target = check_config_change(cfg, out)
+            if target == out:
+                check_base_change(out)
         except BaseException:
             lock.release()
             raise

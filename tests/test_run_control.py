@@ -945,8 +945,9 @@ def test_a_finished_run_records_its_base_weights(tmp_path, small_cfg):
 
 
 def test_a_resumed_run_records_the_base_weights_it_started_from(tmp_path, small_cfg, monkeypatch):
-    """The base weights are recorded at the start and checkpointed: a run resumed after its base's
-    files changed still reports the weights it was trained from, not the ones found at the end."""
+    """The base weights are recorded at the start and checkpointed: a resumed run reports the identity its
+    checkpoint recorded, never one computed again at the end (a base whose files changed is refused at resume:
+    the test below)."""
     from dapo_exp import runner
 
     first = train(small_cfg(tmp_path / "r", "train.steps=1"))
@@ -955,6 +956,44 @@ def test_a_resumed_run_records_the_base_weights_it_started_from(tmp_path, small_
     longer = train(small_cfg(tmp_path / "r", "train.steps=2"))
     assert longer["steps_done"] == 2 and longer["base_model"] == first["base_model"]
     assert train(small_cfg(tmp_path / "fresh", "train.steps=1"))["base_model"]["sha256"] == "f" * 64  # the check bites
+
+
+def test_a_file_the_base_model_loads_changed_under_a_killed_run_is_refused_naming_it(tmp_path, small_cfg):
+    """Issue 48: the ids of "7" and "8" swapped in model.path's tokenizer.json under a killed run, and the same
+    command resumed it without a word (36 values changed, the summary kept the old identity). Every file the base
+    model loads is compared with the checkpoint's record: a change is refused in one line naming the file and
+    how to start over, before anything is written; the file restored, the run resumes."""
+    import shutil
+
+    from conftest import shipped_default_model
+
+    from dapo_exp.runner import ConfigChangedError
+
+    model, run_dir = tmp_path / "model", tmp_path / "r"
+    shutil.copytree(shipped_default_model(), model)
+    train(small_cfg(run_dir, "train.steps=1", f"model.path={model}"))
+    (run_dir / rundir.SUMMARY).unlink()  # killed after its step-1 checkpoint: the same command resumes it
+    genuine = (model / "tokenizer.json").read_text()
+    tok = json.loads(genuine)
+    vocab = tok["model"]["vocab"]
+    vocab["7"], vocab["8"] = vocab["8"], vocab["7"]
+    (model / "tokenizer.json").write_text(json.dumps(tok))
+    before = _snapshot(run_dir)
+    with pytest.raises(ConfigChangedError) as refused:
+        train(small_cfg(run_dir, "train.steps=2", f"model.path={model}"))
+    msg = str(refused.value)
+    assert "\n" not in msg and "tokenizer.json (SHA-256 " in msg and "model.safetensors" not in msg, msg
+    assert f"delete {run_dir}" in msg and "another directory" in msg, msg
+    assert _snapshot(run_dir) == before
+
+    (model / "generation_config.json").unlink()  # a loaded file gone is a change too, named with the other
+    with pytest.raises(ConfigChangedError,
+                       match=r"generation_config.json \(SHA-256 \w{12} -> removed\), tokenizer.json"):
+        train(small_cfg(run_dir, "train.steps=2", f"model.path={model}"))
+
+    shutil.copy(shipped_default_model() / "generation_config.json", model)
+    (model / "tokenizer.json").write_text(genuine)
+    assert train(small_cfg(run_dir, "train.steps=2", f"model.path={model}"))["steps_done"] == 2
 
 
 # --------------------------------------------------------------------------- #
