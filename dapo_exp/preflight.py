@@ -218,6 +218,67 @@ def _check_sequential(first: Any, jobs: list[list[str]]) -> None:
         raise ConfigError(ONE_CONFIGURATION)
 
 
+def sweep_jobs(overrides: Iterable[str], params: dict[str, Any]) -> list[list[str]]:
+    """The jobs of a sweep command's ``overrides``, each as its list of overrides: the sweeper's ``params``
+    (``hydra.sweeper.params``: the default seeds) applied first, then the command's, as the basic sweeper does."""
+    from hydra._internal.core_plugins.basic_sweeper import BasicSweeper
+    from hydra.core.override_parser.overrides_parser import OverridesParser
+
+    parsed = OverridesParser.create().parse_overrides([f"{k}={v}" for k, v in params.items()] + list(overrides))
+    return BasicSweeper.split_arguments(parsed, None)[0]
+
+
+def sweep_configurations(overrides: Iterable[str], params: dict[str, Any], exclude: Iterable[str]) -> set[tuple[str, ...]]:
+    """The configurations a sweep runs, seeds aside: each job of the command's ``overrides`` (the sweeper's
+    ``params`` applied first, as the basic sweeper does) as its sorted overrides, without ``seed`` and the keys
+    its run directory's name leaves out (``exclude``: ``hydra.job.config.override_dirname.exclude_keys``, which
+    change no result: the sweep's name, the logger, the launcher, ...) and Hydra's own (``hydra.sweep.dir=``)."""
+    def kept(override: str) -> bool:
+        key = override.split("=", 1)[0].lstrip("+~")
+        return key not in drop and key.split(".", 1)[0].split("/", 1)[0] != "hydra"  # Hydra's own: not the job's
+
+    drop = {"seed", *exclude}
+    return {tuple(sorted(filter(kept, job))) for job in sweep_jobs(overrides, params)}
+
+
+def _jobs_text(jobs: Iterable[tuple[str, ...]], most: int = 3) -> str:
+    shown = sorted(",".join(job) or "(the defaults)" for job in jobs)
+    return " ".join(shown[:most]) + (f" and {len(shown) - most} more" if len(shown) > most else "")
+
+
+def check_one_sweep(first: Any, overrides: list[str]) -> None:
+    """A sweep directory holds one sweep: a command whose configurations (:func:`sweep_configurations`) are not
+    those of the sweep its ``multirun.yaml`` records is refused before any job, naming the first sweep's command
+    (Hydra would overwrite that record, and the two sweeps' runs would share one analysis). The same command
+    again, or more or fewer seeds of the same configurations, is the same sweep. A command that leaves the
+    sweep's end analysis out (``~hydra.callbacks.analysis``) says it is one of several commands of one study
+    sharing the directory, analysed once after the last (``sweeps/fractional.sh``: one command per
+    configuration): let through. ``first``: the first job's config with Hydra's node; a directory without a
+    readable record holds no sweep to keep."""
+    if "analysis" not in (first.hydra.get("callbacks") or {}):
+        return
+    sweep_dir = Path(str(first.hydra.sweep.dir))
+    try:
+        recorded = OmegaConf.to_container(OmegaConf.load(sweep_dir / "multirun.yaml").hydra, resolve=False)
+        was = [str(o) for o in recorded["overrides"]["task"]]
+        was_params = recorded["sweeper"].get("params") or {}
+        was_exclude = recorded["job"]["config"]["override_dirname"]["exclude_keys"]
+    except Exception:  # noqa: BLE001 - none, or not readable: no sweep to keep
+        return
+    exclude = {*was_exclude, *first.hydra.job.config.override_dirname.exclude_keys}
+    before = sweep_configurations(was, was_params, exclude)
+    now = sweep_configurations(overrides, first.hydra.sweeper.get("params") or {}, exclude)
+    if now == before:
+        return
+    differ = "; ".join(part for part in (f"new here: {_jobs_text(now - before)}" if now - before else "",
+                                         f"not in it: {_jobs_text(before - now)}" if before - now else "") if part)
+    raise ConfigError(
+        f"{sweep_dir} holds another sweep, {' '.join(was)} (its multirun.yaml), and this command runs other "
+        f"configurations ({differ}): a sweep directory holds one sweep. Name another one (sweep=<name>), or delete "
+        f"{sweep_dir} to start over; more seeds of the same configurations go into it, and so do the commands of "
+        "one study that leave each one's analysis out (~hydra.callbacks.analysis) and analyse the folder after")
+
+
 def _precheck(rest: list[str], multirun: bool, config_dir: str, launch: bool, machine: bool) -> None:
     from hydra import compose, initialize_config_dir
     from hydra._internal.core_plugins.basic_sweeper import BasicSweeper
@@ -245,9 +306,7 @@ def _precheck(rest: list[str], multirun: bool, config_dir: str, launch: bool, ma
         if multirun:
             _check_sequential(first, jobs)
         if multirun:  # the sweeper's default seeds first, as the basic sweeper applies them
-            params = first.hydra.sweeper.get("params") or {}
-            jobs = BasicSweeper.split_arguments(
-                parser.parse_overrides([f"{k}={v}" for k, v in params.items()] + rest), None)[0]
+            jobs = sweep_jobs(rest, first.hydra.sweeper.get("params") or {})
         distinct = list(dict.fromkeys(seedless(job) for job in jobs))
         invalid: list[ConfigError] = []
         valid = []
@@ -262,6 +321,7 @@ def _precheck(rest: list[str], multirun: bool, config_dir: str, launch: bool, ma
         if invalid and len(invalid) == len(distinct):  # every job would fail on its values
             raise invalid[0]
         if multirun and launch:
+            check_one_sweep(first, rest)  # before any job: another sweep's directory is refused naming it
             from dapo_exp.analysis.callback import cost_refusal
 
             with open_dict(first):

@@ -137,3 +137,37 @@ def test_a_verl_gpu_sweep_on_a_machine_without_a_gpu_is_refused_once(tmp_path):
         pytest.skip("this machine has a GPU: verl's local GPU launch is not refused here")
     out = _sweep(tmp_path, "fixes=grpo,full", "backend=verl", f"backend.python={sys.executable}")
     _refused_once(out, tmp_path, "train.device=auto: this machine has no GPU", "train.device=cpu")
+
+
+def test_a_second_different_sweep_into_a_sweep_directory_is_refused_naming_the_first(tmp_path, warm_cache):
+    """Issue 48: a second sweep into the same hydra.sweep.dir overwrote the first one's multirun.yaml. A sweep
+    directory holds one sweep: another set of configurations is refused before any job, in one line naming the
+    first sweep's command; the same command again, more seeds of the same configurations (given in another order,
+    with another launcher or logger) are accepted."""
+    from conftest import CONF, SMALL
+
+    sweep = tmp_path / "sweep"
+    common = [*SMALL, "train.steps=1", f"model.cache_dir={warm_cache}", f"hydra.sweep.dir={sweep}"]
+    first = subprocess.run([sys.executable, "run.py", "-m", *common, "fixes=grpo,clip", "seed=0"], cwd=ROOT,
+                           capture_output=True, text=True, timeout=600, env={**os.environ, "OMP_NUM_THREADS": "1"})
+    assert first.returncode == 0, first.stderr[-3000:]
+    record = (sweep / "multirun.yaml").read_bytes()
+    jobs = sorted(p.name for p in sweep.iterdir() if p.is_dir() and p.name != "analysis")
+
+    out = subprocess.run([sys.executable, "run.py", "-m", *common, "fixes=grpo,full", "seed=0"], cwd=ROOT,
+                         capture_output=True, text=True, timeout=300, env={**os.environ, "OMP_NUM_THREADS": "1"})
+    lines = [ln for ln in out.stderr.splitlines() if ln.strip()]
+    assert out.returncode == 2 and len(lines) == 1 and lines[0].startswith(f"error: {sweep} holds another sweep"), \
+        out.stderr[-3000:]
+    assert "fixes=grpo,clip seed=0" in lines[0] and "fixes=full" in lines[0] and "sweep=" in lines[0], lines[0]
+    assert (sweep / "multirun.yaml").read_bytes() == record
+    assert sorted(p.name for p in sweep.iterdir() if p.is_dir() and p.name != "analysis") == jobs
+
+    for again in (["fixes=grpo,clip", "seed=0"], ["fixes=clip,grpo", "seed=0,1,2"], ["seed=range(0,4)", "fixes=grpo,clip",
+                  "hydra/launcher=parallel", "logger=wandb", "logger.mode=offline"]):
+        preflight.precheck(["-m", *common, *again], CONF, machine=False)  # accepted: nothing raised
+    with pytest.raises(ConfigError, match="holds another sweep"):
+        preflight.precheck(["-m", *common, "fixes=grpo", "seed=0"], CONF, machine=False)  # a subset is another sweep
+    # one command per configuration of one study, each leaving the analysis for after the last (fractional.sh)
+    preflight.precheck(["-m", *common, "fixes=grpo", "clip_higher=enabled", "seed=0", "~hydra.callbacks.analysis"],
+                       CONF, machine=False)
