@@ -601,6 +601,21 @@ class RunDirError(RunLockedError):
     ``run.py`` prints it as one ``error:`` line, a sweep skips the job."""
 
 
+def escaping_links(run_dir: str | os.PathLike) -> list[tuple[Path, Path]]:
+    """Each symbolic link under ``run_dir`` whose target (resolved; a dangling link's too) lies outside it, with
+    that target: a run writing through one would write elsewhere (``checkpoints/`` as a link: its saves and
+    their pruning in the link's target). Links that stay inside (W&B's ``latest-run``) are not listed; a link
+    to a folder is not entered."""
+    root = Path(run_dir).resolve()
+    found = []
+    for folder, dirs, files in os.walk(root):  # followlinks=False
+        for name in sorted(dirs + files):
+            path = Path(folder) / name
+            if path.is_symlink() and not (target := path.resolve()).is_relative_to(root):
+                found.append((path, target))
+    return found
+
+
 class RunLock:
     """An exclusive lock on a run directory: ``<run>/.lock``, held with ``fcntl.flock``.
 
@@ -613,7 +628,9 @@ class RunLock:
     flock's answer. So a damaged lock file (not UTF-8, not a JSON object: a torn write,
     a stray editor) is taken over with a warning when no process holds the flock, and
     refused, naming the path, when one does. A run directory (or lock file) that cannot
-    be opened for writing is one :class:`RunDirError` line naming the path.
+    be opened for writing is one :class:`RunDirError` line naming the path, and so is one holding a
+    link that leads out of it (:func:`escaping_links`), checked before the lock file is written: a run
+    never writes through it.
 
     Re-entrant within a process: ``run.py`` takes the lock before anything of the run directory is
     written, and the trainer's own acquisition inside it is then a no-op (a second flock from the same
@@ -651,6 +668,12 @@ class RunLock:
             RunLock._held[key][1] += 1
             self._nested = True
             return self
+        if links := escaping_links(self.path.parent):
+            link, target = links[0]
+            raise RunDirError(f"{link} is a link to {target}, outside the run directory {self.path.parent}: a run "
+                              f"never writes through it (its files would be written, and its checkpoints pruned, "
+                              f"there); replace the link with a folder or file of the run's own (move {target} "
+                              f"back), or point the run elsewhere (out_dir / hydra.run.dir)")
         f = self._open()
         locked = True
         try:

@@ -996,6 +996,32 @@ def test_a_file_the_base_model_loads_changed_under_a_killed_run_is_refused_namin
     assert train(small_cfg(run_dir, "train.steps=2", f"model.path={model}"))["steps_done"] == 2
 
 
+def test_a_run_never_writes_through_a_link_that_leaves_its_directory(tmp_path, small_cfg):
+    """Issue 48: with checkpoints/ replaced by a link to a folder outside the run, saves and pruning happened in the
+    link's target. A link under the run directory that leads out of it (a dangling one too) is refused before
+    anything is written, naming the link; links that stay inside (W&B's latest-run) are the run's own."""
+    import shutil
+
+    run_dir, outside = tmp_path / "r", tmp_path / "elsewhere"
+    train(small_cfg(run_dir, "train.steps=1"))
+    (run_dir / rundir.SUMMARY).unlink()  # killed after its checkpoint: the same command resumes it
+    shutil.move(run_dir / rundir.CHECKPOINTS, outside)
+    (run_dir / rundir.CHECKPOINTS).symlink_to(outside)
+    before, theirs = _snapshot(run_dir), _snapshot(outside)
+    with pytest.raises(rundir.RunDirError, match=rf"{run_dir / rundir.CHECKPOINTS} is a link to {outside}, outside"):
+        train(small_cfg(run_dir, "train.steps=2"))
+    assert _snapshot(outside) == theirs and _snapshot(run_dir) == before
+
+    other = tmp_path / "other"
+    (other / "wandb" / "offline-run-1").mkdir(parents=True)
+    (other / "wandb" / "latest-run").symlink_to(other / "wandb" / "offline-run-1")  # inside: the run's own
+    RunLock(other).acquire().release()
+    (other / rundir.METRICS).symlink_to(tmp_path / "nowhere" / rundir.METRICS)  # dangling, and outside
+    with pytest.raises(rundir.RunDirError, match=rf"{other / rundir.METRICS} is a link to {tmp_path / 'nowhere'}"):
+        RunLock(other).acquire()
+    assert not (tmp_path / "nowhere").exists()
+
+
 # --------------------------------------------------------------------------- #
 # a signal during the warm start                                                  #
 # --------------------------------------------------------------------------- #
