@@ -278,8 +278,15 @@ def read_rows(path: str | os.PathLike) -> tuple[list[dict[str, Any]], list[str]]
     kill or a power loss, a line that is not JSON or not an object, a ``step`` that is missing
     or not an int, e.g. ``"3"``) is left out, with ``"line <n>: <reason>"`` in the second list.
     ``([], [])`` when the file does not exist."""
+    numbered, bad = read_numbered_rows(path)
+    return [row for _, row in numbered], bad
+
+
+def read_numbered_rows(path: str | os.PathLike) -> tuple[list[tuple[int, dict[str, Any]]], list[str]]:
+    """:func:`read_rows` with each usable row's line number (from 1): ``[(n, row), ...]``, for a reader that
+    names the line of a value it leaves out (the analysis)."""
     path = Path(path)
-    rows: list[dict[str, Any]] = []
+    rows: list[tuple[int, dict[str, Any]]] = []
     bad: list[str] = []
     if not path.is_file():
         return rows, bad
@@ -291,7 +298,7 @@ def read_rows(path: str | os.PathLike) -> tuple[list[dict[str, Any]], list[str]]
         elif type(obj.get("step")) is not int:
             bad.append(f"line {n}: its step is {obj.get('step')!r} ({type(obj.get('step')).__name__}), not an int")
         else:
-            rows.append(obj)
+            rows.append((n, obj))
     return rows, bad
 
 

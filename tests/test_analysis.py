@@ -555,6 +555,29 @@ def test_skipped_lines_of_metrics_jsonl_are_reported_with_their_run_and_reason(t
     assert len(data.history) == len(clean.history)
 
 
+def test_a_value_that_is_not_a_number_is_reported_naming_the_run_line_and_key_and_left_out(tmp_path):
+    """Issue 48: a list where a metric number belongs was dropped without a word. Each value of metrics.jsonl
+    that is not a number (a list, a string, an object, null) is reported with its run, line, key and what it is,
+    and left out; the numbers of its row are kept, and no row of its own is made of it."""
+    make_sweep(tmp_path, STANDARD_SWEEP)
+    victim = tmp_path / "fixes=grpo,seed=1"
+    clean = A.load_runs(tmp_path)
+    with open(victim / rundir.METRICS, "a") as f:  # lines 10-12
+        f.write('{"step": 7, "actor/entropy": [1.0, 2.0], "actor/kl": 0.01}\n{"step": 8, "eval/acc_avg": "0.5"}\n'
+                '{"step": 9, "actor/entropy": {"mean": 1.0}, "actor/kl": null}\n')
+    with pytest.warns(UserWarning, match="not numbers") as caught:
+        data = A.load_runs(tmp_path)
+    (message,) = [str(w.message) for w in caught if "not numbers" in str(w.message)]
+    assert str(victim) in message and "4 value(s)" in message, message
+    for said in ("line 10: actor/entropy is a list", "line 11: eval/acc_avg is a string",
+                 "line 12: actor/entropy is an object", "line 12: actor/kl is null"):
+        assert said in message, (said, message)
+    added = data.history.merge(clean.history, how="left", indicator=True)  # what the damaged lines added
+    added = added[added["_merge"] == "left_only"]
+    assert added[["run", "step", "metric", "value"]].values.tolist() == [["fixes=grpo,seed=1", 7, "actor/kl", 0.01]]
+    assert len(data.runs) == len(clean.runs) and data.runs.set_index("run").loc["fixes=grpo,seed=1", "included"]
+
+
 def test_a_summary_nested_too_deep_to_parse_never_stops_the_analysis(tmp_path):
     """Issue 34: 200,000 nested brackets raised RecursionError in every analysis and every re-run."""
     make_sweep(tmp_path, STANDARD_SWEEP)

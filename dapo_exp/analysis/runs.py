@@ -242,10 +242,14 @@ def read_run_dir(run_dir: str | os.PathLike, root: str | os.PathLike | None = No
     mp = run_dir / rundir.METRICS
     history, history_unread = [], _over(mp, MAX_METRICS_BYTES)
     if history_unread is None:
-        history, skipped = rundir.read_rows(mp)
+        numbered, skipped = rundir.read_numbered_rows(mp)
+        history, not_numbers = numeric_rows(numbered)
         if skipped:
             warnings.warn(f"{run_dir}: skipped {len(skipped)} line(s) of {rundir.METRICS}: {'; '.join(skipped[:5])}",
                           stacklevel=2)
+        if not_numbers:
+            warnings.warn(f"{run_dir}: left out {len(not_numbers)} value(s) of {rundir.METRICS} that are not numbers: "
+                          f"{'; '.join(not_numbers[:5])}" + ("; ..." if len(not_numbers) > 5 else ""), stacklevel=2)
     if root is not None:
         rel = os.path.relpath(run_dir, root)
         run_id = run_dir.name if rel == "." else rel
@@ -253,6 +257,27 @@ def read_run_dir(run_dir: str | os.PathLike, root: str | os.PathLike | None = No
         run_id = str(run_dir)
     return RunRecord(run=run_id, config=config or {}, summary=summary, history=history, path=str(run_dir),
                      summary_unread=summary_unread, history_unread=history_unread)
+
+
+_JSON_KINDS = {list: "a list", dict: "an object", str: "a string", type(None): "null"}
+
+
+def numeric_rows(numbered: Iterable[tuple[int, dict[str, Any]]]) -> tuple[list[dict[str, Any]], list[str]]:
+    """Metric rows ``(line, row)`` with each value that is not a number left out, and one
+    ``"line <n>: <key> is a list"`` for each (a list, an object, a string, null where a metric number belongs:
+    damage, never a measurement). The row's numbers are kept; no value becomes a row of its own."""
+    rows, wrong = [], []
+    for n, row in numbered:
+        kept = {"step": row["step"]}
+        for k, v in row.items():
+            if k == "step":
+                continue
+            if _is_number(v):
+                kept[k] = v
+            else:
+                wrong.append(f"line {n}: {k} is {_JSON_KINDS.get(type(v), type(v).__name__)}, not a number")
+        rows.append(kept)
+    return rows, wrong
 
 
 def _over(path: Path, limit: int) -> str | None:
