@@ -175,7 +175,7 @@ def finished_sweep_jobs() -> int:
 
 def as_given(argv: list[str]) -> str:
     """The command line as given (every override, the launcher's included), each word as the shell must pass it."""
-    from dapo_exp.analysis.verdicts import shell_word
+    from dapo_exp.console import shell_word
 
     return " ".join(["python run.py", *map(shell_word, argv)])
 

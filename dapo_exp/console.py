@@ -6,12 +6,14 @@ plain line to stdout, so a log file, ``nohup``, SLURM or CI shows progress too::
     [dapo-exp] full s0 step 5/30 | reward -0.21 acc 0.40 ent 0.312 len 25.1 trunc 0.02 | 0.71 s/step, eta 18 s
 
 At most one line every ``every_s`` seconds (``logger.progress_every_s``), and always
-the first and the last step and each step that evaluated. Imports nothing of the project.
+the first and the last step and each step that evaluated. And :func:`shell_word`, a command line's word as the
+shell must pass it (the rerun lines of a sweep and of the analysis). Imports nothing of the project.
 """
 
 from __future__ import annotations
 
 import math
+import re
 import sys
 import time
 from typing import Any, TextIO
@@ -63,3 +65,19 @@ class ProgressLines:
             elapsed = time.perf_counter() - self._t0
             eta = elapsed / max(i, 1) * (self.total - i)
             self.emit(f"{i}/{self.total} {text} ({elapsed:.0f} s, eta {eta:.0f} s)".replace("  ", " "))
+
+
+_SHELL_SAFE = re.compile(r"(?!~)[\w@%+=:,./~-]+")
+
+
+def shell_word(arg: str) -> str:
+    """``arg`` written for a POSIX shell so that the program receives it unchanged: as it is when it holds
+    no character the shell treats specially, else in double quotes when those suffice (a Hydra override
+    quoted for Hydra, ``"sweep='fixes=grpo,clip'"``), else :func:`shlex.quote`."""
+    import shlex
+
+    if _SHELL_SAFE.fullmatch(arg):
+        return arg
+    if not re.search(r'["$`\\!]', arg):
+        return f'"{arg}"'
+    return shlex.quote(arg)

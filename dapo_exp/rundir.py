@@ -612,7 +612,9 @@ def escaping_links(run_dir: str | os.PathLike) -> list[tuple[Path, Path]]:
     """Each symbolic link under ``run_dir`` whose target (resolved; a dangling link's too) lies outside it, with
     that target: a run writing through one would write elsewhere (``checkpoints/`` as a link: its saves and
     their pruning in the link's target). Links that stay inside (W&B's ``latest-run``) are not listed; a link
-    to a folder is not entered."""
+    to a folder is not entered. The inside of ``wandb/`` is W&B's own and is not entered: W&B itself links
+    each run's ``logs/debug-core.log`` to its cache (``~/.cache/wandb/logs``), and the run writes nothing
+    there itself (``wandb/`` as a link leaving the run is still listed)."""
     root = Path(run_dir).resolve()
     found = []
     for folder, dirs, files in os.walk(root):  # followlinks=False
@@ -620,6 +622,8 @@ def escaping_links(run_dir: str | os.PathLike) -> list[tuple[Path, Path]]:
             path = Path(folder) / name
             if path.is_symlink() and not (target := path.resolve()).is_relative_to(root):
                 found.append((path, target))
+        if Path(folder) == root and "wandb" in dirs:
+            dirs.remove("wandb")
     return found
 
 

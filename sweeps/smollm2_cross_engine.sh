@@ -15,8 +15,7 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 PY="${PYTHON:-$(bash .ci/venv --find)}"  # the project's interpreter (.venv, or the active environment)
 SEEDS="${SEEDS:-0,1}"
-# rollout.gen_batch_size: the native engine's generate batch, which verl refuses unless at its default
 "$PY" run.py -m sweep=smollm2_clip_verl backend=verl train.device=cpu experiment=smollm2_add2 \
-    rollout.gen_batch_size=256 fixes=grpo,clip seed="$SEEDS" logger=none "$@"
+    fixes=grpo,clip seed="$SEEDS" logger=none "$@"
 "$PY" sweeps/checks/cross_engine.py multirun/smollm2_clip multirun/smollm2_clip_verl multirun/smollm2_cross_engine \
     --arms grpo,clip --title "GRPO vs + Clip-Higher on SmolLM2-135M-Instruct (experiment=smollm2_add2)"

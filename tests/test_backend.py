@@ -114,7 +114,6 @@ def test_a_registry_key_without_a_rule_fails_by_name(monkeypatch):
     (["task.chat_template=false"], "task.chat_template"),
     (["eval.max_response_len=4096"], "eval.max_response_len"),
     (["train.logprob_chunk=512"], "train.logprob_chunk"),
-    (["rollout.gen_batch_size=8"], "rollout.gen_batch_size"),
     (["task.verifier_timeout_s=1.0"], "task.verifier_timeout_s"),
 ])
 def test_a_value_verl_cannot_honour_fails_naming_its_key(overrides, key):

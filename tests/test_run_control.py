@@ -1015,6 +1015,9 @@ def test_a_run_never_writes_through_a_link_that_leaves_its_directory(tmp_path, s
     other = tmp_path / "other"
     (other / "wandb" / "offline-run-1").mkdir(parents=True)
     (other / "wandb" / "latest-run").symlink_to(other / "wandb" / "offline-run-1")  # inside: the run's own
+    logs = other / "wandb" / "offline-run-1" / "logs"
+    logs.mkdir()
+    (logs / "debug-core.log").symlink_to(tmp_path / "wandb-cache" / "core-debug.log")  # W&B's own link to its cache
     RunLock(other).acquire().release()
     (other / rundir.METRICS).symlink_to(tmp_path / "nowhere" / rundir.METRICS)  # dangling, and outside
     with pytest.raises(rundir.RunDirError, match=rf"{other / rundir.METRICS} is a link to {tmp_path / 'nowhere'}"):

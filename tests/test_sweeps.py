@@ -392,7 +392,9 @@ def test_a_gpu_presets_launch_line_states_runs_seeds_and_gpu_hours():
                             "experiment=dapo_32b_paper's seeds") and "~130,000 GPU-hours" in paper
 
 
-def test_every_gpu_preset_declares_its_seeds_and_its_cost_per_step():
+def test_every_model_preset_declares_its_seeds_and_its_cost_per_step():
+    """A GPU preset declares GPU-seconds per step, a CPU preset of a real model (train.device: cpu) CPU-seconds;
+    both declare the seeds a sweep that names none runs (the toy presets take the root config's)."""
     from omegaconf import OmegaConf
 
     from dapo_exp.hydra_setup import CONFIG_DIR
@@ -402,7 +404,8 @@ def test_every_gpu_preset_declares_its_seeds_and_its_cost_per_step():
             continue
         preset = OmegaConf.load(path)
         assert OmegaConf.select(preset, "hydra.sweeper.params.seed") is not None, path.name
-        assert float(OmegaConf.select(preset, "notes.gpu_s_per_step")) > 0, path.name
+        key = "notes.cpu_s_per_step" if OmegaConf.select(preset, "train.device") == "cpu" else "notes.gpu_s_per_step"
+        assert float(OmegaConf.select(preset, key)) > 0, (path.name, key)
 
 
 def test_a_costly_sweep_on_default_seeds_is_refused_and_named_seeds_are_not(tmp_path):

@@ -92,7 +92,11 @@ def _killed_and_rerun(cwd: Path) -> dict:
     ckpt = None
     while time.monotonic() < deadline and first.poll() is None:
         runs = list((cwd / "multirun" / "verl_cpu").glob("*fixes=paper_6_dapo*/checkpoints/global_step_1"))
-        if runs and (runs[0].parent / "latest_checkpointed_iteration.txt").exists():
+        # verl saves step 1's checkpoint before it logs step 1's metrics: wait for both (a kill between the
+        # two leaves a checkpoint whose metrics line was never written)
+        if runs and (runs[0].parent / "latest_checkpointed_iteration.txt").exists() and any(
+                r.get("step") == 1 and "training/global_step" in r.get("data", {})
+                for r in rundir.read_jsonl(runs[0].parent.parent / "verl_metrics.jsonl")):
             ckpt = runs[0]
             break
         time.sleep(1)

@@ -36,7 +36,6 @@ table's first line and ``plan`` without a measured spread all ask it, so they gi
 from __future__ import annotations
 
 import math
-import re
 import warnings
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -47,6 +46,7 @@ import pandas as pd
 from scipy import stats
 
 from dapo_exp import rundir
+from dapo_exp.console import shell_word
 
 ALPHA = 0.05
 POWER = 0.8
@@ -317,22 +317,6 @@ def ruled_out(mde: float, equivalence: str, r: float = math.nan, unit: str = "")
 # --------------------------------------------------------------------------- #
 def _read_overrides(path: Any) -> list[str] | None:
     return rundir.read_overrides(path) if isinstance(path, str) and path else None
-
-
-_SHELL_SAFE = re.compile(r"(?!~)[\w@%+=:,./~-]+")
-
-
-def shell_word(arg: str) -> str:
-    """``arg`` written for a POSIX shell so that the program receives it unchanged: as it is when it holds
-    no character the shell treats specially, else in double quotes when those suffice (a Hydra override
-    quoted for Hydra, ``"sweep='fixes=grpo,clip'"``), else :func:`shlex.quote`."""
-    import shlex
-
-    if _SHELL_SAFE.fullmatch(arg):
-        return arg
-    if not re.search(r'["$`\\!]', arg):
-        return f'"{arg}"'
-    return shlex.quote(arg)
 
 
 def rerun_command(runs: pd.DataFrame, n_seeds: int) -> str:

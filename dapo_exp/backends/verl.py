@@ -365,7 +365,9 @@ OTHER_RULES: dict[str, Rule] = {
     "rollout.max_response_len": to("data.max_response_length"),
     "rollout.temperature": to(_R + "temperature"),
     "rollout.top_p": to(_R + "top_p"),
-    "rollout.gen_batch_size": native_only("the HF engine's generate batch"),
+    "rollout.gen_batch_size": unused("the HF engine's generate batch: how many sequences one call samples, a speed "
+                                     "and memory knob with the same distribution (verl's vLLM batches requests "
+                                     "itself)"),
     "rollout.decode": native_only("the HF engine's sampling loop (verl samples with vLLM)"),
     "rollout.vllm_gpu_memory_utilization": to(_R + "gpu_memory_utilization"),
     "rollout.vllm_sleep": Rule(f"`{_R}free_cache_engine` (false with `train.device=cpu`)",
