@@ -7,7 +7,9 @@
 #           and the fix's effect on each engine (sweeps/checks/cross_engine.py).
 # Runs:     4 = 2 arms (fixes=grpo,clip) x 2 seeds (SEEDS=0,1), one after another (each starts its own Ray
 #           and vLLM); the native half is sweeps/smollm2_clip.sh's (run it first: its 5 seeds per arm).
-# Cost:     CPU, 2 cores: a measured estimate per verl run is in sweeps/README.md (2026-11-28).
+# Cost:     NOT RUN on the 2-core CPU: there verl's first step on this model did not end in 23 min (its update
+#           alone 22 min at one thread; sweeps/README.md, 2026-11-28 (later)), so 4 runs of 8 steps would take
+#           days. Run it on a GPU or the SLURM cluster; profile one verl step on the real model first.
 # SLURM:    one job per run: add backend.launch=slurm (hydra/launcher=slurm is for the native half).
 # Needs:    verl's environment (.venv-verl: bash .ci/install-verl).
 # Output:   multirun/smollm2_clip_verl/ and the comparison in multirun/smollm2_cross_engine/.
