@@ -15,8 +15,8 @@ micro-batches of ``--micro-batch``), on the toy or on an experiment preset's mod
   ``timing_s/step`` (generation, rewards, log-probs, advantages, the update).
 
 Order: dapo-exp's block, verl's, dapo-exp's again (A B A), so that a drift of the machine's speed shows as a
-difference between dapo-exp's two blocks. Both sides' generated tokens and optimizer updates are checked
-equal to the plan. Printed: per-system median s/step, the ratio verl / dapo-exp (dapo-exp's median over both
+difference between dapo-exp's two blocks. dapo-exp's responses, generated tokens and optimizer updates are
+checked equal to the plan, and verl's response lengths (each exactly ``--tokens``). Printed: per-system median s/step, the ratio verl / dapo-exp (dapo-exp's median over both
 its blocks), each block's median, verl's time outside its steps (start-up, closing validation), load averages
 before and after, date, commit and versions.
 
@@ -24,7 +24,9 @@ before and after, date, commit and versions.
         --micro-batch 8 --steps 3 --warmup 1 --threads 1
 
 verl's processes take torch's thread count from ``OMP_NUM_THREADS`` (set to ``--threads`` for the launch).
-Timing figures are only worth reporting from a quiet machine.
+Timing figures are only worth reporting from a quiet machine. It has not yet completed on the 2-core CPU with
+the real model: there verl's first step had not ended after 23 minutes (``sweeps/README.md``, 2026-11-28
+(later)), and nothing is printed before the end.
 """
 
 from __future__ import annotations
@@ -70,7 +72,7 @@ def verl_steps(rows: list[dict[str, Any]], *, warmup: int, steps: int) -> list[d
 
 
 def check_verl_work(args: argparse.Namespace, timed: list[dict[str, float]]) -> None:
-    """Every timed verl step generated ``prompts x responses`` responses of exactly ``tokens`` tokens."""
+    """Every timed verl step's responses were exactly ``tokens`` tokens long (mean, min and max)."""
     for row in timed:
         length = (row.get("response_length/mean"), row.get("response_length/min"), row.get("response_length/max"))
         if length != (args.tokens,) * 3:
