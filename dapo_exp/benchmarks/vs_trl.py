@@ -340,16 +340,21 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     return args
 
 
+def check_work(name: str, t: Tally, args: argparse.Namespace, steps: int) -> None:
+    """``t``'s timed steps did the planned work: ``steps`` steps of ``--prompts`` x ``--responses`` responses of
+    ``--tokens`` tokens, one optimizer update each (shared with :mod:`dapo_exp.benchmarks.vs_verl`)."""
+    done = sum(len(s) for s in t.seconds)
+    want = (steps, steps * args.prompts * args.responses, steps * args.prompts * args.responses * args.tokens, steps)
+    if (done, t.responses, t.gen_tokens, t.updates) != want:
+        raise AssertionError(f"{name} did other work than planned: steps, responses, generated tokens, updates = "
+                             f"{(done, t.responses, t.gen_tokens, t.updates)}, expected {want}")
+
+
 def check_same_work(args: argparse.Namespace, trl: Tally, dapo: Tally) -> int:
     """Both did the planned steps, tokens, responses and updates; returns the timed steps per system."""
     steps = args.blocks * args.steps
     for name, t in (("TRL", trl), ("dapo-exp", dapo)):
-        done = sum(len(s) for s in t.seconds)
-        want = (steps, steps * args.prompts * args.responses, steps * args.prompts * args.responses * args.tokens,
-                steps)
-        if (done, t.responses, t.gen_tokens, t.updates) != want:
-            raise AssertionError(f"{name} did other work than planned: steps, responses, generated tokens, updates = "
-                                 f"{(done, t.responses, t.gen_tokens, t.updates)}, expected {want}")
+        check_work(name, t, args, steps)
     return steps
 
 
