@@ -24,9 +24,9 @@ before and after, date, commit and versions.
         --micro-batch 8 --steps 3 --warmup 1 --threads 1
 
 verl's processes take torch's thread count from ``OMP_NUM_THREADS`` (set to ``--threads`` for the launch).
-Timing figures are only worth reporting from a quiet machine. It has not yet completed on the 2-core CPU with
-the real model: there verl's first step had not ended after 23 minutes (``sweeps/README.md``, 2026-11-28
-(later)), and nothing is printed before the end.
+Timing figures are only worth reporting from a quiet machine. It has not yet completed on a 2-core CPU with
+the real model (the lab notebook, ``sweeps/README.md``, says how far verl's first step got), and it prints
+nothing before its end.
 """
 
 from __future__ import annotations
