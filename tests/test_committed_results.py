@@ -144,3 +144,14 @@ def test_the_readmes_ladder_figures_are_the_committed_runs_own():
            (ci.high - ci.low) / 2)
     assert [round(x, 1) for x in got] == [grpo_pct, dapo_pct, delta, half], \
         f"README says {grpo_pct}% -> {dapo_pct}% ({delta:+} ± {half}); {name}'s runs give {got}"
+
+
+def test_no_committed_result_names_a_path_of_the_machine_it_ran_on():
+    """A clone elsewhere reads the results' tables as they are: run folders are named relative to the checkout
+    (logs kept beside them may quote where they ran)."""
+    found = []
+    for path in sorted(RESULTS.rglob("*.csv")):
+        if path.is_file():
+            found += [f"{path.relative_to(ROOT)}: {m}" for m in
+                      sorted(set(re.findall(r"\"?(/(?:work|home|root|tmp)/[^,\"\s]*)", path.read_text())))[:1]]
+    assert not found, found
