@@ -5,6 +5,7 @@ exceptions named here with the reason; the README quotes no superseded result, a
 committed runs' own, recomputed here with scipy."""
 
 import csv
+import functools
 import re
 import subprocess
 from pathlib import Path
@@ -35,6 +36,7 @@ def _recorded() -> list[Path]:
     return sorted(p.parent for p in RESULTS.glob("*/runs.csv"))
 
 
+@functools.cache
 def _shipped_identities() -> dict[str, str]:
     """The first 12 digits of each shipped warm start's identity (every file its loading reads), computed from the
     files in the package: what a user's run starts from."""
