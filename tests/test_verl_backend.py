@@ -37,7 +37,7 @@ verl = pytest.importorskip("verl", reason="verl is not installed here: .ci/test 
                            ".venv-verl/bin/python (bash .ci/install-verl creates it)")
 
 from hydra import compose, initialize_config_dir  # noqa: E402
-from omegaconf import DictConfig, OmegaConf  # noqa: E402
+from omegaconf import DictConfig, OmegaConf, open_dict  # noqa: E402
 
 from dapo_exp import objective  # noqa: E402
 from dapo_exp.backends import verl as vb  # noqa: E402
@@ -245,6 +245,36 @@ def test_the_paper_dry_runs_dapo_row_has_the_papers_32b_hyperparameters(paper_jo
     for row, words, key, want in PAPER_32B:
         got = OmegaConf.select(c, key, throw_on_missing=True)
         assert got == want, f"{row} ({words}): verl's {key} is {got!r}, the paper's is {want!r}"
+
+
+def _verls_compute_dtype(fsdp_config) -> torch.dtype:
+    """The dtype verl's FSDP engine computes in, read as `FSDPEngine._build_fsdp_module` reads it: the
+    engine config's `mixed_precision.param_dtype`, bf16 when the dict is unset."""
+    from verl.utils.config import omega_conf_to_dataclass
+    from verl.utils.torch_dtypes import PrecisionType
+
+    mp = omega_conf_to_dataclass(fsdp_config).mixed_precision
+    return PrecisionType.to_dtype(mp.get("param_dtype", "bf16")) if mp is not None else torch.bfloat16
+
+
+@pytest.mark.parametrize(("experiment", "extra", "want"), [
+    ("smollm2_add2", ("train.device=cpu",), torch.float32),  # the real model on a CPU: float32, as natively
+    ("", ("train.device=cpu",), torch.float32),  # the toy
+    ("qwen0.5b_gsm8k", (), torch.bfloat16),  # model.dtype bfloat16: bf16 autocast natively on CUDA
+    ("qwen0.5b_gsm8k", ("train.bf16=false",), torch.float32),
+])
+def test_verls_fsdp_engine_computes_in_the_native_trainers_dtype(experiment, extra, want):
+    """verl's FSDP engine computes in bf16 unless `fsdp_config.mixed_precision` says otherwise (its
+    `fsdp_config.dtype` is read by Megatron only): a float32 run must reach it as float32, for the actor
+    and the reference, or verl trains a different (and, on an AVX2-only CPU, ~28x slower) model."""
+    c = verl_config(experiment, "grpo", *extra)
+    for role in (c.actor_rollout_ref.actor, c.actor_rollout_ref.ref):
+        assert _verls_compute_dtype(role.fsdp_config) == want, (experiment, extra)
+    # without the translated dict verl's default is bf16: the rule is what makes a float32 run float32
+    bare = copy.deepcopy(c.actor_rollout_ref.actor.fsdp_config)
+    with open_dict(bare):
+        del bare["mixed_precision"]
+    assert _verls_compute_dtype(bare) == torch.bfloat16
 
 
 def test_gpu_free_values_that_verl_treats_specially():

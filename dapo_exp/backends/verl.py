@@ -141,13 +141,26 @@ def _kl(v: float, ctx: Context) -> dict[str, Any]:
     return {_A + "use_kl_loss": v > 0, _A + "kl_loss_coef": v, "algorithm.use_kl_in_reward": False}
 
 
+_PRECISION = {"float32": "fp32", "bfloat16": "bf16", "float16": "fp16"}
+
+
 def _compute_dtype(v: Any, ctx: Context) -> dict[str, Any]:
-    """The native trainer's CUDA compute dtype: autocast in model.dtype when train.bf16 says so."""
+    """The native trainer's compute dtype: autocast in model.dtype when train.bf16 says so, float32 otherwise.
+
+    verl's FSDP engine computes in ``fsdp_config.mixed_precision.param_dtype`` (bf16 when that dict is
+    unset, whatever ``fsdp_config.dtype`` says: only Megatron reads ``dtype``), so both are set, for the
+    actor and the reference. Unset, a float32 run here trained in bf16 on verl's side; on a CPU without
+    bf16 instructions (AVX2 only) that is emulated, about 28 times slower than float32 per matmul."""
     flag, dtype = str(v).lower(), ctx.cfg.model.dtype
     half = {"bfloat16": "bfloat16", "float16": "float16", "auto": "bfloat16"}.get(dtype)
     on = flag == "true" or (flag == "auto" and half is not None)
     compute = (half or "bfloat16") if on else "float32"
-    return {_A + "fsdp_config.dtype": compute, "actor_rollout_ref.ref.fsdp_config.dtype": compute}
+    precision = {"param_dtype": _PRECISION[compute], "reduce_dtype": "fp32", "buffer_dtype": "fp32"}
+    out: dict[str, Any] = {}
+    for role in (_A, "actor_rollout_ref.ref."):
+        out[role + "fsdp_config.dtype"] = compute
+        out["+" + role + "fsdp_config.mixed_precision"] = precision
+    return out
 
 
 def _test_freq(v: int, ctx: Context) -> dict[str, Any]:
@@ -387,7 +400,8 @@ OTHER_RULES: dict[str, Rule] = {
     "train.device": Rule("`trainer.device=cuda`; `cpu`: `trainer.device=cpu` and the CPU mode's settings "
                          "(`cpu_overrides`: logical Ray GPUs, SDPA, FSDP2, no sleep mode, one worker each, "
                          "`dapo_exp.backends.verl_cpu` loaded in every process)", _device),
-    "train.bf16": Rule(f"`{_A}fsdp_config.dtype` (+ ref): the compute dtype, as the native autocast", _compute_dtype),
+    "train.bf16": Rule(f"`{_A}fsdp_config.mixed_precision` and `.dtype` (+ ref): the compute dtype, as the native "
+                       "autocast (float32 unless bf16 is on)", _compute_dtype),
     "train.torch_compile": to(_A + "use_torch_compile"),
     "train.logprob_chunk": native_only("the native trainer's log-prob chunking (memory)"),
     "train.randomness": Rule(f"keyed: `{_R}full_determinism=true`, `{_A}fsdp_config.full_determinism=true` "
