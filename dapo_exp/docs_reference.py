@@ -52,7 +52,7 @@ VERL_START, VERL_END = "<!-- verl-table:start (python -m dapo_exp.docs_reference
 CLIS: tuple[tuple[str, ...], ...] = (
     ("run.py",), ("dapo_exp.analysis",), ("dapo_exp.analysis", "design"), ("dapo_exp.analysis", "plan"),
     ("dapo_exp.analysis", "study"), ("dapo_exp.docs_reference",),
-    ("dapo_exp.benchmarks.vs_trl",), ("dapo_exp.benchmarks.scaling",),
+    ("dapo_exp.benchmarks.vs_trl",), ("dapo_exp.benchmarks.three_engines",), ("dapo_exp.benchmarks.scaling",),
     ("dapo_exp.benchmarks.gen_throughput",), ("dapo_exp.benchmarks.trainer_throughput",),
     ("dapo_exp.benchmarks.random_models",), ("dapo_exp.benchmarks.compare_runs",),
     ("dapo_exp.benchmarks.verdict_cost",), ("dapo_exp.benchmarks.busy_machine",),

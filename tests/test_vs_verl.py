@@ -50,3 +50,17 @@ def test_bad_sizes_are_refused():
         _args("--steps", "0")
     with pytest.raises(SystemExit):
         _args("--prompts", "3", "--responses", "3", "--micro-batch", "2")
+
+
+def test_verls_versions_are_read_from_backend_pythons_interpreter(tmp_path, monkeypatch):
+    """The summary's versions line runs verl's interpreter (``backend.python``'s default); a missing one is said,
+    not raised (a benchmark that ran for half an hour must still print its figures)."""
+    from dapo_exp.config import BackendConfig
+
+    fake = tmp_path / "python"
+    fake.write_text("#!/bin/sh\necho 'verl 0.9.1, vllm 0.32.0, torch 2.13.0+cpu'\n")
+    fake.chmod(0o755)
+    monkeypatch.setattr(BackendConfig, "python", str(fake))
+    assert vs_verl.verl_versions() == "verl 0.9.1, vllm 0.32.0, torch 2.13.0+cpu"
+    monkeypatch.setattr(BackendConfig, "python", str(tmp_path / "missing" / "python"))
+    assert vs_verl.verl_versions().startswith("(versions unreadable: ")

@@ -25,8 +25,8 @@ before and after, date, commit and versions.
 
 verl's processes take torch's thread count from ``OMP_NUM_THREADS`` (set to ``--threads`` for the launch).
 Timing figures are only worth reporting from a quiet machine. It has not yet completed on a 2-core CPU with
-the real model (the lab notebook, ``sweeps/README.md``, says how far verl's first step got), and it prints
-nothing before its end.
+the real model (the lab notebook, ``sweeps/README.md``, says how far verl's first step got); each block's
+times are printed as the block ends, the summary at the end.
 """
 
 from __future__ import annotations
@@ -139,11 +139,17 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
 
 
 def verl_versions() -> str:
-    from dapo_exp.backends.verl import VERL_PYTHON
+    """verl's, vLLM's and torch's versions in verl's environment (``backend.python``'s default)."""
+    from dapo_exp.config import BackendConfig
+    from dapo_exp.preflight import resolve_python
 
+    python = resolve_python(BackendConfig.python, must_exist=False)
     code = "import verl, vllm, torch; print(f'verl {verl.__version__}, vllm {vllm.__version__}, torch {torch.__version__}')"
-    got = subprocess.run([str(VERL_PYTHON), "-c", code], capture_output=True, text=True)
-    return got.stdout.strip() or "(versions unreadable)"
+    try:
+        got = subprocess.run([python, "-c", code], capture_output=True, text=True)
+    except OSError as e:
+        return f"(versions unreadable: {e})"
+    return got.stdout.strip() or f"(versions unreadable: {python} printed none)"
 
 
 def main(argv: list[str] | None = None) -> dict:
@@ -152,14 +158,18 @@ def main(argv: list[str] | None = None) -> dict:
         torch.set_num_threads(args.threads)
     threads, before = torch.get_num_threads(), os.getloadavg()
     model_path = vs_trl.bench_model_path(args)
-    with tempfile.TemporaryDirectory(prefix="vs_verl-") as tmp:
-        a1, tally = run_dapo_block(args, model_path=model_path, out=Path(tmp) / "dapo1")
-        verl, overhead = run_verl(args, model_path=model_path, out=Path(tmp) / "verl")
-        a2, _ = run_dapo_block(args, model_path=model_path, out=Path(tmp) / "dapo2")
-    after = os.getloadavg()
-    verl_s = [r["timing_s/step"] for r in verl]
-    dapo_med, verl_med = float(np.median(a1 + a2)), float(np.median(verl_s))
     fmt = " ".join
+    with tempfile.TemporaryDirectory(prefix="vs_verl-") as tmp:
+        # each block's figures are printed as it ends, so that a failure later loses none of them
+        a1, tally = run_dapo_block(args, model_path=model_path, out=Path(tmp) / "dapo1")
+        print(f"[vs_verl] dapo-exp block 1: {fmt(f'{x:.2f}' for x in a1)} s/step", flush=True)
+        verl, overhead = run_verl(args, model_path=model_path, out=Path(tmp) / "verl")
+        verl_s = [r["timing_s/step"] for r in verl]
+        print(f"[vs_verl] verl: {fmt(f'{x:.2f}' for x in verl_s)} s/step", flush=True)
+        a2, _ = run_dapo_block(args, model_path=model_path, out=Path(tmp) / "dapo2")
+        print(f"[vs_verl] dapo-exp block 2: {fmt(f'{x:.2f}' for x in a2)} s/step", flush=True)
+    after = os.getloadavg()
+    dapo_med, verl_med = float(np.median(a1 + a2)), float(np.median(verl_s))
     print(f"# dapo-exp vs verl's trainer at identical work ({datetime.datetime.now().isoformat(timespec='seconds')})")
     print(f"commit {rundir.git_commit()}; {platform.platform()}, {os.cpu_count()} CPUs, torch threads {threads}; "
           f"dapo-exp: torch {torch.__version__}; verl's environment: {verl_versions()}")

@@ -1,0 +1,101 @@
+"""Benchmark: one training step of dapo-exp, TRL's GRPOTrainer and verl's trainer at identical work, in one run.
+
+Runs :mod:`dapo_exp.benchmarks.vs_trl` (TRL and dapo-exp in ABBA blocks, one process) and then
+:mod:`dapo_exp.benchmarks.vs_verl` (dapo-exp, verl's run through ``run.py backend=verl``, dapo-exp again) on
+the same work, one after another, so that each ratio has dapo-exp's own time measured in the same minutes
+beside it. Each benchmark's full output is written to ``--out`` (``vs_trl.txt``, ``vs_verl.txt``) as it
+runs, and the summary (``summary.txt``): the three medians, the two ratios to dapo-exp, the load averages.
+
+    python -m dapo_exp.benchmarks.three_engines --out sweeps/results/<date>-real-model-bench
+
+The default work is the real model's (``--experiment smollm2_add2``: 2 prompts x 8 responses of exactly 24
+new tokens, one update over micro-batches of 8, one torch thread per process). Needs TRL in this environment
+(the ``bench`` extra) and verl's (``.venv-verl``). About half an hour on a quiet 2-core CPU; run nothing
+beside it (timing figures are only worth reporting from a quiet machine).
+"""
+
+from __future__ import annotations
+
+import argparse
+import contextlib
+import io
+import os
+import sys
+from pathlib import Path
+from typing import Any, TextIO
+
+
+class _Tee(io.TextIOBase):
+    """Writes to several text streams at once (the terminal and a file)."""
+
+    def __init__(self, *streams: TextIO) -> None:
+        self.streams = streams
+
+    def write(self, s: str) -> int:
+        for stream in self.streams:
+            stream.write(s)
+            stream.flush()
+        return len(s)
+
+
+def parse_args(argv: list[str] | None) -> argparse.Namespace:
+    ap = argparse.ArgumentParser(prog="python -m dapo_exp.benchmarks.three_engines", description=__doc__.split("\n")[0])
+    ap.add_argument("--out", required=True, help="folder for vs_trl.txt, vs_verl.txt and summary.txt")
+    ap.add_argument("--experiment", default="smollm2_add2", help="the model and task (an experiment preset)")
+    ap.add_argument("--prompts", type=int, default=2, help="prompts per step")
+    ap.add_argument("--responses", type=int, default=8, help="responses per prompt (the group size)")
+    ap.add_argument("--tokens", type=int, default=24, help="new tokens per response, exactly")
+    ap.add_argument("--micro-batch", type=int, default=8, help="responses per forward/backward pass")
+    ap.add_argument("--threads", type=int, default=1, help="torch threads of every process")
+    ap.add_argument("--warmup", type=int, default=1, help="untimed steps first, of each system")
+    ap.add_argument("--trl-blocks", type=int, default=3, help="vs_trl's blocks of one timed step each (ABBA)")
+    ap.add_argument("--verl-steps", type=int, default=2, help="vs_verl's timed steps per block")
+    return ap.parse_args(argv)
+
+
+def work_args(args: argparse.Namespace) -> list[str]:
+    """The work both benchmarks are given, as their own command-line arguments."""
+    return ["--experiment", args.experiment, "--prompts", str(args.prompts), "--responses", str(args.responses),
+            "--tokens", str(args.tokens), "--micro-batch", str(args.micro_batch), "--threads", str(args.threads),
+            "--warmup", str(args.warmup)]
+
+
+def _load(avg: tuple[float, ...]) -> str:
+    return " ".join(f"{x:.2f}" for x in avg)
+
+
+def summary(trl: dict[str, Any], verl: dict[str, Any]) -> str:
+    """The three systems' medians and each ratio to dapo-exp's time from the same benchmark."""
+    import numpy as np
+
+    dapo_v = float(np.median(verl["dapo_s"]))
+    verl_med = float(np.median(verl["verl_s"]))
+    return "\n".join([
+        f"TRL       {trl['trl_median_s']:.2f} s/step; dapo-exp beside it {trl['dapo_median_s']:.2f} s/step; "
+        f"dapo-exp / TRL {trl['ratio']:.3f}",
+        f"verl      {verl_med:.2f} s/step; dapo-exp beside it {dapo_v:.2f} s/step; verl / dapo-exp {verl['ratio']:.3f}",
+        f"load average (1, 5, 15 min): vs_trl {_load(trl['load_before'])} -> {_load(trl['load_after'])}; "
+        f"vs_verl {_load(verl['load_before'])} -> {_load(verl['load_after'])}",
+    ]) + "\n"
+
+
+def main(argv: list[str] | None = None) -> str:
+    args = parse_args(argv)
+    out = Path(args.out)
+    out.mkdir(parents=True, exist_ok=True)
+    os.environ["OMP_NUM_THREADS"] = str(args.threads)  # verl's processes take theirs from it
+    from dapo_exp.benchmarks import vs_trl, vs_verl
+
+    results = {}
+    for name, module, extra in (("vs_trl", vs_trl, ["--blocks", str(args.trl_blocks), "--steps", "1"]),
+                                ("vs_verl", vs_verl, ["--steps", str(args.verl_steps)])):
+        with open(out / f"{name}.txt", "w") as f, contextlib.redirect_stdout(_Tee(sys.stdout, f)):
+            results[name] = module.main([*work_args(args), *extra])
+    text = summary(results["vs_trl"], results["vs_verl"])
+    (out / "summary.txt").write_text(text)
+    print(text, end="")
+    return text
+
+
+if __name__ == "__main__":
+    main()
