@@ -196,3 +196,20 @@ def test_each_levels_base_pass_at_1_on_smollm2_is_in_its_band(level, smollm2_dir
     print(level, got)  # pytest -s: the measured values
     outside = {k: (round(got[k], 3), band) for k, band in BASE_BANDS[level].items() if not band[0] <= got[k] <= band[1]}
     assert not outside, f"{level}: base policy outside its bands (value, band): {outside}; all: {got}"
+
+
+@pytest.mark.parametrize("level", sorted(LEVELS))
+def test_every_levels_prompts_fit_the_prompt_caps_on_smollm2s_tokenizer(level, smollm2_dir):
+    """Natively ``task.max_prompt_len`` is a cap (a longer prompt is left-truncated); on verl it is also the
+    length every prompt is padded to, so the presets keep it tight. Every prompt of every level, rendered by
+    SmolLM2's chat template, fits the task's cap, and add2's fit ``experiment=smollm2_add2``'s."""
+    from transformers import AutoTokenizer
+
+    tok = AutoTokenizer.from_pretrained(smollm2_dir)
+    task = compose_config(["task=chat_arith", "logger=none", f"task.level={level}", "task.arith_n_train=2000"]).task
+    data = load_task(task)
+    longest = max(len(render_prompt(p.conversation(), tok, True)) for p in data.train + data.eval)
+    assert longest <= task.max_prompt_len, (level, longest, task.max_prompt_len)
+    if level == "add2":
+        preset = compose_config(["experiment=smollm2_add2", "logger=none"]).task
+        assert longest <= preset.max_prompt_len, (longest, preset.max_prompt_len)

@@ -4,6 +4,8 @@ benchmark (the benchmarks themselves are tests/test_vs_trl.py's and tests/test_v
 
 from __future__ import annotations
 
+import os
+
 from dapo_exp.benchmarks import three_engines, vs_trl, vs_verl
 
 
@@ -23,7 +25,7 @@ def test_both_benchmarks_get_the_same_work_and_their_outputs_and_summary_are_wri
             "load_before": (1.0, 1.0, 1.0), "load_after": (1.2, 1.1, 1.0)}
     monkeypatch.setattr(vs_trl, "main", fake("vs_trl", trl))
     monkeypatch.setattr(vs_verl, "main", fake("vs_verl", verl))
-    text = three_engines.main(["--out", str(tmp_path / "bench"), "--prompts", "4"])
+    text = three_engines.main(["--out", str(tmp_path / "bench"), "--prompts", "4"], run=three_engines._in_this_process)
     work = ["--experiment", "smollm2_add2", "--prompts", "4", "--responses", "8", "--tokens", "24", "--micro-batch",
             "8", "--threads", "1", "--warmup", "1"]
     assert calls == {"vs_trl": [*work, "--blocks", "3", "--steps", "1"], "vs_verl": [*work, "--steps", "2"]}
@@ -41,3 +43,12 @@ def test_each_benchmark_parses_the_work_it_is_given():
     work = three_engines.work_args(args)
     assert vs_trl.parse_args([*work, "--blocks", "3", "--steps", "1"]).experiment == "smollm2_add2"
     assert vs_verl.parse_args([*work, "--steps", "2"]).tokens == 24
+
+
+def test_a_benchmark_runs_in_a_process_of_its_own_and_its_output_is_kept(tmp_path, capfd):
+    """Each benchmark is spawned (the first one's models must not stay in memory beside verl's workers): the
+    child's return value comes back, and what it printed reaches both the terminal and the file."""
+    got = three_engines.in_child("dapo_exp.benchmarks.three_engines:_child_probe", ["a", "b"], tmp_path / "o.txt")
+    assert got["args"] == ["a", "b"] and got["pid"] != os.getpid()
+    assert (tmp_path / "o.txt").read_text() == "child says a b\n"
+    assert "child says a b" in capfd.readouterr().out

@@ -3,8 +3,11 @@
 Runs :mod:`dapo_exp.benchmarks.vs_trl` (TRL and dapo-exp in ABBA blocks, one process) and then
 :mod:`dapo_exp.benchmarks.vs_verl` (dapo-exp, verl's run through ``run.py backend=verl``, dapo-exp again) on
 the same work, one after another, so that each ratio has dapo-exp's own time measured in the same minutes
-beside it. Each benchmark's full output is written to ``--out`` (``vs_trl.txt``, ``vs_verl.txt``) as it
-runs, and the summary (``summary.txt``): the three medians, the two ratios to dapo-exp, the load averages.
+beside it. Each benchmark runs in a process of its own (TRL's and dapo-exp's models held by the first would
+leave verl's workers too little memory: Ray's memory monitor killed verl's vLLM server when both ran in one
+process on a 24 GB machine). Each benchmark's full output is written to ``--out`` (``vs_trl.txt``,
+``vs_verl.txt``) as it runs, and the summary (``summary.txt``): the three medians, the two ratios to dapo-exp,
+the load averages.
 
     python -m dapo_exp.benchmarks.three_engines --out sweeps/results/<date>-real-model-bench
 
@@ -18,9 +21,12 @@ from __future__ import annotations
 
 import argparse
 import contextlib
+import importlib
 import io
+import multiprocessing
 import os
 import sys
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any, TextIO
 
@@ -79,22 +85,54 @@ def summary(trl: dict[str, Any], verl: dict[str, Any]) -> str:
     ]) + "\n"
 
 
-def main(argv: list[str] | None = None) -> str:
+def _target(target: str, argv: list[str], path: str, results: Any) -> None:
+    module, func = target.split(":")
+    with open(path, "w") as f, contextlib.redirect_stdout(_Tee(sys.stdout, f)):
+        results.put(getattr(importlib.import_module(module), func)(argv))
+
+
+def in_child(target: str, argv: list[str], path: Path) -> Any:
+    """``module:function`` called with ``argv`` in a fresh process (spawned: nothing of this one's memory),
+    its standard output also written to ``path``; its return value."""
+    ctx = multiprocessing.get_context("spawn")
+    results = ctx.Queue()
+    proc = ctx.Process(target=_target, args=(target, argv, str(path), results))
+    proc.start()
+    try:
+        got = results.get()  # before join: a large result would otherwise block the child's exit
+    except BaseException:
+        proc.kill()
+        raise
+    proc.join()
+    return got
+
+
+def _in_this_process(target: str, argv: list[str], path: Path) -> Any:
+    """:func:`in_child`'s contract in this process (tests)."""
+    module, func = target.split(":")
+    with open(path, "w") as f, contextlib.redirect_stdout(_Tee(sys.stdout, f)):
+        return getattr(importlib.import_module(module), func)(argv)
+
+
+def main(argv: list[str] | None = None, run: Callable[[str, list[str], Path], Any] = in_child) -> str:
     args = parse_args(argv)
     out = Path(args.out)
     out.mkdir(parents=True, exist_ok=True)
-    os.environ["OMP_NUM_THREADS"] = str(args.threads)  # verl's processes take theirs from it
-    from dapo_exp.benchmarks import vs_trl, vs_verl
-
+    os.environ["OMP_NUM_THREADS"] = str(args.threads)  # the children's and verl's processes take theirs from it
     results = {}
-    for name, module, extra in (("vs_trl", vs_trl, ["--blocks", str(args.trl_blocks), "--steps", "1"]),
-                                ("vs_verl", vs_verl, ["--steps", str(args.verl_steps)])):
-        with open(out / f"{name}.txt", "w") as f, contextlib.redirect_stdout(_Tee(sys.stdout, f)):
-            results[name] = module.main([*work_args(args), *extra])
+    for name, extra in (("vs_trl", ["--blocks", str(args.trl_blocks), "--steps", "1"]),
+                        ("vs_verl", ["--steps", str(args.verl_steps)])):
+        results[name] = run(f"dapo_exp.benchmarks.{name}:main", [*work_args(args), *extra], out / f"{name}.txt")
     text = summary(results["vs_trl"], results["vs_verl"])
     (out / "summary.txt").write_text(text)
     print(text, end="")
     return text
+
+
+def _child_probe(argv: list[str]) -> dict[str, Any]:
+    """What :func:`in_child`'s test spawns: prints its arguments, returns them with its process id."""
+    print("child says", *argv)
+    return {"args": argv, "pid": os.getpid()}
 
 
 if __name__ == "__main__":
