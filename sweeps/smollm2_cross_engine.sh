@@ -7,9 +7,10 @@
 #           and the fix's effect on each engine (sweeps/checks/cross_engine.py).
 # Runs:     4 = 2 arms (fixes=grpo,clip) x 2 seeds (SEEDS=0,1), one after another (each starts its own Ray
 #           and vLLM); the native half is sweeps/smollm2_clip.sh's (run it first: its 5 seeds per arm).
-# Cost:     NOT RUN on the 2-core CPU: there verl's first step on this model did not end in 23 min (its update
-#           alone 22 min at one thread; sweeps/README.md, 2026-11-28 (later)), so 4 runs of 8 steps would take
-#           days. Run it on a GPU or the SLURM cluster; profile one verl step on the real model first.
+# Cost:     not run yet. On the 2-core CPU a verl step of 2 prompts x 8 responses took 146 s (4.3x dapo-exp's,
+#           python -m dapo_exp.benchmarks.three_engines, sweeps/README.md 2026-11-28 (evening)); this study's
+#           steps are twice that work, so a run of 8 steps, two validations and start-up is about 40-45 min and
+#           the four runs about 2-3 hours, one after another (each starts its own Ray and vLLM).
 # SLURM:    one job per run: add backend.launch=slurm (hydra/launcher=slurm is for the native half).
 # Needs:    verl's environment (.venv-verl: bash .ci/install-verl).
 # Output:   multirun/smollm2_clip_verl/ and the comparison in multirun/smollm2_cross_engine/.

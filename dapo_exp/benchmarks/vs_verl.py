@@ -24,9 +24,8 @@ before and after, date, commit and versions.
         --micro-batch 8 --steps 3 --warmup 1 --threads 1
 
 verl's processes take torch's thread count from ``OMP_NUM_THREADS`` (set to ``--threads`` for the launch).
-Timing figures are only worth reporting from a quiet machine. It has not yet completed on a 2-core CPU with
-the real model (the lab notebook, ``sweeps/README.md``, says how far verl's first step got); each block's
-times are printed as the block ends, the summary at the end.
+Timing figures are only worth reporting from a quiet machine. Each block's times are printed as the block
+ends, the summary at the end; :mod:`dapo_exp.benchmarks.three_engines` runs this and the TRL benchmark together.
 """
 
 from __future__ import annotations
