@@ -6,6 +6,8 @@ from __future__ import annotations
 
 import os
 
+import pytest
+
 from dapo_exp.benchmarks import three_engines, vs_trl, vs_verl
 
 
@@ -52,3 +54,8 @@ def test_a_benchmark_runs_in_a_process_of_its_own_and_its_output_is_kept(tmp_pat
     assert got["args"] == ["a", "b"] and got["pid"] != os.getpid()
     assert (tmp_path / "o.txt").read_text() == "child says a b\n"
     assert "child says a b" in capfd.readouterr().out
+
+
+def test_a_benchmark_that_fails_in_its_process_is_an_error_naming_it_not_a_hang(tmp_path):
+    with pytest.raises(RuntimeError, match=r"three_engines:parse_args failed in its process: SystemExit"):
+        three_engines.in_child("dapo_exp.benchmarks.three_engines:parse_args", ["--no-such-flag"], tmp_path / "o.txt")

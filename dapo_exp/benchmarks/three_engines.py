@@ -87,23 +87,29 @@ def summary(trl: dict[str, Any], verl: dict[str, Any]) -> str:
 
 def _target(target: str, argv: list[str], path: str, results: Any) -> None:
     module, func = target.split(":")
-    with open(path, "w") as f, contextlib.redirect_stdout(_Tee(sys.stdout, f)):
-        results.put(getattr(importlib.import_module(module), func)(argv))
+    try:
+        with open(path, "w") as f, contextlib.redirect_stdout(_Tee(sys.stdout, f)):
+            results.put(("ok", getattr(importlib.import_module(module), func)(argv)))
+    except BaseException as e:  # the parent waits on the queue: it must hear of a failure too
+        results.put(("error", f"{type(e).__name__}: {e}"))
+        raise
 
 
 def in_child(target: str, argv: list[str], path: Path) -> Any:
     """``module:function`` called with ``argv`` in a fresh process (spawned: nothing of this one's memory),
-    its standard output also written to ``path``; its return value."""
+    its standard output also written to ``path``; its return value, or a RuntimeError naming its failure."""
     ctx = multiprocessing.get_context("spawn")
     results = ctx.Queue()
     proc = ctx.Process(target=_target, args=(target, argv, str(path), results))
     proc.start()
     try:
-        got = results.get()  # before join: a large result would otherwise block the child's exit
+        kind, got = results.get()  # before join: a large result would otherwise block the child's exit
     except BaseException:
         proc.kill()
         raise
     proc.join()
+    if kind == "error":
+        raise RuntimeError(f"{target} failed in its process: {got} (its output so far: {path})")
     return got
 
 
