@@ -23,7 +23,8 @@ def test_both_benchmarks_get_the_same_work_and_their_outputs_and_summary_are_wri
 
     trl = {"trl_median_s": 143.0, "dapo_median_s": 35.8, "ratio": 35.8 / 143.0, "load_before": (0.71, 1.5, 1.9),
            "load_after": (1.0, 1.05, 1.4)}
-    verl = {"dapo_s": [36.0, 35.0, 37.0, 36.5], "verl_s": [141.0, 143.0], "ratio": 142.0 / 36.25,
+    verl = {"dapo_s": [36.0, 35.0, 37.0, 36.5], "verl_s": [141.0, 143.0], "dapo_median_s": 36.25,
+            "verl_median_s": 142.0, "ratio": 142.0 / 36.25,
             "load_before": (1.0, 1.0, 1.0), "load_after": (1.2, 1.1, 1.0)}
     monkeypatch.setattr(vs_trl, "main", fake("vs_trl", trl))
     monkeypatch.setattr(vs_verl, "main", fake("vs_verl", verl))

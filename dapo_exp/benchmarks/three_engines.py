@@ -72,24 +72,19 @@ def _load(avg: tuple[float, ...]) -> str:
 
 def summary(trl: dict[str, Any], verl: dict[str, Any]) -> str:
     """The three systems' medians and each ratio to dapo-exp's time from the same benchmark."""
-    import numpy as np
-
-    dapo_v = float(np.median(verl["dapo_s"]))
-    verl_med = float(np.median(verl["verl_s"]))
     return "\n".join([
         f"TRL       {trl['trl_median_s']:.2f} s/step; dapo-exp beside it {trl['dapo_median_s']:.2f} s/step; "
         f"dapo-exp / TRL {trl['ratio']:.3f}",
-        f"verl      {verl_med:.2f} s/step; dapo-exp beside it {dapo_v:.2f} s/step; verl / dapo-exp {verl['ratio']:.3f}",
+        f"verl      {verl['verl_median_s']:.2f} s/step; dapo-exp beside it {verl['dapo_median_s']:.2f} s/step; "
+        f"verl / dapo-exp {verl['ratio']:.3f}",
         f"load average (1, 5, 15 min): vs_trl {_load(trl['load_before'])} -> {_load(trl['load_after'])}; "
         f"vs_verl {_load(verl['load_before'])} -> {_load(verl['load_after'])}",
     ]) + "\n"
 
 
 def _target(target: str, argv: list[str], path: str, results: Any) -> None:
-    module, func = target.split(":")
     try:
-        with open(path, "w") as f, contextlib.redirect_stdout(_Tee(sys.stdout, f)):
-            results.put(("ok", getattr(importlib.import_module(module), func)(argv)))
+        results.put(("ok", _in_this_process(target, argv, Path(path))))
     except BaseException as e:  # the parent waits on the queue: it must hear of a failure too
         results.put(("error", f"{type(e).__name__}: {e}"))
         raise

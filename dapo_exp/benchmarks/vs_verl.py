@@ -185,7 +185,8 @@ def main(argv: list[str] | None = None) -> dict:
           f"{np.median([r.get('timing_s/update_actor', np.nan) for r in verl]):.2f} s); outside its steps (start-up "
           f"of Ray, vLLM and FSDP, closing validation, shutdown) {overhead:.0f} s")
     print(f"ratio verl / dapo-exp (time per step, medians): {verl_med / dapo_med:.3f}")
-    return {"dapo_s": a1 + a2, "verl_s": verl_s, "ratio": verl_med / dapo_med, "load_before": before,
+    return {"dapo_s": a1 + a2, "verl_s": verl_s, "dapo_median_s": dapo_med, "verl_median_s": verl_med,
+            "ratio": verl_med / dapo_med, "load_before": before,
             "load_after": after, "threads": threads}
 
 
