@@ -224,6 +224,8 @@ def test_the_real_models_cross_engine_recipe_runs_the_native_studys_arms_on_verl
         assert values["trainer.device"] == "cpu"
         assert values["actor_rollout_ref.model.path"].endswith(SMOLLM2_135M.directory("/x").name)
         assert values["actor_rollout_ref.actor.clip_ratio_high"] == (0.28 if run_label(c) == "clip" else 0.2)
+        # verl pads every prompt to the cap: add2's longest prompt (161 tokens, tests/test_chat_tasks.py) fits it
+        assert 161 <= values["data.max_prompt_length"] == c.task.max_prompt_len < 288
 
 
 def test_cross_engine_comparison_pairs_arms_within_an_engine_and_not_across(tmp_path):
