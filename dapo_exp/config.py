@@ -48,7 +48,7 @@ ALGO_INTRO = ("Each fix is a config group under conf/ that sets keys here; its m
 
 def _algo_fields() -> list[tuple[str, Any, Any]]:
     """The ``algo`` section's fields: GRPO's keys, then each registered fix's schema in registry order, then
-    ``ext`` (the keys of fixes registered outside the package, ``+algo.ext.<key>=...``; a key no registered fix
+    ``ext`` (the keys of fixes registered after the schema was assembled, ``+algo.ext.<key>=...``; a key no registered fix
     declares is refused before any compute)."""
     from dapo_exp import fixes
     from dapo_exp.fixes import grpo

@@ -134,9 +134,10 @@ def _algo_comments() -> dict[tuple[str, str], str]:
         for i, k in enumerate(fix.schema):
             out[("AlgoConfig", k.name)] = k.doc + (f" (switch `{name}`)" if i == 0 else "")
     out[("AlgoConfig", "")] = schema.ALGO_INTRO
-    out[("AlgoConfig", "ext")] = ("keys of fixes registered outside the package (dapo_exp.fixes.register_fix), set as "
-                                  "+algo.ext.<key>=...; a key that no registered fix declares is refused before any "
-                                  "compute")
+    out[("AlgoConfig", "ext")] = ("keys of fixes registered after this schema was assembled (dapo_exp.fixes.register_fix "
+                                  "in a process that imported dapo_exp.config first), set as +algo.ext.<key>=...; a key "
+                                  "that no registered fix declares is refused before any compute. A fix named in "
+                                  "DAPO_EXP_FIXES or a dapo_exp.fixes entry point has typed keys here instead")
     return out
 
 

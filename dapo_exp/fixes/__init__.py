@@ -5,8 +5,11 @@ columns, then the GRPO family after DAPO, then any other module of this package,
 fix module needs no line here; list it below only to give it another column). GRPO's own pieces
 (:mod:`dapo_exp.fixes.grpo`) are no switch; :mod:`dapo_exp.fixes.verl_rules` holds what the fixes' verl
 rules are built from.
-A fix of your own is one module that calls :func:`register_fix` plus a config group
-``conf/<name>/{disabled,enabled}.yaml`` (docs: how-to/extend.md).
+Then the fixes from outside the package (:func:`load_outside_fixes`: the ``dapo_exp.fixes`` entry points
+of installed distributions, the modules and files named in ``DAPO_EXP_FIXES``), before
+:mod:`dapo_exp.config` assembles the ``algo`` schema from all of them. A fix of your own is one module
+that calls :func:`register_fix` with its config group as code (``configs``) or as YAML files on a Hydra
+search path (docs: how-to/extend.md).
 """
 
 # The imports below register the fixes: their order is the registry's column order, so the import
@@ -26,3 +29,5 @@ import pkgutil as _pkgutil  # noqa: E402
 for _m in sorted(m.name for m in _pkgutil.iter_modules(__path__)):  # noqa: F405 - its other fix modules, by name
     if _m not in ("base", "grpo", "verl_rules"):
         _importlib.import_module(f"{__name__}.{_m}")
+
+load_outside_fixes()  # noqa: F405 - after the package's own: their columns come last

@@ -193,6 +193,9 @@ class Fix:
     options: tuple[str, ...] = ("disabled", "enabled")  # its config group's options
     study: Judged | None = None  # the testbed study that judges it (regime, mechanism metrics)
     verl: Mapping[str, Any] = field(default_factory=dict)  # algo key -> its verl_rules.Rule (none: refused on verl)
+    # its config group as code, {option: {algo key: value}} (an outside fix's, instead of YAML files on a search
+    # path): register_fix stores each option in Hydra's ConfigStore, group <name>, package algo
+    configs: Mapping[str, Mapping[str, Any]] = field(default_factory=dict)
 
     def __post_init__(self) -> None:
         if not self.keys:
@@ -231,8 +234,83 @@ def register_fix(fix: Fix) -> Fix:
     unknown = sorted(set(fix.slots) - set(SLOTS))
     if unknown:
         raise ValueError(f"fix {fix.name!r} fills unknown slots {unknown}; slots: {', '.join(SLOTS)}")
+    unknown = sorted(set(fix.configs) - set(fix.options))
+    if unknown:
+        raise ValueError(f"fix {fix.name!r} gives configs for {unknown}, which are not among its options {fix.options}")
+    if fix.configs:
+        from hydra.core.config_store import ConfigStore
+
+        for option, values in fix.configs.items():
+            ConfigStore.instance().store(group=fix.name, name=option, node=dict(values), package="algo")
     FIXES[fix.name] = fix
     return fix
+
+
+ENTRY_POINTS = "dapo_exp.fixes"  # the entry-point group of installed distributions' fix modules
+MODULES_ENV = "DAPO_EXP_FIXES"  # comma-separated modules (my_pkg.my_fix) or Python files (./my_fix.py) with fixes
+OUTSIDE: dict[str, str] = {}  # module or file -> where it was named (an entry point, the environment variable)
+
+
+class ExtensionError(ImportError):
+    """A fix module named outside the package (an entry point, ``DAPO_EXP_FIXES``) that cannot be imported."""
+
+
+def load_outside_fixes() -> list[str]:
+    """Import the fix modules named outside the package, each of which calls :func:`register_fix`: every installed
+    distribution's entry points of the group ``dapo_exp.fixes`` (``[project.entry-points."dapo_exp.fixes"]``), then
+    the modules and ``.py`` files in the environment variable ``DAPO_EXP_FIXES`` (comma-separated). Called by
+    :mod:`dapo_exp.fixes` when it is first imported, so before :mod:`dapo_exp.config` assembles the ``algo`` schema:
+    their keys are typed like the package's own, in ``python run.py`` and in every launcher worker or SLURM job (a
+    new process imports them again; relative file paths are made absolute in the environment it passes on).
+    Returns what it imported; a module that cannot be imported raises :class:`ExtensionError` naming it and where
+    it was named."""
+    import importlib
+    import importlib.util
+    import os
+    import sys
+    from importlib.metadata import entry_points
+
+    done = []
+    for ep in entry_points(group=ENTRY_POINTS):
+        where = f"entry point {ep.name!r} of {ep.dist.name if ep.dist else 'an installed distribution'}"
+        try:
+            importlib.import_module(ep.module)
+        except Exception as exc:
+            raise ExtensionError(f"the fix module {ep.module!r} ({where}, group {ENTRY_POINTS}) cannot be imported: "
+                                 f"{type(exc).__name__}: {exc}") from exc
+        OUTSIDE[ep.module] = where
+        done.append(ep.module)
+    named = [x.strip() for x in os.environ.get(MODULES_ENV, "").split(",") if x.strip()]
+    absolute = []
+    for item in named:
+        where = f"{MODULES_ENV}={os.environ[MODULES_ENV]}"
+        try:
+            if item.endswith(".py") or os.sep in item:
+                path = os.path.abspath(item)
+                if not os.path.isfile(path):
+                    raise FileNotFoundError(f"no such file: {path}")
+                name = "dapo_exp_outside_" + os.path.splitext(os.path.basename(path))[0]
+                if name not in sys.modules:
+                    spec = importlib.util.spec_from_file_location(name, path)
+                    module = importlib.util.module_from_spec(spec)
+                    sys.modules[name] = module  # its functions pickle by this name, as an imported module's do
+                    try:
+                        spec.loader.exec_module(module)
+                    except BaseException:
+                        del sys.modules[name]
+                        raise
+                item = path
+            else:
+                importlib.import_module(item)
+        except Exception as exc:
+            raise ExtensionError(f"the fix module {item!r} ({where}) cannot be imported: {type(exc).__name__}: "
+                                 f"{exc} (a module must be importable, e.g. on PYTHONPATH; a file ends in .py)") from exc
+        OUTSIDE[item] = MODULES_ENV
+        absolute.append(item)
+        done.append(item)
+    if named:
+        os.environ[MODULES_ENV] = ",".join(absolute)  # what a launcher's worker or a SLURM job imports again
+    return done
 
 
 def unregister_fix(name: str) -> None:
@@ -337,6 +415,6 @@ def label(state: Mapping[str, bool], preset: str | None = None,
     return "+".join(FIXES[k].short for k, on in state.items() if on and k in FIXES) or BASELINE
 
 
-__all__ = ["BASELINE", "FAMILY", "FIXES", "LADDER", "PRESETS", "SLOTS", "Fix", "GroupFilter", "Judged", "Key", "Out", "RunInfo", "Slot",
-           "active", "binds", "check_combination", "check_range", "dapo_fixes", "declared_ext_keys", "incompatibility", "is_on", "label", "register_fix",
+__all__ = ["BASELINE", "ENTRY_POINTS", "FAMILY", "FIXES", "LADDER", "MODULES_ENV", "PRESETS", "SLOTS", "ExtensionError", "Fix", "GroupFilter", "Judged", "Key", "Out", "RunInfo", "Slot",
+           "active", "binds", "check_combination", "check_range", "dapo_fixes", "declared_ext_keys", "incompatibility", "is_on", "label", "load_outside_fixes", "register_fix",
            "schema_keys", "switch_names", "switches", "unpack", "unregister_fix"]
