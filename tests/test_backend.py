@@ -587,3 +587,24 @@ def test_the_paper_dry_run_prints_six_jobs_each_with_its_verl_command_and_sbatch
         text = j.script[start:].split(' >> "$RUN/verl.log"', 1)[0]
         assert shlex.split(text.replace("\\\n", " ")) == j.command
         assert not (j.out / "summary.json").exists()  # nothing launched, nothing submitted
+
+
+def test_verls_truncated_share_is_the_share_cut_at_the_cap_not_at_its_batchs_padded_width():
+    """verl's ``response_length/clip_ratio`` counts the responses as long as the batch's padded width: at a step
+    whose longest response (19 tokens) is under the cap (32), 0.75 of SmolLM2's responses "clipped" in a real run
+    (2026-11-28). Ours: 0 when no response reached the cap, verl's value (the share at the cap) when one did;
+    verl's kept under its own name; without a cap (an old caller) verl's value as it was."""
+    from dapo_exp.backends import verl as vb
+
+    def step(n, longest, share):
+        return {"step": n, "data": {"critic/score/mean": 0.0, "response_length/max": longest,
+                                    "response_length/clip_ratio": share,
+                                    "response_length_non_aborted/clip_ratio": share}}
+
+    records = [step(1, 19.0, 0.75), step(2, 32.0, 0.25)]
+    rows = vb.metric_rows(records, prompts_per_step=4, group_size=8, max_response_len=32)
+    assert [r["response_length/clip_ratio"] for r in rows] == [0.0, 0.25]
+    assert [r["response_length_non_aborted/clip_ratio"] for r in rows] == [0.0, 0.25]
+    assert [r[vb.VERL_WIDTH_SHARE] for r in rows] == [0.75, 0.25]
+    plain = vb.metric_rows(records, prompts_per_step=4, group_size=8)
+    assert [r["response_length/clip_ratio"] for r in plain] == [0.75, 0.25]

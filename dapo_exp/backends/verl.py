@@ -594,7 +594,29 @@ def _numbers(data: dict[str, Any]) -> dict[str, float]:
     return {k: float(v) for k, v in data.items() if isinstance(v, (int, float)) and math.isfinite(float(v))}
 
 
-def metric_rows(records: list[dict[str, Any]], *, prompts_per_step: int, group_size: int) -> list[dict[str, Any]]:
+# verl's response_length/clip_ratio is the share of responses as long as the batch's padded width
+# (responses.shape[-1], verl/trainer/ppo/metric_utils.py), which is the cap only when some response reached it;
+# a batch padded to its longest response counts every response of that length as clipped (0.75 at a step of
+# SmolLM2 whose longest response was 19 of 32 tokens). Ours is the share cut at rollout.max_response_len.
+_VERL_CLIP_RATIOS = ("response_length/clip_ratio", "response_length_non_aborted/clip_ratio")
+VERL_WIDTH_SHARE = "verl/response_length/at_padded_width"  # verl's value, kept under this name
+
+
+def _truncated_share(train: dict[str, float], max_response_len: int | None) -> None:
+    """``train``'s truncated shares (verl's clip ratios) made ours: where no response reached the cap
+    (``response_length/max`` below it) none was truncated, so 0; else verl's value, which is then the share at the
+    cap (the padded width is the cap). verl's own value is kept as :data:`VERL_WIDTH_SHARE`."""
+    if max_response_len is None or "response_length/clip_ratio" not in train:
+        return
+    train[VERL_WIDTH_SHARE] = train["response_length/clip_ratio"]
+    if train.get("response_length/max", max_response_len) < max_response_len:
+        for k in _VERL_CLIP_RATIOS:
+            if k in train:
+                train[k] = 0.0
+
+
+def metric_rows(records: list[dict[str, Any]], *, prompts_per_step: int, group_size: int,
+                max_response_len: int | None = None) -> list[dict[str, Any]]:
     """verl's file-logger rows (``{"step", "data"}``, every attempt, oldest first) as ``metrics.jsonl`` rows.
 
     A step logged twice (a resumed attempt re-logs it) keeps the later values. Per step: one training
@@ -602,7 +624,9 @@ def metric_rows(records: list[dict[str, Any]], *, prompts_per_step: int, group_s
     names: ``dynamic_sampling/zero_var_frac`` = evicted / generated groups, ``rollouts_per_trained`` =
     generated / trained groups with generated = batch + evicted + surplus, and the cumulative
     ``compute/rollouts_total``) and, where verl validated, one eval row with ``eval/acc_avg`` (verl's
-    ``val-core/<source>/acc/mean@k``) beside verl's ``val-*`` values.
+    ``val-core/<source>/acc/mean@k``) beside verl's ``val-*`` values. With ``max_response_len`` (the run's
+    ``rollout.max_response_len``), the truncated share is the share cut at that cap (:func:`_truncated_share`:
+    verl's counts the responses as long as the batch's padded width).
     """
     by_step: dict[int, dict[str, float]] = {}
     for rec in records:
@@ -614,6 +638,7 @@ def metric_rows(records: list[dict[str, Any]], *, prompts_per_step: int, group_s
         evals = {k: v for k, v in data.items() if k.startswith("val-")}
         if train.keys() - {"training/global_step", "training/epoch"}:
             train.update({ours: train[theirs] for ours, theirs in METRIC_ALIASES.items() if theirs in train})
+            _truncated_share(train, max_response_len)
             generated = prompts_per_step + train.get(_EVICTED, 0.0) + train.get(_SURPLUS, 0.0)
             rollouts += generated * group_size
             train.update({"dynamic_sampling/zero_var_frac": train.get(_EVICTED, 0.0) / generated,

@@ -253,7 +253,8 @@ def _submit(script: Path, out: Path, record: dict[str, Any], summary: dict[str, 
 def _finish(cfg: DictConfig, out: Path, summary: dict[str, Any], *, rc: int, stopped: str | None,
             wall_time_s: float, error: str | None = None) -> dict[str, Any]:
     """verl's metrics (every attempt) as ``metrics.jsonl``, and ``summary.json`` with the status."""
-    rows = verl.metric_rows(_attempts(out), prompts_per_step=cfg.train.prompts_per_step, group_size=cfg.rollout.n)
+    rows = verl.metric_rows(_attempts(out), prompts_per_step=cfg.train.prompts_per_step, group_size=cfg.rollout.n,
+                            max_response_len=cfg.rollout.max_response_len)
     (out / rundir.METRICS).unlink(missing_ok=True)
     rundir.JsonlWriter(out / rundir.METRICS).write(rows)
     summary.update(verl.summary_fields(rows), wall_time_s=wall_time_s, return_code=rc, error=None)
