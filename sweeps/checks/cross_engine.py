@@ -45,7 +45,7 @@ ENDPOINTS = {  # column of the runs frame -> (shown name, scale)
     "avg/response_length/mean": ("response length (tokens)", 1.0),
     "avg/actor/entropy": ("entropy (nats/token)", 1.0),
     "avg/reward/mean": ("reward (with the overlong term)", 1.0),
-    "final/eval/acc_avg": ("held-out avg@4 at the end (%)", 100.0),
+    "final/eval/acc_avg": ("held-out accuracy at the end (%, the runs' avg@k)", 100.0),
 }
 CLIPFRAC = "clip fraction (PPO range, both sides)"
 CURVES = ["reward/mean", "response_length/clip_ratio", "response_length/mean", "actor/entropy", CLIPFRAC,
