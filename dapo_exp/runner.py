@@ -498,7 +498,7 @@ def resume(run: Run) -> None:
         record_gap(run, rows)
     else:
         # the weights this run starts from, recorded now and checkpointed: a resumed run reports these
-        run.state["base_model"] = _base_model(run.model_path)
+        run.state["base_model"] = base_model(run.model_path)
         if logged:
             print(f"[dapo-exp] {run.out.name}: no checkpoint, starting over (discarding the {len(logged)} metric rows "
                   f"of an earlier attempt, up to step {max(logged)})", flush=True)
@@ -616,7 +616,7 @@ def finish(run: Run, life: Life, step: int) -> dict[str, Any]:
         compute={"rollouts_total": st["cum_rollouts"], "gen_tokens_total": st["cum_gen_tokens"]},
         model_path=run.model_path, n_params=sum(p.numel() for p in run.model.parameters()),
         # recorded at the start (checkpoints before it lack it: then the weights found now)
-        base_model=st.get("base_model") or _base_model(run.model_path),
+        base_model=st.get("base_model") or base_model(run.model_path),
         history_gap=list(st.get("history_gap", [])),  # steps whose metric row was lost: not a clean history
         endpoint=_endpoint(run, evals, final_step),
     )
@@ -629,7 +629,7 @@ def finish(run: Run, life: Life, step: int) -> dict[str, Any]:
     return summary
 
 
-def _base_model(model_path: str) -> dict[str, Any]:
+def base_model(model_path: str) -> dict[str, Any]:
     """The base weights the run started from: their path and their identity computed from the files
     (:func:`dapo_exp.tasks.arith_warmstart.base_identity`: the weights' SHA-256 and one over every file the
     model loads): two machines' builds of the same warm start differ, a tokenizer may change under the same

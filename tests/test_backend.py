@@ -285,6 +285,9 @@ def test_the_launcher_runs_verl_and_the_analysis_lists_the_run(launched, capsys)
     assert summary["final"]["eval/acc_avg"] == 0.75 and summary["base"]["eval/acc_avg"] == 0.25
     runs = load_runs(out.parent).runs
     assert list(runs["label"]) == ["paper_6_dapo"] and runs["final/eval/acc_avg"].iloc[0] == 0.75
+    # the base weights verl loaded, identified as natively (the analysis' base column)
+    assert summary["base_model"]["path"] == str(out.parent / "model") and len(summary["base_model"]["sha256"]) == 64
+    assert runs["config.model.base_sha256"].iloc[0] == summary["base_model"]["files_sha256"][:12]
     assert json.loads((out / rundir.CONFIG).read_text())["verl"]["command"][1:3] == ["-m", "verl.trainer.main_ppo"]
     # a finished run is skipped, as natively
     assert train(make())["status"] == "finished"

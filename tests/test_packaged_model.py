@@ -145,9 +145,9 @@ def test_a_damaged_conversion_is_not_used(smollm2, tmp_path):
 
 
 def test_the_run_records_the_wheel_and_model_file_hashes_as_its_base_identity(smollm2):
-    from dapo_exp.runner import _base_model
+    from dapo_exp.runner import base_model
 
-    base = _base_model(str(smollm2))
+    base = base_model(str(smollm2))
     assert base["sha256"] == CONVERTED_WEIGHTS_SHA256
     assert base["source"]["member_sha256"] == SMOLLM2_135M.member_sha256
     assert base["source"]["wheel_sha256"] == SMOLLM2_135M.wheel_sha256

@@ -952,7 +952,7 @@ def test_a_resumed_run_records_the_base_weights_it_started_from(tmp_path, small_
 
     first = train(small_cfg(tmp_path / "r", "train.steps=1"))
     (tmp_path / "r" / rundir.SUMMARY).unlink()  # an interrupted run, resumed from its step-1 checkpoint
-    monkeypatch.setattr(runner, "_base_model", lambda path: {"path": path, "sha256": "f" * 64})
+    monkeypatch.setattr(runner, "base_model", lambda path: {"path": path, "sha256": "f" * 64})
     longer = train(small_cfg(tmp_path / "r", "train.steps=2"))
     assert longer["steps_done"] == 2 and longer["base_model"] == first["base_model"]
     assert train(small_cfg(tmp_path / "fresh", "train.steps=1"))["base_model"]["sha256"] == "f" * 64  # the check bites

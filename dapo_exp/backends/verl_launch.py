@@ -181,6 +181,7 @@ def launch(cfg: DictConfig) -> dict[str, Any]:
 
 def _launch_locked(cfg: DictConfig, job: verl.VerlJob, python: str, out: Path, t0: float) -> dict[str, Any]:
     from dapo_exp.hydra_setup import run_label
+    from dapo_exp.runner import base_model
 
     env = _environment(job, out)
     argv = verl.command(job, python) + verl.ray_env_overrides(env)
@@ -205,6 +206,8 @@ def _launch_locked(cfg: DictConfig, job: verl.VerlJob, python: str, out: Path, t
     summary["data"] = export_data(cfg, out)
     if cfg.model.path == "tiny":
         summary["model"] = str(export_tiny_model(cfg, out))
+    # the base weights verl loads, identified as a native run identifies them (the analysis' base column)
+    summary["base_model"] = base_model(str(summary.get("model") or job.values["actor_rollout_ref.model.path"]))
     if script is not None:
         return _submit(script, out, record, summary)
     _keep_previous_attempt(out)
