@@ -197,7 +197,9 @@ def doc_commands() -> list[Command]:
 def outside_fix_command(cmd: Command) -> bool:
     """A command that names a fix module of the user's (``DAPO_EXP_FIXES=...``): its overrides name that fix's
     keys, so it is checked with the documented file by ``tests/test_extension_outside.py``."""
-    return any(a.startswith("DAPO_EXP_FIXES=") for a in cmd.env)
+    from dapo_exp.fixes.base import MODULES_ENV
+
+    return any(a.startswith(f"{MODULES_ENV}=") for a in cmd.env)
 
 
 def placeholder(word: str) -> bool:

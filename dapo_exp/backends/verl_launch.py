@@ -206,10 +206,11 @@ def _launch_locked(cfg: DictConfig, job: verl.VerlJob, python: str, out: Path, t
     summary["data"] = export_data(cfg, out)
     if cfg.model.path == "tiny":
         summary["model"] = str(export_tiny_model(cfg, out))
-    # the base weights verl loads, identified as a native run identifies them (the analysis' base column)
-    summary["base_model"] = base_model(str(summary.get("model") or job.values["actor_rollout_ref.model.path"]))
     if script is not None:
         return _submit(script, out, record, summary)
+    # the base weights verl loads, identified as a native run identifies them (the analysis' base column); here,
+    # in the process that runs verl (a SLURM job's would be hashed on the submitting host: not recorded there yet)
+    summary["base_model"] = base_model(str(summary.get("model") or job.values["actor_rollout_ref.model.path"]))
     _keep_previous_attempt(out)
     # a local launch starts its own Ray: never join a cluster it finds on this machine (another job's, e.g. a
     # SLURM job's head), unless RAY_ADDRESS names one on purpose

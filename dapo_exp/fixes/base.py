@@ -248,7 +248,6 @@ def register_fix(fix: Fix) -> Fix:
 
 ENTRY_POINTS = "dapo_exp.fixes"  # the entry-point group of installed distributions' fix modules
 MODULES_ENV = "DAPO_EXP_FIXES"  # comma-separated modules (my_pkg.my_fix) or Python files (./my_fix.py) with fixes
-OUTSIDE: dict[str, str] = {}  # module or file -> where it was named (an entry point, the environment variable)
 
 
 class ExtensionError(ImportError):
@@ -278,12 +277,10 @@ def load_outside_fixes() -> list[str]:
         except Exception as exc:
             raise ExtensionError(f"the fix module {ep.module!r} ({where}, group {ENTRY_POINTS}) cannot be imported: "
                                  f"{type(exc).__name__}: {exc}") from exc
-        OUTSIDE[ep.module] = where
         done.append(ep.module)
     named = [x.strip() for x in os.environ.get(MODULES_ENV, "").split(",") if x.strip()]
-    absolute = []
+    absolute, where = [], f"{MODULES_ENV}={os.environ.get(MODULES_ENV)}"
     for item in named:
-        where = f"{MODULES_ENV}={os.environ[MODULES_ENV]}"
         try:
             if item.endswith(".py") or os.sep in item:
                 path = os.path.abspath(item)
@@ -305,7 +302,6 @@ def load_outside_fixes() -> list[str]:
         except Exception as exc:
             raise ExtensionError(f"the fix module {item!r} ({where}) cannot be imported: {type(exc).__name__}: "
                                  f"{exc} (a module must be importable, e.g. on PYTHONPATH; a file ends in .py)") from exc
-        OUTSIDE[item] = MODULES_ENV
         absolute.append(item)
         done.append(item)
     if named:
