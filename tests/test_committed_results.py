@@ -23,8 +23,6 @@ EXCEPTIONS = {
                                "recipe's comments (+dirty); its 10 runs take about 3.5 h on 2 cores to re-run",
     "2026-11-27-cross_engine": "its runs.csv (sweeps/checks/cross_engine.py's) keeps no base identity or commit; "
                                "not re-run since the warm starts shipped",
-    "2026-11-24-top-entropy": "recorded before runs kept their base identity, from a tree with uncommitted "
-                              "changes; not re-run since the warm starts shipped",
 }
 
 
