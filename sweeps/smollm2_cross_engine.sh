@@ -16,7 +16,8 @@
 #           steps are twice that work, so a run of 8 steps, two validations and start-up was estimated at 40-45
 #           min, the four runs 2-3 hours one after another (each starts its own Ray and vLLM). Measured with the
 #           cap (2026-11-28, seed 0 of each arm): 2,368-2,507 s a run, 230-308 s a step (generation 20 s, the
-#           update 180 s, old log-probs 67 s), so about 2 h 40 min for the four.
+#           update 180 s, old log-probs 67 s), so about 2 h 40 min for the four; the seeds 1 (2026-11-29, load 2-5):
+#           2,513-2,678 s.
 # SLURM:    one job per run: add backend.launch=slurm (hydra/launcher=slurm is for the native half).
 # Needs:    verl's environment (.venv-verl: bash .ci/install-verl).
 # Output:   multirun/smollm2_clip_verl/ and the comparison in multirun/smollm2_cross_engine/.

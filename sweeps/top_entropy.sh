@@ -7,8 +7,9 @@
 #           study was first run (sweeps/results/2026-11-24-top-entropy, superseded by the re-run from the shipped
 #           warm start, sweeps/results/2026-11-29-top-entropy).
 # Launcher: hydra/launcher=parallel (jobs x threads = cores; hydra.launcher.cores=1 leaves one core to other work).
-# Cost:     measured 2026-11-29 on 1 core of the 2-core machine beside a verl run (load 3-4): see
-#           sweeps/README.md; about 1-1.5 min per run on an idle core.
+# Cost:     measured 2026-11-29 on 1 core of the 2-core machine beside a verl run (load 3.4 -> 2.8): 11 min 34 s
+#           for the 10 runs, 49-84 s a run (the launch line's estimate was 18-25 min: it over-counts the load).
+# SLURM:    bash sweeps/top_entropy.sh hydra/launcher=slurm hydra.launcher.partition=<partition>
 # Output:   multirun/top_entropy/ (the Hydra callback's table and curves in analysis/); the paired effect:
 #           python -m dapo_exp.analysis multirun/top_entropy
 set -euo pipefail

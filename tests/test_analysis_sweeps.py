@@ -29,6 +29,7 @@ EXPECTED_LABELS = {
     "sequential_toy.sh": "loop",  # three sequential sweeps (hydra/sweeper=sequential), one per comparison
     "smollm2_clip.sh": {"grpo", "clip"},  # the real model: GRPO against Clip-Higher
     "smollm2_cross_engine.sh": "loop",  # the same two arms on verl, then the comparison with the native sweep
+    "top_entropy.sh": {"grpo", "ent"},  # top-entropy tokens against GRPO on all tokens
 }
 LOOPED = {k for k, v in EXPECTED_LABELS.items() if v == "loop"}
 RUN = '"$PY" run.py -m'  # the recipes run the project's interpreter (PY: .ci/venv's choice)
