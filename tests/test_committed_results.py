@@ -65,9 +65,17 @@ def _packaged_identities(needed: set[str], request) -> dict[str, str]:
     if not needed:
         return {}
     from dapo_exp.packaged_models import SMOLLM2_135M
+
+    return {_identity_of(str(request.getfixturevalue("smollm2_dir"))): SMOLLM2_135M.name}
+
+
+@functools.cache
+def _identity_of(model_dir: str) -> str:
+    """A model directory's identity (the first 12 digits), hashed once per session (the conversion is 517 MB),
+    however many results ask for it."""
     from dapo_exp.tasks.arith_warmstart import base_identity
 
-    return {base_identity(request.getfixturevalue("smollm2_dir"))["files_sha256"][:12]: SMOLLM2_135M.name}
+    return base_identity(model_dir)["files_sha256"][:12]
 
 
 @pytest.mark.parametrize("result", _recorded(), ids=lambda p: p.name)
