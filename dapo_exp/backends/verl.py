@@ -235,9 +235,11 @@ def cpu_overrides(ctx: Context) -> dict[str, Any]:
     gpus = ctx.cfg.backend.nnodes * ctx.cfg.backend.gpus_per_node
     # logical resources: Ray hands verl's pools "GPUs" (they hard-code use_gpu=True) and TransferQueue's
     # storage actors a CPU each; Ray accepts both on a CPU host, whatever its core count. Under SLURM the job
-    # script's `ray start` declares them (a driver joining a cluster may not), see verl_slurm.sbatch_script
+    # script's `ray start` declares them (a driver joining a cluster may not), see verl_slurm.sbatch_script.
+    # Locally no Ray dashboard: its ten head processes hold about 0.9 GB and nothing here reads them
     ray = ({} if ctx.cfg.backend.launch == "slurm" else
-           {"+ray_kwargs.ray_init.num_gpus": gpus, "ray_kwargs.ray_init.num_cpus": CPU_RAY_CPUS})
+           {"+ray_kwargs.ray_init.num_gpus": gpus, "ray_kwargs.ray_init.num_cpus": CPU_RAY_CPUS,
+            "+ray_kwargs.ray_init.include_dashboard": False})
     return {
         "trainer.device": "cpu",
         **ray,
@@ -250,6 +252,9 @@ def cpu_overrides(ctx: Context) -> dict[str, Any]:
         _R + "free_cache_engine": False, "+" + _R + "enable_sleep_mode": False,
         # one worker each: a CPU machine's cores are few
         _R + "agent.num_workers": 1, "data.dataloader_num_workers": 0,
+        # TransferQueue's storage: verl's recommended 2 units a node, not its default 8 (each unit a process of
+        # about 470 MB that polls: 8 held 3.7 GB and took 13 CPU-s a minute of a toy run here, 2026-11-29)
+        "transfer_queue.backend.SimpleStorage.num_data_storage_units": 2 * ctx.cfg.backend.nnodes,
         "$VERL_PLATFORM": "cpu", "$VERL_ENGINE_DEVICE": "cuda",  # the engine registry knows cuda's FSDP engine only
         "$VERL_USE_EXTERNAL_MODULES": CPU_MODULE, "$VLLM_TARGET_DEVICE": "cpu", "$VLLM_CPU_KVCACHE_SPACE": "1",
     }
@@ -399,6 +404,7 @@ OTHER_RULES: dict[str, Rule] = {
                                                 "(verl decides this itself)"),
     "train.device": Rule("`trainer.device=cuda`; `cpu`: `trainer.device=cpu` and the CPU mode's settings "
                          "(`cpu_overrides`: logical Ray GPUs, SDPA, FSDP2, no sleep mode, one worker each, "
+                         "2 TransferQueue storage units a node, no Ray dashboard, "
                          "`dapo_exp.backends.verl_cpu` loaded in every process)", _device),
     "train.bf16": Rule(f"`{_A}fsdp_config.mixed_precision` and `.dtype` (+ ref): the compute dtype, as the native "
                        "autocast (float32 unless bf16 is on)", _compute_dtype),
