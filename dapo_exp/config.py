@@ -418,13 +418,10 @@ def _require(ok: bool, path: str, msg: str) -> None:
 def validate(cfg: DictConfig | Config) -> None:
     """Check every value that the type system cannot; raise :class:`ConfigError` naming the field.
 
-    The values of a fix's own keys are checked by the fix (its ``check``, :mod:`dapo_exp.fixes`,
-    run by :func:`dapo_exp.compose.check`): one owner per rule."""
+    The ``algo`` values are checked by their owners (GRPO's by :func:`dapo_exp.fixes.grpo.check`, a fix's by its
+    ``check``, :mod:`dapo_exp.fixes`, run by :func:`dapo_exp.compose.check`): one owner per rule."""
     c = cfg if isinstance(cfg, DictConfig) else OmegaConf.structured(cfg)
-    a, r, t, o, e = c.algo, c.rollout, c.train, c.optim, c.eval
-
-    _require(a.adv_eps >= 0, "algo.adv_eps", f"must be >= 0, got {a.adv_eps}")
-    _require(a.kl_coef >= 0, "algo.kl_coef", f"must be >= 0, got {a.kl_coef}")
+    r, t, o, e = c.rollout, c.train, c.optim, c.eval
 
     _require(c.task.verifier_timeout_s > 0, "task.verifier_timeout_s", "must be > 0")
     _choice("model.dtype", c.model.dtype, DTYPES)

@@ -133,17 +133,13 @@ def preflight(cfg: DictConfig) -> compose.Plan:
     """Every check that needs no model, then the run's plan (the fixes composed): values
     (:func:`dapo_exp.config.validate`), each fix's own checks and their combination
     (:func:`dapo_exp.compose.compose`), names against the registries that own them, data and model sources."""
-    from dapo_exp import objective
-    from dapo_exp.config import ConfigError, validate
+    from dapo_exp.config import validate
     from dapo_exp.models import check_model_source
     from dapo_exp.rollout import ENGINES
     from dapo_exp.tasks import TASKS, check_task_sources
     from dapo_exp.tasks.verifier import VERIFIERS
 
     validate(cfg)
-    if cfg.algo.kl_estimator not in objective.KL_ESTIMATORS:
-        raise ConfigError(f"algo.kl_estimator={cfg.algo.kl_estimator!r} is not valid; choose one of: "
-                          f"{', '.join(objective.KL_ESTIMATORS)}")
     plan = compose.compose(cfg.algo, compose.run_info(cfg))
     for registry, value in ((TASKS, cfg.task.name), (ENGINES, cfg.rollout.engine), (VERIFIERS, cfg.task.verifier)):
         registry.pick(value)

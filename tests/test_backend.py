@@ -108,7 +108,6 @@ def test_a_registry_key_without_a_rule_fails_by_name(monkeypatch):
     (["fixes=full", "algo.overlong_cache_len=0"], "algo.overlong_cache_len"),
     (["algo.loss_agg=group-token-mean"], "algo.loss_agg"),
     (["rollout.engine=hf"], "rollout.engine"),
-    (["algo.tis_cap=2.0"], "algo.tis_cap"),
     (["algo.adv_eps=1e-5"], "algo.adv_eps"),
     (["task.verifier=math_verify"], "task.verifier"),
     (["task.chat_template=false"], "task.chat_template"),

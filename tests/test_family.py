@@ -103,15 +103,6 @@ def test_rollout_correction_without_engine_logprobs_weighs_one(tmp_path, small_c
     assert rc["actor/grad_norm"] == grpo["actor/grad_norm"]
 
 
-@pytest.mark.parametrize("extra", [(), ("rollout_correction=enabled",)])
-def test_tis_cap_is_refused_naming_the_rollout_correction_level_it_is(small_cfg, tmp_path, extra):
-    """One behaviour, one label: the token-level truncated IS weight is rollout_correction's token level."""
-    with pytest.raises(ConfigError, match=r"^algo.tis_cap=2.0 is rollout correction's token-level weight: use "
-                                          r"rollout_correction=enabled algo.rc_level=token algo.rc_cap=2.0"):
-        preflight(small_cfg(tmp_path, "fixes=grpo", "algo.tis_cap=2.0", *extra))
-    preflight(small_cfg(tmp_path, "fixes=grpo", "rollout_correction=enabled", "algo.rc_level=token"))
-
-
 def test_top_entropy_excludes_the_sequence_losses(small_cfg, tmp_path):
     with pytest.raises(ConfigError, match=r"fixes (gmpo and top_entropy|top_entropy and gmpo) cannot be combined"):
         preflight(small_cfg(tmp_path, "fixes=grpo", "top_entropy=enabled", "gmpo=enabled"))

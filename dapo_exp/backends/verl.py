@@ -34,19 +34,18 @@ from omegaconf import DictConfig, OmegaConf
 
 from dapo_exp import fixes
 from dapo_exp.config import Config
+from dapo_exp.fixes import grpo
+from dapo_exp.fixes.grpo import NO_DUAL_CLIP, VERL_ADV_EPS  # noqa: F401 - re-exported
 from dapo_exp.fixes.verl_rules import VERL_VERSION, Context, Rule, Untranslatable, to, unused  # noqa: F401 - re-exported
 from dapo_exp.fixes.verl_rules import A as _A
 from dapo_exp.fixes.verl_rules import R as _R
 from dapo_exp.fixes.verl_rules import fail as _fail
-from dapo_exp.fixes.verl_rules import on as _on
+from dapo_exp.fixes.verl_rules import only as _only
+from dapo_exp.fixes.verl_rules import render as _render
 
 EXT_MODULE = "dapo_exp.backends.verl_ext"  # imported by verl's workers (actor_rollout_ref.model.external_lib)
 OF_AGENT_LOOP = "dapo_exp_overlong_filtering"  # the agent loop it registers
 FILTERED_LINE = "[dapo-exp] overlong filtering: a truncated response masked out of the loss"  # its log line
-# verl always applies its dual clip (clip_ratio_c > 1 is asserted). With c above exp(20), the bound of
-# its clamped log-ratio, the bound -c A never binds: algo.dual_clip=null is exactly this.
-NO_DUAL_CLIP = 1e10
-VERL_ADV_EPS = 1e-6  # compute_grpo_outcome_advantage's epsilon; V1 never passes another one
 DATA_DIR = "verl_data"  # under the run directory: the exported train / eval parquet files
 DATA_SOURCE = "math_dapo"  # verl's default_compute_score -> verl.utils.reward_score.math_dapo
 MODEL_DIR = "verl_model"  # under the run directory: model.path=tiny's warm start, as verl loads it
@@ -70,29 +69,6 @@ class VerlJob:
 # --------------------------------------------------------------------------- #
 # Rendering                                                                     #
 # --------------------------------------------------------------------------- #
-_PLAIN = re.compile(r"^[A-Za-z_/.~][A-Za-z0-9_./~-]*$")
-_RESERVED = {"true", "false", "null", "none", "inf", "nan", "True", "False", "None"}
-
-
-def _render(v: Any) -> str:
-    if v is None:
-        return "null"
-    if isinstance(v, bool):
-        return "true" if v else "false"
-    if isinstance(v, float):
-        return "inf" if v == math.inf else repr(v)
-    if isinstance(v, int):
-        return str(v)
-    if isinstance(v, (list, tuple)):
-        return "[" + ",".join(_render(x) for x in v) + "]"
-    if isinstance(v, dict):
-        return "{" + ",".join(f"{k}:{_render(x)}" for k, x in v.items()) + "}"
-    s = str(v)
-    if _PLAIN.match(s) and s not in _RESERVED:
-        return s
-    return "'" + s.replace("\\", "\\\\").replace("'", "\\'") + "'"
-
-
 def render_override(key: str, value: Any) -> str:
     """``key=value`` in Hydra's override grammar (strings quoted when they need it)."""
     return f"{key}={_render(value)}"
@@ -110,37 +86,16 @@ def native_only(why: str) -> Rule:
     return Rule(f"none: {why}; must keep its default", lambda v, ctx: {}, default_only=True)
 
 
-def _only(path: str, allowed: Any, why: str, then: dict[str, Any] | None = None) -> Rule:
-    def fn(v: Any, ctx: Context) -> dict[str, Any]:
-        if v != allowed:
-            _fail(path, v, why)
-        return dict(then or {})
-
-    shown = ", ".join(f"`{k}={_render(val)}`" for k, val in (then or {}).items()) or "none"
-    return Rule(f"{shown} (only `{_render(allowed)}`: {why})", fn)
-
-
 # --------------------------------------------------------------------------- #
-# The fixes (dapo_exp.fixes.FIXES): every declared key, by the rules in the fix's own module (Fix.verl)     #
+# GRPO (its own keys, fixes/grpo.VERL) and the fixes (dapo_exp.fixes.FIXES): by the rules in their own modules  #
 # --------------------------------------------------------------------------- #
+GRPO_RULES: dict[str, Rule] = {f"algo.{k}": rule for k, rule in grpo.VERL.items()}  # GRPO's own keys (fixes/grpo.py)
 FIX_RULES: dict[str, Rule] = {f"algo.{k}": rule for fix in fixes.FIXES.values() for k, rule in fix.verl.items()}
-
-
-def _default_surrogate(v: str, ctx: Context) -> dict[str, Any]:
-    """GRPO's own surrogate (``algo.policy_loss``): verl's vanilla loss, unless a surrogate fix sets its own."""
-    if v != "clipped":
-        _fail("algo.policy_loss", v, "our clipped surrogate is verl's vanilla loss")
-    surrogates = [f.name for f in fixes.FIXES.values() if "surrogate" in f.slots]
-    return {} if _on(ctx, *surrogates) else {_A + "policy_loss.loss_mode": "vanilla"}
 
 
 # --------------------------------------------------------------------------- #
 # Everything else                                                               #
 # --------------------------------------------------------------------------- #
-def _kl(v: float, ctx: Context) -> dict[str, Any]:
-    return {_A + "use_kl_loss": v > 0, _A + "kl_loss_coef": v, "algorithm.use_kl_in_reward": False}
-
-
 _PRECISION = {"float32": "fp32", "bfloat16": "bf16", "float16": "fp16"}
 
 
@@ -326,18 +281,7 @@ OTHER_RULES: dict[str, Rule] = {
                     "export and verl's file logger also write there", _out_dir),
     "notes": unused("recorded"),
     "run.on_config_change": unused("applied to the run directory before launch, as for the native backend"),
-    # algo, beyond the fixes
-    "algo.adv_estimator": _only("algo.adv_estimator", "grpo", "verl runs our registry's grpo as its own grpo",
-                                {"algorithm.adv_estimator": "grpo"}),
-    "algo.adv_eps": _only("algo.adv_eps", VERL_ADV_EPS, "verl's GRPO advantage hard-codes epsilon=1e-6"),
-    "algo.policy_loss": Rule("`actor_rollout_ref.actor.policy_loss.loss_mode=vanilla` (only `clipped`; a surrogate "
-                             "fix sets its own loss_mode)", _default_surrogate),
-    "algo.dual_clip": Rule(f"`{_A}clip_ratio_c` (null: {NO_DUAL_CLIP:g}, which never binds)",
-                           lambda v, ctx: {_A + "clip_ratio_c": NO_DUAL_CLIP if v is None else v}),
-    "algo.kl_coef": Rule(f"`{_A}use_kl_loss` (coef > 0), `{_A}kl_loss_coef`; `algorithm.use_kl_in_reward=false`", _kl),
-    "algo.kl_estimator": Rule(f"`{_A}kl_loss_type` (k1, k2, k3: the same names) when kl_coef > 0",
-                              lambda v, ctx: {_A + "kl_loss_type": v} if ctx.cfg.algo.kl_coef > 0 else {}),
-    "algo.tis_cap": _only("algo.tis_cap", None, "truncated IS against the engine is not translated"),
+    # algo, beyond GRPO and the fixes
     "algo.ext": _only("algo.ext", {}, "extension fixes have no verl translation"),
     # task: exported by the launcher with the native loaders (same dedup, template, limit)
     "task.name": Rule("`data.train_files`, `data.val_files` = the launcher's export "
@@ -474,7 +418,7 @@ OTHER_RULES: dict[str, Rule] = {
     "backend.dry_run": unused("the launcher prints the command instead of running it"),
 }
 
-RULES: dict[str, Rule] = {**FIX_RULES, **OTHER_RULES}
+RULES: dict[str, Rule] = {**GRPO_RULES, **FIX_RULES, **OTHER_RULES}
 DICT_LEAVES = {"algo.ext", "notes", "backend.slurm"}  # dict-valued keys translated as one value
 
 

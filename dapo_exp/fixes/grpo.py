@@ -11,7 +11,8 @@ the slot, bound from ``algo`` by :mod:`dapo_exp.compose`:
   mode, the token-level loss's and Dr. GRPO's constant one included);
 - the KL penalty against a frozen reference when ``algo.kl_coef > 0`` (off in DAPO).
 
-Like every fix module it reaches only the objective and the schema's error.
+GRPO's own checks (:func:`check`) and verl rules (:data:`VERL`) live here, as a fix's live in its module. Like
+every fix module it reaches only the objective and the schema's error.
 """
 
 from __future__ import annotations
@@ -21,7 +22,8 @@ from collections.abc import Callable
 from typing import Any
 
 from dapo_exp.errors import ConfigError
-from dapo_exp.fixes.base import Key, RunInfo, check_range
+from dapo_exp.fixes.base import FIXES, Key, RunInfo, check_range
+from dapo_exp.fixes.verl_rules import A, Context, Rule, fail, on, only
 
 MODE = "seq-mean-token-mean"  # GRPO's loss aggregation: the mean over responses of each one's token mean
 
@@ -36,9 +38,11 @@ SCHEMA: tuple[Key, ...] = (
         "(released script: 10)"),
     Key("kl_coef", float, 0.0, "KL penalty coefficient against the initial policy, 0 = off (DAPO: removed)"),
     Key("kl_estimator", str, "k3", "KL estimator: k1 | k2 | k3"),
-    Key("tis_cap", float | None, None, "null: truncated importance sampling is rollout correction's token level "
-        "(rollout_correction=enabled algo.rc_level=token algo.rc_cap=C); a value is refused, naming that"),
 )
+# verl always applies its dual clip (clip_ratio_c > 1 is asserted). With c above exp(20), the bound of
+# its clamped log-ratio, the bound -c A never binds: algo.dual_clip=null is exactly this.
+NO_DUAL_CLIP = 1e10
+VERL_ADV_EPS = 1e-6  # compute_grpo_outcome_advantage's epsilon; V1 never passes another one
 
 
 def advantage(algo: Any) -> Callable:
@@ -68,13 +72,44 @@ def _weights(fn: Callable, mode: str, max_len: int, mask: Any, group_index: Any)
 
 
 def check(algo: Any, run: RunInfo) -> None:
-    """The clip range and dual clip every surrogate of the PPO form reads; ``algo.tis_cap`` refused (one behaviour,
-    one label: the token-level weight is the ``rollout_correction`` switch's)."""
-    if algo.tis_cap is not None:
-        c = algo.tis_cap
-        raise ConfigError(f"algo.tis_cap={c} is rollout correction's token-level weight: use rollout_correction=enabled "
-                          f"algo.rc_level=token algo.rc_cap={c} (one behaviour, one label in the run's switches and "
-                          "the table)")
-    check_range(algo, ("eps_low", ">= 0", lambda v: v >= 0), ("eps_high", ">= 0", lambda v: v >= 0),
+    """GRPO's values: the advantage's epsilon, the clip range and dual clip every surrogate of the PPO form
+    reads, the KL penalty's coefficient and estimator."""
+    from dapo_exp.objective import KL_ESTIMATORS
+
+    check_range(algo, ("adv_eps", ">= 0", lambda v: v >= 0),
+                ("eps_low", ">= 0", lambda v: v >= 0), ("eps_high", ">= 0", lambda v: v >= 0),
                 ("eps_low", "< 1 (ratio lower bound 1 - eps_low > 0)", lambda v: v < 1),
-                ("dual_clip", "> 1 or null", lambda v: v is None or v > 1))
+                ("dual_clip", "> 1 or null", lambda v: v is None or v > 1),
+                ("kl_coef", ">= 0", lambda v: v >= 0))
+    if algo.kl_estimator not in KL_ESTIMATORS:
+        raise ConfigError(f"algo.kl_estimator={algo.kl_estimator!r} is not valid; choose one of: "
+                          f"{', '.join(KL_ESTIMATORS)}")
+
+
+# --------------------------------------------------------------------------- #
+# verl (dapo_exp.backends.verl applies these with the fixes' own)               #
+# --------------------------------------------------------------------------- #
+def _default_surrogate(v: str, ctx: Context) -> dict[str, Any]:
+    """GRPO's own surrogate (``algo.policy_loss``): verl's vanilla loss, unless a surrogate fix sets its own."""
+    if v != "clipped":
+        fail("algo.policy_loss", v, "our clipped surrogate is verl's vanilla loss")
+    surrogates = [f.name for f in FIXES.values() if "surrogate" in f.slots]
+    return {} if on(ctx, *surrogates) else {A + "policy_loss.loss_mode": "vanilla"}
+
+
+def _kl(v: float, ctx: Context) -> dict[str, Any]:
+    return {A + "use_kl_loss": v > 0, A + "kl_loss_coef": v, "algorithm.use_kl_in_reward": False}
+
+
+VERL: dict[str, Rule] = {
+    "adv_estimator": only("algo.adv_estimator", "grpo", "verl runs our registry's grpo as its own grpo",
+                          {"algorithm.adv_estimator": "grpo"}),
+    "adv_eps": only("algo.adv_eps", VERL_ADV_EPS, "verl's GRPO advantage hard-codes epsilon=1e-6"),
+    "policy_loss": Rule(f"`{A}policy_loss.loss_mode=vanilla` (only `clipped`; a surrogate fix sets its own "
+                        "loss_mode)", _default_surrogate),
+    "dual_clip": Rule(f"`{A}clip_ratio_c` (null: {NO_DUAL_CLIP:g}, which never binds)",
+                      lambda v, ctx: {A + "clip_ratio_c": NO_DUAL_CLIP if v is None else v}),
+    "kl_coef": Rule(f"`{A}use_kl_loss` (coef > 0), `{A}kl_loss_coef`; `algorithm.use_kl_in_reward=false`", _kl),
+    "kl_estimator": Rule(f"`{A}kl_loss_type` (k1, k2, k3: the same names) when kl_coef > 0",
+                         lambda v, ctx: {A + "kl_loss_type": v} if ctx.cfg.algo.kl_coef > 0 else {}),
+}

@@ -13,11 +13,9 @@ token's advantage is multiplied by a detached weight (:func:`dapo_exp.objective.
   verl calls ``rollout_rs`` / IcePop (Ling team 2025: token band [0.5, 5], ``rollout_correction=icepop``).
 
 Masked tokens stay in the normaliser (their weight is 0), as verl's IcePop; verl's ``rollout_rs``
-also drops them from the normaliser. It fills the ``rollout_weight`` slot; ``algo.tis_cap``, the
-token-level weight that predated this switch, is refused naming this level (one behaviour, one label). With
-an engine that reports
-no log-probs (``rollout=hf``, which samples with the trainer's own weights) there is nothing to
-correct and the weight is 1.
+also drops them from the normaliser. It fills the ``rollout_weight`` slot (the token-level weight with no
+band is truncated importance sampling: one behaviour, one label). With an engine that reports no log-probs
+(``rollout=hf``, which samples with the trainer's own weights) there is nothing to correct and the weight is 1.
 """
 
 from __future__ import annotations

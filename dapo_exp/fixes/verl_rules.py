@@ -10,6 +10,8 @@ verl 0.9.1 (:data:`VERL_VERSION`).
 
 from __future__ import annotations
 
+import math
+import re
 from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any, NoReturn
@@ -56,6 +58,41 @@ class Rule:
 
 def fail(path: str, value: Any, why: str) -> NoReturn:
     raise Untranslatable(f"{path}={value!r} has no verl {VERL_VERSION} counterpart: {why}")
+
+
+_PLAIN = re.compile(r"^[A-Za-z_/.~][A-Za-z0-9_./~-]*$")
+_RESERVED = {"true", "false", "null", "none", "inf", "nan", "True", "False", "None"}
+
+
+def render(v: Any) -> str:
+    """``v`` in Hydra's override grammar (strings quoted when they need it)."""
+    if v is None:
+        return "null"
+    if isinstance(v, bool):
+        return "true" if v else "false"
+    if isinstance(v, float):
+        return "inf" if v == math.inf else repr(v)
+    if isinstance(v, int):
+        return str(v)
+    if isinstance(v, (list, tuple)):
+        return "[" + ",".join(render(x) for x in v) + "]"
+    if isinstance(v, dict):
+        return "{" + ",".join(f"{k}:{render(x)}" for k, x in v.items()) + "}"
+    s = str(v)
+    if _PLAIN.match(s) and s not in _RESERVED:
+        return s
+    return "'" + s.replace("\\", "\\\\").replace("'", "\\'") + "'"
+
+
+def only(path: str, allowed: Any, why: str, then: dict[str, Any] | None = None) -> Rule:
+    """A key verl honours at one value only (``allowed``, then ``then``'s verl keys); any other value fails."""
+    def fn(v: Any, ctx: Context) -> dict[str, Any]:
+        if v != allowed:
+            fail(path, v, why)
+        return dict(then or {})
+
+    shown = ", ".join(f"`{k}={render(val)}`" for k, val in (then or {}).items()) or "none"
+    return Rule(f"{shown} (only `{render(allowed)}`: {why})", fn)
 
 
 def to(*keys: str) -> Rule:
