@@ -96,22 +96,6 @@ def group_advantages(rewards: Tensor, norm_std: bool = True, eps: float = 1e-6) 
     return torch.where(degenerate, torch.zeros_like(centred), centred)
 
 
-def without_std(advantages: Tensor, rewards: Tensor, eps: float = 1e-6) -> Tensor:
-    """Dr. GRPO's advantage as a transform: ``advantages x (std(R_1..R_G) + eps)``, per group.
-
-    It undoes GRPO's division by the group's std (DAPO Eq. 9 -> Dr. GRPO Eq. 3): on
-    :func:`group_advantages`' output it gives ``R_i - mean`` (up to rounding; exactly 0 for a group
-    whose rewards are all equal); on advantages an earlier transform changed, it keeps that change and
-    removes only the std scale. ``rewards``: ``(N, G)``; the std is :func:`group_advantages`' own.
-    """
-    if rewards.dim() != 2 or advantages.shape != rewards.shape:
-        raise ValueError(f"advantages and rewards must both be (N, G), got {tuple(advantages.shape)} and "
-                         f"{tuple(rewards.shape)}")
-    rewards = rewards.float()
-    std = rewards.std(dim=1, keepdim=True) if rewards.shape[1] > 1 else torch.zeros_like(rewards[:, :1])
-    return advantages * (std + eps).to(advantages.dtype)
-
-
 # --------------------------------------------------------------------------- #
 # Clip-Higher                                                                   #
 # --------------------------------------------------------------------------- #

@@ -179,18 +179,23 @@ def test_a_metric_a_fix_declares_and_nothing_logs_is_refused():
         plan.check_logged({"actor/pg_loss": 0.1})
 
 
+def _shifted(adv, rewards, *, by):
+    """Shift the advantages (a transform with no metric of its own)."""
+    return adv + by
+
+
 def test_the_plan_merges_its_hooks_metrics_and_chains_the_transforms_in_order():
-    """Advantage transforms apply in registry order to what the one before gave (never a recompute), and
-    Dr. GRPO's transform after a scaling keeps the scaling: ``2 x (R - mean)``."""
+    """Advantage transforms apply in registry order to what the one before gave (never a recompute): a scaling
+    then a shift is ``2 A + 1``, the other order ``2 (A + 1)``; the scaling's metric comes back."""
     from dapo_exp.compose import Plan
 
     rewards = torch.tensor([[1.0, -1.0, -1.0, 1.0], [1.0, 1.0, 1.0, -1.0]])
-    plan = Plan(surrogate=None, normaliser=None, advantage_transforms=(
-        functools.partial(_scaled, factor=2.0), functools.partial(objective.without_std, eps=1e-6)))
-    adv, metrics = plan.advantage(rewards)
-    centred = objective.group_advantages(rewards, norm_std=False)
-    torch.testing.assert_close(adv, 2 * centred, rtol=1e-6, atol=1e-6)
-    assert metrics == {"actor/adv_scale": 2.0}
+    grpo = objective.group_advantages(rewards)
+    for hooks, want in (((functools.partial(_scaled, factor=2.0), functools.partial(_shifted, by=1.0)), 2 * grpo + 1),
+                        ((functools.partial(_shifted, by=1.0), functools.partial(_scaled, factor=2.0)), 2 * (grpo + 1))):
+        adv, metrics = Plan(surrogate=None, normaliser=None, advantage_transforms=hooks).advantage(rewards)
+        torch.testing.assert_close(adv, want, rtol=1e-6, atol=1e-6)
+        assert metrics == {"actor/adv_scale": 2.0}
 
 
 ADV_CLIP = '''"""Advantage clipping: each advantage clipped to [-adv_clip, adv_clip] (an advantage transform)."""

@@ -3,8 +3,9 @@
 Not a switch (no config group turns GRPO off): the pieces a run uses where no fix that is on fills
 the slot, bound from ``algo`` by :mod:`dapo_exp.compose`:
 
-- the advantage: group-relative, ``(R_i - mean) / (std + eps)`` (DAPO Eq. 9, :func:`advantage`);
-  advantage fixes transform it, in registry order (Dr. GRPO's ``dr_grpo_adv`` multiplies the std back);
+- the advantage: group-relative, ``(R_i - mean) / (std + eps)`` (DAPO Eq. 9, :func:`advantage`), without the
+  std division when ``algo.adv_norm_std=false`` (Dr. GRPO's ``dr_grpo_adv``: a value of GRPO's, as Clip-Higher's
+  range is); advantage fixes transform it, in registry order;
 - the per-token surrogate: PPO's clipped one over ``[1 - eps_low, 1 + eps_high]`` with the optional
   dual clip (:func:`surrogate`; Clip-Higher is the same surrogate with ``eps_high > eps_low``);
 - the normaliser: the sample-level ``seq-mean-token-mean`` (:data:`MODE`; :func:`normaliser` binds any
@@ -46,10 +47,11 @@ VERL_ADV_EPS = 1e-6  # compute_grpo_outcome_advantage's epsilon; V1 never passes
 
 
 def advantage(algo: Any) -> Callable:
-    """``rewards (N, G) -> (N, G)``: group-relative advantages with the std (DAPO Eq. 9)."""
+    """``rewards (N, G) -> (N, G)``: group-relative advantages, divided by the group's std (DAPO Eq. 9) unless
+    ``algo.adv_norm_std`` is false (Dr. GRPO Eq. 3: ``R_i - mean``, as verl's ``norm_adv_by_std_in_grpo=false``)."""
     from dapo_exp import objective
 
-    return functools.partial(objective.group_advantages, norm_std=True, eps=algo.adv_eps)
+    return functools.partial(objective.group_advantages, norm_std=algo.adv_norm_std, eps=algo.adv_eps)
 
 
 def surrogate(algo: Any) -> Callable:
