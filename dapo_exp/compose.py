@@ -2,10 +2,12 @@
 
 :func:`compose` reads ``algo`` (and the few run values a fix binds, :class:`RunInfo`), checks
 GRPO's values, every fix's values and the combination of the fixes that are on, and returns a
-:class:`Plan`: one method per point of the pipeline where a fix acts (reward, advantage, group
-filter, token mask, weights, token weights, update mask, loss), each with GRPO's own piece
-(:mod:`dapo_exp.fixes.grpo`) where no fix that is on fills the slot. Below this layer (``steps``,
-``rollout``, ``objective``) nothing sees a config object, and nothing but the plan sees a hook.
+:class:`Plan`: one method per point of the training step where a fix acts (advantage, token mask,
+weights, token weights, update mask, loss), each with GRPO's own piece (:mod:`dapo_exp.fixes.grpo`)
+where no fix that is on fills the slot. The two slots of the rollout step are fields the rollout reads
+as they are: the reward terms (:func:`dapo_exp.rollout.groups.score_groups` adds each one's value to
+the correctness reward) and the group filter (:func:`dapo_exp.rollout.dynamic_sampling.collect_groups`).
+Below this layer (``steps``, ``rollout``, ``objective``) nothing sees a config object.
 
 Adding a slot is its declaration in :data:`dapo_exp.fixes.SLOTS`, its field and method here and
 the one call site in :mod:`dapo_exp.steps` (docs: how-to/extend.md).
