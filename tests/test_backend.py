@@ -292,6 +292,32 @@ def test_the_launcher_runs_verl_and_the_analysis_lists_the_run(launched, capsys)
     assert train(make())["status"] == "finished"
 
 
+def test_a_verl_run_of_the_toy_is_based_on_the_warm_start_its_model_was_exported_from(tmp_path, monkeypatch):
+    """verl loads an export of the toy's warm start (its weights copied, its tokenizer rebuilt with the same ids):
+    the run records the export's identity and the warm start's, and the analysis' base column is the warm
+    start's, as a native run of the same config records it."""
+    from dapo_exp.analysis import load_runs
+    from dapo_exp.backends import verl_launch
+    from dapo_exp.runner import base_model
+    from dapo_exp.train import train
+
+    monkeypatch.setattr(verl_launch, "_has_cuda", lambda: True)
+    fake = tmp_path / "fake_python"
+    fake.write_text(FAKE_VERL.format(python=sys.executable))
+    fake.chmod(0o755)
+    out = tmp_path / "run"
+    summary = train(compose_cfg("backend=verl", "fixes=grpo", f"backend.python={fake}", "logger=none", "train.steps=2",
+                                "eval.final_problems=null", "eval.final_samples=null", f"out_dir={out}"))
+    base = summary["base_model"]
+    assert base["path"] == str(out / "verl_model")
+    shipped = base["exported_from"]
+    assert shipped == base_model(shipped["path"]) and "/assets/warmstart/" in shipped["path"]
+    assert base["files"]["model.safetensors"] == shipped["files"]["model.safetensors"]  # the same weights
+    assert base["files_sha256"] != shipped["files_sha256"]  # another tokenizer's files
+    runs = load_runs(out.parent).runs
+    assert runs["config.model.base_sha256"].iloc[0] == shipped["files_sha256"][:12]
+
+
 def test_a_failed_verl_run_is_recorded_and_a_rerun_keeps_its_metrics(launched, monkeypatch):
     from dapo_exp.train import train
 

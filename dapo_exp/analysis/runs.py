@@ -559,6 +559,11 @@ def _run_row(rec: RunRecord, wide: pd.DataFrame, end_window: int) -> dict[str, A
             row[f"avg/{c}"] = float(s.mean())
     row.update(_flatten(cfg, "config."))
     base = summ.get("base_model")
+    if isinstance(base, dict) and isinstance(base.get("exported_from"), dict):
+        # a backend=verl run of the toy loads an export of the warm start (its weights and configs copied, its
+        # tokenizer rebuilt with the same ids, dapo_exp.backends.verl_launch.export_tiny_model): its base is the
+        # warm start, as a native run's of the same config
+        base = base["exported_from"]
     if isinstance(base, dict) and (base.get("files_sha256") or base.get("sha256")):
         # the base model's identity (every file it loads; runs from before that was recorded: the weights'):
         # runs of one label from different warm-start builds, or one tokenizer changed, are split

@@ -83,13 +83,13 @@ def export_data(cfg: DictConfig, out: Path) -> dict[str, int]:
 RAW_PROMPT_TEMPLATE = "{{ bos_token }}{% for m in messages %}{{ m['content'] }}{% endfor %}"
 
 
-def export_tiny_model(cfg: DictConfig, out: Path) -> Path:
+def export_tiny_model(cfg: DictConfig, out: Path) -> tuple[Path, Path]:
     """``model.path=tiny``'s warm start (shipped, cached or built, as natively) as verl loads a model:
     its weights and configs copied to ``<out>/verl_model``, with the same vocabulary in the form
     ``AutoTokenizer`` rebuilds for a ``qwen2`` checkpoint (:func:`dapo_exp.models.build_qwen_char_tokenizer`:
     same ids, a newline one token, EOS named ``<|im_end|>`` for verl's turn handling) and a chat template
     that renders the prompt as the native trainer does (BOS, then the text), so both engines feed the
-    policy the same ids."""
+    policy the same ids. Returns the export and the warm start it was made from."""
     from dapo_exp.models import build_qwen_char_tokenizer
     from dapo_exp.tasks.arith_warmstart import ensure_tiny_checkpoint
 
@@ -103,7 +103,7 @@ def export_tiny_model(cfg: DictConfig, out: Path) -> Path:
     build_qwen_char_tokenizer(chat_template=RAW_PROMPT_TEMPLATE).save_pretrained(tmp)
     shutil.rmtree(target, ignore_errors=True)
     os.replace(tmp, target)
-    return target
+    return target, source
 
 
 def _preflight(cfg: DictConfig) -> tuple[verl.VerlJob, str]:
@@ -204,13 +204,17 @@ def _launch_locked(cfg: DictConfig, job: verl.VerlJob, python: str, out: Path, t
                "seed": cfg.seed, "config": resolved, "git_commit": record["git_commit"], "backend": "verl",
                "error": None}
     summary["data"] = export_data(cfg, out)
+    exported_from = None
     if cfg.model.path == "tiny":
-        summary["model"] = str(export_tiny_model(cfg, out))
+        target, exported_from = export_tiny_model(cfg, out)
+        summary["model"] = str(target)
     if script is not None:
         return _submit(script, out, record, summary)
     # the base weights verl loads, identified as a native run identifies them (the analysis' base column); here,
     # in the process that runs verl (a SLURM job's would be hashed on the submitting host: not recorded there yet)
     summary["base_model"] = base_model(str(summary.get("model") or job.values["actor_rollout_ref.model.path"]))
+    if exported_from is not None:  # the toy's export: the same weights as the warm start, its tokenizer rebuilt
+        summary["base_model"]["exported_from"] = base_model(str(exported_from))
     _keep_previous_attempt(out)
     # a local launch starts its own Ray: never join a cluster it finds on this machine (another job's, e.g. a
     # SLURM job's head), unless RAY_ADDRESS names one on purpose
