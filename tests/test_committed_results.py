@@ -23,8 +23,6 @@ EXCEPTIONS = {
                                "recipe's comments (+dirty); its 10 runs take about 3.5 h on 2 cores to re-run",
     "2026-11-29-smollm2_cross_engine": "its native half is 2026-11-28-smollm2_clip's 10 runs (dirty trees, above); "
                                        "its 4 verl runs are at clean commits",
-    "2026-11-27-cross_engine": "its runs.csv (sweeps/checks/cross_engine.py's) keeps no base identity or commit; "
-                               "not re-run since the warm starts shipped",
 }
 
 
