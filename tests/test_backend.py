@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import shlex
 import signal
 import subprocess
@@ -290,6 +291,19 @@ def test_the_launcher_runs_verl_and_the_analysis_lists_the_run(launched, capsys)
     assert json.loads((out / rundir.CONFIG).read_text())["verl"]["command"][1:3] == ["-m", "verl.trainer.main_ppo"]
     # a finished run is skipped, as natively
     assert train(make())["status"] == "finished"
+
+
+@pytest.mark.parametrize("override, key", [("algo.kl_coef=-1", "algo.kl_coef"), ("algo.dual_clip=0.5", "algo.dual_clip"),
+                                           ("algo.kl_estimator=k9", "algo.kl_estimator")])
+def test_grpos_values_are_checked_before_a_verl_launch_as_natively(launched, override, key):
+    """GRPO's checks (fixes/grpo.py) refuse a bad value before verl starts, as they do natively."""
+    from dapo_exp.config import ConfigError
+    from dapo_exp.train import train
+
+    make, out = launched
+    with pytest.raises(ConfigError, match=rf"^{re.escape(key)}"):
+        train(make(override))
+    assert not (out / "fake_verl_call.json").exists()
 
 
 def test_a_verl_run_of_the_toy_is_based_on_the_warm_start_its_model_was_exported_from(tmp_path, monkeypatch):

@@ -107,11 +107,13 @@ def export_tiny_model(cfg: DictConfig, out: Path) -> tuple[Path, Path]:
 
 
 def _preflight(cfg: DictConfig) -> tuple[verl.VerlJob, str]:
+    from dapo_exp import compose
     from dapo_exp.config import validate
     from dapo_exp.models import check_model_source
     from dapo_exp.tasks import check_task_sources
 
     validate(cfg)
+    compose.check(cfg.algo, compose.run_info(cfg))  # GRPO's values, each fix's and their combination, as natively
     job = verl.translate(cfg)
     check_model_source(cfg.model.path)
     check_task_sources(cfg.task)
