@@ -201,7 +201,7 @@ def test_answer_or_boxed_reads_the_answer_line_else_the_last_box(response, truth
 #   add1 0.758 [0.649, 0.867] line 0.97 | add2 0.344 [0.210, 0.477] line 0.97 | add3 0.070 [0.031, 0.110] line
 #   0.73, cut 0.28 | mul 0.000 line 0.27, cut 0.88 (its three-line working needs about 45 tokens) | word1 0.320
 #   [0.232, 0.409] line 0.84 | word2 0.078 [0.032, 0.124] line 0.94.
-# The test samples 16 problems x 2 (half the CPU of x 4; measured at 09e87e2, 2026-11-29, `--problems 16 --k 2`:
+# The test samples 16 problems x 2 (half the samples of x 4; measured at 09e87e2, 2026-11-29, `--problems 16 --k 2`:
 #   add1 0.750 line 0.94 | add2 0.438 line 0.91 | add3 0.031 line 0.69 | mul 0.000 line 0.25 | word1 0.375 line 0.78
 #   | word2 0.000 line 0.88): the bands hold the 32-problem intervals above, widened for half the problems.
 BASE_BANDS = {
