@@ -4,9 +4,11 @@
 GRPO's values, every fix's values and the combination of the fixes that are on, and returns a
 :class:`Plan`: one method per point of the training step where a fix acts (advantage, token mask,
 weights, token weights, update mask, loss), each with GRPO's own piece (:mod:`dapo_exp.fixes.grpo`)
-where no fix that is on fills the slot. The two slots of the rollout step are fields the rollout reads
-as they are: the reward terms (:func:`dapo_exp.rollout.groups.score_groups` adds each one's value to
-the correctness reward) and the group filter (:func:`dapo_exp.rollout.dynamic_sampling.collect_groups`).
+where no fix that is on fills the slot. The rollout step's two slots are plan methods too: the reward
+terms (:meth:`Plan.reward`, which :func:`dapo_exp.rollout.groups.score_groups` calls and adds to the
+correctness reward) and the group filter (:meth:`Plan.keep_groups` with its refill policy :attr:`Plan.refill`,
+which :func:`dapo_exp.rollout.dynamic_sampling.collect_groups` calls). A hook of these slots, of ``advantage``,
+``token_mask`` and ``loss_term`` may return ``Out(value, metrics)``: its metrics reach the step's row.
 Below this layer (``steps``, ``rollout``, ``objective``) nothing sees a config object.
 
 Adding a slot is its declaration in :data:`dapo_exp.fixes.SLOTS`, its field and method here and
@@ -51,7 +53,7 @@ class Plan:
     normaliser: Callable  # (mask (B, T), group_index (B,)) -> (B,) weights of a mini-batch
     estimator: Callable = objective.group_advantages  # rewards (N, G) -> advantages (N, G)
     advantage_transforms: tuple[Callable, ...] = ()  # (advantages, rewards) -> (N, G) | Out, in registry order
-    reward_terms: Mapping[str, Callable] = field(default_factory=dict)  # fix -> (*, lengths, correct) -> (B,)
+    reward_terms: Mapping[str, Callable] = field(default_factory=dict)  # fix -> (*, lengths, correct, texts) -> (B,)
     reward_metrics: Mapping[str, str] = field(default_factory=dict)  # every registered reward fix -> its metric
     group_filter: GroupFilter | None = None  # None: every group is kept
     token_masks: tuple[Callable, ...] = ()  # (mask, truncated) -> (B, T) | Out, chained
@@ -61,6 +63,38 @@ class Plan:
     kl_coef: float = 0.0  # GRPO's KL penalty against the reference (0: off)
     kl_estimator: str = "k3"
     declared: Mapping[str, tuple[str, ...]] = field(default_factory=dict)  # fix on -> the metrics it declares
+
+    def reward(self, *, lengths: Any, correct: Any, texts: list[str]) -> Out:
+        """Each reward term's ``(B,)`` values, ``{fix name: values}`` (added to the correctness reward by the
+        rollout), from the responses' ``lengths`` (B,), ``correct`` (B,) bool and decoded ``texts``; and the
+        terms' own metrics."""
+        values, metrics = {}, {}
+        for name, term in self.reward_terms.items():
+            values[name], m = unpack(term(lengths=lengths, correct=correct, texts=texts))
+            metrics.update(m)
+        return Out(values, metrics)
+
+    def reward_logged(self, shaping: list[Mapping[str, list[float]]]) -> dict[str, float]:
+        """Each registered reward fix's metric over the trained groups' ``shaping`` (each group's
+        ``{fix name: its G values}``): the term's mean, 0 for a term that is off (so arms compare)."""
+        import numpy as np
+
+        return {metric: float(np.mean([v for g in shaping for v in g[name]])) if shaping and name in shaping[0]
+                else 0.0 for name, metric in self.reward_metrics.items()}
+
+    @property
+    def refill(self) -> GroupFilter | None:
+        """The group filter's refill policy (rounds, cap, surplus, over-sampling), or None: no filter, one
+        round, every group kept."""
+        return self.group_filter
+
+    def keep_groups(self, correct: Any, reward: Any) -> Out:
+        """``(N,)`` bool: of a round's groups (``correct``, ``reward``: ``(N, G)`` float) those the batch
+        keeps (every one without a filter); and the filter's metrics."""
+        if self.group_filter is None:
+            return Out(correct.new_ones(correct.shape[0], dtype=bool), {})
+        keep, metrics = unpack(self.group_filter.keep(correct, reward))
+        return Out(keep, metrics)
 
     def advantage(self, rewards: Any) -> Out:
         """``(N, G)`` advantages: GRPO's estimator, then each fix's transform; and their metrics."""

@@ -308,22 +308,16 @@ def mini_batch_keep(model: torch.nn.Module, batch: Batch, rows: list[int], *, fw
 # Metrics (names and formulas: docs/reference/metrics.md)                      #
 # --------------------------------------------------------------------------- #
 def step_metrics(
-    batch: Batch, old: OldLogprobs, upd: dict[str, float], tok_adv: Tensor, *, shaping_metrics: dict[str, str],
-    ppo_epochs: int, t_train: float,
+    batch: Batch, old: OldLogprobs, upd: dict[str, float], tok_adv: Tensor, *, ppo_epochs: int, t_train: float,
 ) -> dict[str, float]:
-    """Reward, loss, clipping, masking, length and throughput metrics of a trained step.
-
-    ``shaping_metrics`` maps each registered reward term (fix name) to its metric name; a
-    term that is off logs 0.
-    """
+    """Reward, loss, clipping, masking, length and throughput metrics of a trained step (the reward terms'
+    own: :meth:`dapo_exp.compose.Plan.reward_logged`)."""
     acc = torch.tensor([g.correct for g in batch.groups], dtype=torch.float32)
     n_tok, n_upd = max(upd["n_tokens"], 1.0), max(upd["n_updates"], 1.0)
     resp_tokens, lm_tokens = float(batch.resp_mask.sum()), float(batch.loss_mask.sum())
     m = {
         "reward/mean": float(batch.rewards.mean()),
         "reward/acc_mean": float(acc.mean()),
-        **{metric: float(np.mean([v for g in batch.groups for v in g.shaping[name]]))
-           if name in batch.groups[0].shaping else 0.0 for name, metric in shaping_metrics.items()},
         "actor/entropy": old.entropy_sum / max(resp_tokens, 1.0),
         "actor/pg_loss": upd["pg_loss"] / n_upd,
         "actor/pg_clipfrac_higher": upd["n_clipped_high"] / n_tok,

@@ -86,7 +86,7 @@ def loop(ctx: runner.RunContext) -> dict[str, Any]:
             bar.close()
             ctx.stopped(step)
         step, t_step = next_step, steps.start_clocks(run.device)  # wall time, and the step's peak GPU memory
-        groups, ds, counters = rollout_groups(run, step)  # rollouts, rewards, group filter
+        groups, ds, counters, rollout_metrics = rollout_groups(run, step)  # rollouts, rewards, group filter
         t_gen = time.perf_counter() - t_step
         st["sampler_position"] = run.sampler.position
         st["cum_rollouts"] += ds.rollouts_generated
@@ -99,6 +99,7 @@ def loop(ctx: runner.RunContext) -> dict[str, Any]:
         m["reward/verify_timeouts"] = counters["verify_timeouts"]
         run.scheduler.step()
         m.update(steps.sampling_metrics(ds, group_size=cfg.rollout.n, gen_seconds=counters["gen_seconds"]))
+        m.update(rollout_metrics)
         m.update({
             "compute/rollouts_total": float(st["cum_rollouts"]),
             "compute/gen_tokens_total": float(st["cum_gen_tokens"]),
@@ -151,10 +152,12 @@ def preflight(cfg: DictConfig) -> compose.Plan:
 # =========================================================================== #
 # One rollout step                                                              #
 # =========================================================================== #
-def rollout_groups(run: Run, step: int) -> tuple[list[Group], Any, dict[str, float]]:
-    """Generate, score and filter groups (the group filter's refill) until the batch is full."""
+def rollout_groups(run: Run, step: int) -> tuple[list[Group], Any, dict[str, float], dict[str, float]]:
+    """Generate, score and filter groups (the group filter's refill) until the batch is full; returns the
+    groups, the rounds' counts, the verifier's and engine's counters and the reward terms' and filter's metrics."""
     cfg, r = run.cfg, run.cfg.rollout
     counters = {"verify_timeouts": 0.0, "gen_seconds": 0.0}
+    reward_metrics: list[dict[str, float]] = []  # the reward terms' own, per round
 
     def generate_round(round_idx: int, n_prompts: int) -> list[Group]:
         idx = run.sampler.take(n_prompts, step=step, round_idx=round_idx)
@@ -163,17 +166,21 @@ def rollout_groups(run: Run, step: int) -> tuple[list[Group], Any, dict[str, flo
             n=r.n, max_new_tokens=r.max_response_len, temperature=r.temperature, top_p=r.top_p,
             seed=cfg.seed * 1_000_003 + step * 101 + round_idx, keys=run.sampler.noise_keys(step, round_idx, idx)))
         counters["gen_seconds"] += gens.stats.get("gen_seconds", 0.0)
-        groups, timeouts = score_groups(
+        groups, timeouts, metrics = score_groups(
             prompt_indices=idx, prompt_ids=prompts, gens=gens, group_size=r.n, answers=[run.answers[i] for i in idx],
-            tokenizer=run.tokenizer, verifier=run.verifier, reward_terms=run.plan.reward_terms)
+            tokenizer=run.tokenizer, verifier=run.verifier, reward=run.plan.reward)
         counters["verify_timeouts"] += timeouts
+        reward_metrics.append(metrics)
         return groups
 
     run.engine.wake()
     groups, run.state["carry"], ds = collect_groups(
-        generate_round, want=cfg.train.prompts_per_step, group_filter=run.plan.group_filter, carry=run.state["carry"])
+        generate_round, want=cfg.train.prompts_per_step, refill=run.plan.refill, keep=run.plan.keep_groups,
+        carry=run.state["carry"])
     run.engine.sleep()
-    return groups, ds, counters
+    # the rollout slots' own metrics: the reward terms' and the group filter's, each averaged over the step's rounds
+    own = {k: sum(m[k] for m in reward_metrics) / len(reward_metrics) for k in (reward_metrics or [{}])[0]}
+    return groups, ds, counters, {**own, **ds.filter_metrics}
 
 
 def update_sizes(cfg: DictConfig) -> steps.UpdateSizes:
@@ -198,8 +205,8 @@ def train_on(run: Run, groups: list[Group], step: int) -> dict[str, float]:
     t_train = time.perf_counter() - t_train
     tok_adv = steps.token_advantages(batch, old.logp, range(batch.size), plan=plan)
     m = {**steps.rollout_mismatch(batch, old),
-         **steps.step_metrics(batch, old, upd, tok_adv, shaping_metrics=plan.reward_metrics,
-                              ppo_epochs=t.ppo_epochs, t_train=t_train)}
+         **steps.step_metrics(batch, old, upd, tok_adv, ppo_epochs=t.ppo_epochs, t_train=t_train),
+         **plan.reward_logged([g.shaping for g in groups])}
     m.update(steps.sample_diagnostics(groups, run.task.train, _diagnostics(cfg)))
     steps.check_finite(run.model, run.out, step, m)  # a diverged step stops the run before it is logged or checkpointed
     run.state["cum_trained_rollouts"] += batch.size

@@ -363,7 +363,7 @@ def test_the_cap_error_says_when_the_policy_has_collapsed(pattern, collapsed):
 
     f = GroupFilter(keep=keep, max_rounds=2, on_cap="error")
     with pytest.raises(DynamicSamplingCapError) as err:
-        collect_groups(lambda r, n: _groups(pattern), want=8, group_filter=f)
+        collect_groups(lambda r, n: _groups(pattern), want=8, refill=f)
     msg = str(err.value)
     assert ("the policy has collapsed" in msg) == collapsed
     assert ("Raise algo.ds_max_rounds" in msg) == (not collapsed)

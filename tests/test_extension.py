@@ -42,6 +42,13 @@ def _entropy_bonus(*, logp, old_logp, entropy, mask, weights, coef):
     return Out(-coef * ent, {"actor/entropy_bonus": ent})
 
 
+def _bonus(*, lengths, correct, texts, value):
+    """A constant bonus, logging the share of responses that hold an ``Answer:`` line (the slot sees the texts)."""
+    assert len(texts) == len(lengths) and all(isinstance(t, str) for t in texts)
+    bonus = _record("reward", torch.full_like(lengths, value))
+    return Out(bonus, {"reward/answer_line_frac": sum("Answer:" in t for t in texts) / len(texts)})
+
+
 def _scaled(adv, rewards, *, factor):
     """Scale the advantages, logging the scale as a metric of its own."""
     _record("advantage", adv * factor)
@@ -51,11 +58,11 @@ def _scaled(adv, rewards, *, factor):
 # name, short, slot, its hook (bound from the ext value), a metric it logs
 EXTENSIONS = [
     ("const_bonus", "bonus", "reward",
-     lambda v: lambda *, lengths, correct: _record("reward", torch.full_like(lengths, float(v))),
-     "reward/const_bonus_mean"),
+     lambda v: functools.partial(_bonus, value=float(v)), "reward/const_bonus_mean"),
     ("adv_scale", "advx", "advantage", lambda v: functools.partial(_scaled, factor=float(v)), "actor/adv_scale"),
     ("keep_all", "keep", "group_filter",
-     lambda v: GroupFilter(keep=lambda correct, reward: _record("group_filter", torch.ones(len(correct), dtype=bool)),
+     lambda v: GroupFilter(keep=lambda correct, reward: Out(
+         _record("group_filter", torch.ones(len(correct), dtype=bool)), {"group_filter/kept_frac": 1.0}),
                            max_rounds=int(v)),
      "dynamic_sampling/gen_rounds"),
     ("first_tokens", "ftok", "token_mask",
@@ -130,6 +137,9 @@ def test_a_fix_of_each_slot_from_outside_the_package(tmp_path, small_cfg, extens
         if slot == "reward":  # the bonus is added to the +1/-1 correctness reward of every response
             assert all(r["reward/const_bonus_mean"] == 0.5 for r in trained)
             assert all(r["reward/mean"] == pytest.approx(2 * r["reward/acc_mean"] - 1 + 0.5, abs=1e-6) for r in trained)
+            assert all(0 < r["reward/answer_line_frac"] <= 1 for r in trained)  # its own metric, from the texts
+        if slot == "group_filter":  # its own metric, from its keep
+            assert all(r["group_filter/kept_frac"] == 1.0 for r in trained)
         if slot == "token_mask":  # only the first 2 tokens of each response count
             assert all(r["actor/masked_token_frac"] > 0 for r in trained)
         if slot == "update_mask":  # the first 2 tokens of each response carry the policy gradient

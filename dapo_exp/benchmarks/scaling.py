@@ -78,7 +78,7 @@ class Cell:
         self.step_no += 1
         _sync(dev)
         t0 = time.perf_counter()
-        groups, ds, _ = self.T.rollout_groups(self.run, self.step_no)
+        groups, ds, _, _ = self.T.rollout_groups(self.run, self.step_no)
         _sync(dev)
         t1 = time.perf_counter()
         self.T.train_on(self.run, groups, self.step_no)

@@ -204,7 +204,7 @@ class DapoSide:
         for _ in range(n):
             self.step_no += 1
             t0 = time.perf_counter()
-            groups, ds, _ = self.T.rollout_groups(self.run, self.step_no)
+            groups, ds, _, _ = self.T.rollout_groups(self.run, self.step_no)
             self.T.train_on(self.run, groups, self.step_no)
             self.run.scheduler.step()
             out.append(time.perf_counter() - t0)

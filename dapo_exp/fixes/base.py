@@ -17,12 +17,14 @@ tensors out, tested alone). GRPO's own pieces, which the fixes transform or repl
 The slots (:data:`SLOTS`) are the places a fix can act. Hooks are plain callables over
 tensors and scalars, bound once per run by the fix's ``bind(algo, run)``:
 
-- ``reward``: ``(*, lengths (B,) float, correct (B,) bool) -> (B,)`` added to the
-  correctness reward. The term's batch mean is logged as the fix's first metric (0 when off).
+- ``reward``: ``(*, lengths (B,) float, correct (B,) bool, texts (B,) str) -> (B,)`` added to the
+  correctness reward (``texts``: the decoded responses). The term's mean over the trained batch is
+  logged as the fix's first metric (0 when off).
 - ``advantage``: ``(advantages (N, G), rewards (N, G)) -> (N, G)``, applied in registry
   order after GRPO's group-relative estimator (``algo.adv_estimator``): a transform of the
   advantages it is given, never a replacement of them.
-- ``group_filter``: a :class:`GroupFilter` (which groups a batch keeps, and how it refills).
+- ``group_filter``: a :class:`GroupFilter` (which groups a batch keeps, and how it refills); its
+  ``keep`` is what the plan calls.
 - ``token_mask``: ``(mask (B, T), truncated (B,)) -> (B, T)``, the tokens that count in the
   loss, applied in registry order.
 - ``surrogate``: ``(logp, old_logp, advantages, *, mask) -> objective.SurrogateOut`` per token
@@ -45,11 +47,12 @@ tensors and scalars, bound once per run by the fix's ``bind(algo, run)``:
   adds up to the mini-batch's term). An entropy bonus, an auxiliary loss. Several fixes: their
   terms add.
 
-A hook returns its value, or ``Out(value, metrics)`` to log metrics of its own (``advantage``,
-``token_mask`` and ``loss_term``): the plan merges them into the step's row. A batch hook's
-metrics (``advantage``, ``token_mask``) are logged as returned; a loss term's are its micro-batches'
-shares, summed over each mini-batch and averaged over the step's optimizer steps (as
-``actor/pg_loss``). A fix may declare the metrics its hooks log, and the loop checks them.
+A hook returns its value, or ``Out(value, metrics)`` to log metrics of its own (``reward``,
+``group_filter``'s ``keep``, ``advantage``, ``token_mask`` and ``loss_term``): the plan merges them
+into the step's row. A rollout hook's metrics (``reward``, ``keep``) are averaged over the step's
+generation rounds; a batch hook's (``advantage``, ``token_mask``) are logged as returned; a loss term's
+are its micro-batches' shares, summed over each mini-batch and averaged over the step's optimizer steps
+(as ``actor/pg_loss``). A fix may declare the metrics its hooks log, and the loop checks them.
 
 Slots marked ``exclusive`` take one fix at a time: two fixes that are on and fill the
 same exclusive slot fail before any compute, naming both (so do fixes that name each
@@ -77,7 +80,7 @@ class Slot:
 
 
 SLOTS: dict[str, Slot] = {
-    "reward": Slot("(*, lengths (B,), correct (B,)) -> (B,) added to the reward", exclusive=False),
+    "reward": Slot("(*, lengths (B,), correct (B,), texts (B,)) -> (B,) added to the reward", exclusive=False),
     "advantage": Slot("(advantages (N, G), rewards (N, G)) -> (N, G)", exclusive=False),
     "group_filter": Slot("GroupFilter", exclusive=True),
     "token_mask": Slot("(mask (B, T), truncated (B,)) -> (B, T)", exclusive=False),
@@ -137,7 +140,7 @@ class RunInfo:
 class GroupFilter:
     """The ``group_filter`` slot: which groups a training batch keeps, and how it refills.
 
-    ``keep(correct (N, G) float, reward (N, G) float) -> (N,) bool``. Rounds of
+    ``keep(correct (N, G) float, reward (N, G) float) -> (N,) bool`` (or ``Out`` with its metrics). Rounds of
     ``ceil(want * oversample)`` prompts are generated until the batch holds ``want`` kept
     groups; at most ``max_rounds`` (0 = unlimited), then ``on_cap`` = ``error`` | ``partial``;
     kept groups beyond the batch: ``surplus`` = ``discard`` | ``carry`` (to the next step).

@@ -15,7 +15,7 @@ from typing import Any
 
 from dapo_exp import rundir
 from dapo_exp.errors import ConfigError
-from dapo_exp.fixes.base import Fix, GroupFilter, Judged, Key, RunInfo, register_fix
+from dapo_exp.fixes.base import Fix, GroupFilter, Judged, Key, Out, RunInfo, register_fix
 from dapo_exp.fixes.verl_rules import FG, Rule, fail, to, unused, when
 
 SIGNALS = ("acc", "reward")
@@ -27,8 +27,13 @@ def _bind(algo: Any, run: RunInfo) -> dict:
     from dapo_exp.objective import dynamic_sampling_keep
 
     use_acc = algo.ds_signal == "acc"
+
+    def keep(correct, reward):  # Eq. 11 on the chosen signal; logs the share of the round's groups it dropped
+        kept = dynamic_sampling_keep(correct if use_acc else reward)
+        return Out(kept, {"dynamic_sampling/dropped_frac": 1.0 - float(kept.float().mean())})
+
     return {"group_filter": GroupFilter(
-        keep=lambda correct, reward: dynamic_sampling_keep(correct if use_acc else reward),
+        keep=keep,
         max_rounds=algo.ds_max_rounds, on_cap=algo.ds_on_cap, surplus=algo.ds_surplus, oversample=algo.ds_oversample,
     )}
 
@@ -85,7 +90,8 @@ FIX = register_fix(Fix(
             'prompts generated per round = ceil(prompts_per_step * ds_oversample) (released script: 3)'),
     ),
     is_on=_on, slots=("group_filter",), bind=_bind,
-    metrics=("dynamic_sampling/zero_var_frac", "dynamic_sampling/rollouts_per_trained", "actor/zero_adv_token_frac"),
+    metrics=("dynamic_sampling/dropped_frac", "dynamic_sampling/zero_var_frac", "dynamic_sampling/rollouts_per_trained",
+             "actor/zero_adv_token_frac"),
     check=_check,
     study=Judged("toy_ds", (
         ("avg/actor/effective_batch_frac", +1, "share of trained responses with a non-zero advantage: 1 by "

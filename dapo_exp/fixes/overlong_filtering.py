@@ -10,14 +10,18 @@ from __future__ import annotations
 from typing import Any
 
 from dapo_exp import rundir
-from dapo_exp.fixes.base import Fix, Judged, Key, register_fix
+from dapo_exp.fixes.base import Fix, Judged, Key, Out, register_fix
 from dapo_exp.fixes.verl_rules import R, Rule
 
 
 def _bind(algo, run):
     from dapo_exp import objective
 
-    return {"token_mask": objective.overlong_filtering}
+    def token_mask(mask, truncated):  # logs the share of the batch's responses it masked out of the loss
+        return Out(objective.overlong_filtering(mask, truncated),
+                   {"overlong_filtering/masked_frac": float(truncated.float().mean())})
+
+    return {"token_mask": token_mask}
 
 
 def _filtering(v: bool, ctx: Any) -> dict[str, Any]:
@@ -31,7 +35,7 @@ FIX = register_fix(Fix(
     schema=(Key("overlong_filtering", bool, False,
                 "mask truncated responses out of the loss (Table 1 ladder: on; released script: off)"),),
     is_on=lambda a: bool(a.overlong_filtering), slots=("token_mask",), bind=_bind,
-    metrics=("actor/masked_token_frac",),
+    metrics=("overlong_filtering/masked_frac", "actor/masked_token_frac"),
     study=Judged("toy_overlong", (
         ("avg/diag/style_step_long", +1, "step-by-step share on long problems (5+ operands), whose solutions the "
                                          "cap truncates: the push to short guesses"),

@@ -15,7 +15,7 @@ from typing import Any
 
 from dapo_exp import rundir
 from dapo_exp.errors import ConfigError
-from dapo_exp.fixes.base import Fix, Judged, Key, RunInfo, register_fix
+from dapo_exp.fixes.base import Fix, Judged, Key, Out, RunInfo, register_fix
 from dapo_exp.fixes.verl_rules import OB, Rule, fail, when
 
 
@@ -30,7 +30,11 @@ def _bind(algo: Any, run: RunInfo) -> dict:
     term = functools.partial(objective.overlong_punishment, max_len=l_max(algo, run.max_response_len),
                              cache_len=algo.overlong_cache_len, factor=algo.overlong_factor,
                              mode=algo.overlong_punishment)
-    return {"reward": lambda *, lengths, correct: term(lengths)}  # the paper's term reads the length alone
+    def reward(*, lengths, correct, texts):  # the paper's term reads the length alone
+        values = term(lengths)
+        return Out(values, {"overlong_punishment/punished_frac": float((values != 0).float().mean())})
+
+    return {"reward": reward}
 
 
 def _check(algo: Any, run: RunInfo) -> None:
@@ -86,7 +90,8 @@ FIX = register_fix(Fix(
             'L_max of the length term in tokens; null = rollout.max_response_len (paper: 20480, the cap)'),
     ),
     is_on=_on, slots=("reward",), bind=_bind,
-    metrics=("reward/overlong_penalty_mean", "response_length/clip_ratio"), check=_check,
+    metrics=("reward/overlong_penalty_mean", "overlong_punishment/punished_frac", "response_length/clip_ratio"),
+    check=_check,
     options=("disabled", "soft", "linear_ramp", "beyond_max"),
     study=Judged("toy_overlong", (
         (f"avg/{rundir.TRUNC}", -1, "share of truncated samples (the soft ramp teaches to fit)"),

@@ -1,9 +1,10 @@
 """Dynamic Sampling (DAPO §3.2): fill the training batch with informative groups.
 
 A *group* is one prompt with its ``G`` responses. With a group filter (the
-``group_filter`` slot, :class:`dapo_exp.fixes.GroupFilter`; Dynamic Sampling's is
-Eq. 11, ``0 < #correct < G``), a group is kept only when the filter keeps it, and
-prompt batches are generated round after round until ``want`` groups are kept.
+``group_filter`` slot, :class:`dapo_exp.fixes.GroupFilter`, which the plan calls,
+:meth:`dapo_exp.compose.Plan.keep_groups`; Dynamic Sampling's is Eq. 11, ``0 < #correct < G``),
+a group is kept only when the filter keeps it, and prompt batches are generated round after
+round until ``want`` groups are kept.
 
 Semantic choices (reference, "peers disagree" 2 and 3), decided here with the
 filter's refill policy (:mod:`dapo_exp.fixes.dynamic_sampling` binds it):
@@ -29,11 +30,12 @@ from __future__ import annotations
 
 import math
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, field
+from typing import Any
 
 import torch
 
-from dapo_exp.fixes.base import GroupFilter
+from dapo_exp.fixes.base import GroupFilter, unpack
 from dapo_exp.rollout.groups import Group
 
 
@@ -52,13 +54,15 @@ class CollectStats:
     carried_in: int = 0
     cap_hit: bool = False
     gen_tokens: int = 0
+    filter_metrics: dict[str, float] = field(default_factory=dict)  # the filter's own, averaged over its rounds
 
 
 def collect_groups(
     generate_round: Callable[[int, int], list[Group]],
     *,
     want: int,
-    group_filter: GroupFilter | None,
+    refill: GroupFilter | None,
+    keep: Callable[[Any, Any], Any] | None = None,
     carry: list[Group] | None = None,
 ) -> tuple[list[Group], list[Group], CollectStats]:
     """Generate rounds of groups until ``want`` groups are kept.
@@ -67,7 +71,11 @@ def collect_groups(
         generate_round: ``(round_index, n_prompts) -> groups`` (samples prompts,
             generates, scores). Provided by the trainer.
         want: groups wanted in the training batch (``train.prompts_per_step``).
-        group_filter: which groups to keep and how to refill; None keeps every group of one round.
+        refill: the group filter's refill policy (:attr:`dapo_exp.compose.Plan.refill`); None keeps
+            every group of one round.
+        keep: ``(correct (N, G), reward (N, G)) -> (N,) bool`` or ``Out(keep, metrics)``, the groups a
+            round keeps (:meth:`dapo_exp.compose.Plan.keep_groups`; default: ``refill.keep``); its metrics
+            are averaged over the rounds into ``stats.filter_metrics``.
         carry: groups carried over from the previous step (``surplus="carry"``).
 
     Returns:
@@ -75,7 +83,7 @@ def collect_groups(
         into the next step (empty unless ``surplus="carry"``), and counters.
     """
     stats = CollectStats()
-    if group_filter is None:
+    if refill is None:
         groups = generate_round(0, want)
         stats.rounds = 1
         _count(stats, groups)
@@ -84,8 +92,9 @@ def collect_groups(
 
     kept: list[Group] = list(carry or [])
     stats.carried_in = len(kept)
-    f = group_filter
+    f, keep = refill, keep or refill.keep
     max_rounds, per_round = f.max_rounds, math.ceil(want * f.oversample)
+    round_metrics: list[dict[str, Any]] = []
     while len(kept) < want:
         if max_rounds and stats.rounds >= max_rounds:
             stats.cap_hit = True
@@ -107,8 +116,11 @@ def collect_groups(
         if groups:
             correct = torch.tensor([g.correct for g in groups], dtype=torch.float32)
             reward = torch.tensor([g.reward for g in groups], dtype=torch.float32)
-            keep = f.keep(correct, reward).tolist()
-            kept.extend(g for g, k in zip(groups, keep) if k)
+            kept_now, metrics = unpack(keep(correct, reward))
+            round_metrics.append(metrics)
+            kept.extend(g for g, k in zip(groups, kept_now.tolist()) if k)
+    stats.filter_metrics = {k: sum(float(m[k]) for m in round_metrics) / len(round_metrics)
+                            for k in round_metrics[0]} if round_metrics else {}
     batch, rest = kept[:want], kept[want:]
     stats.kept_groups = len(batch)
     stats.surplus_groups = len(rest)

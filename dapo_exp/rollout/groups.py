@@ -1,14 +1,14 @@
 """A group (one prompt and its G scored responses) and how a batch of generations is scored.
 
 The reward of a response is the task's correctness reward (+1 / -1,
-:func:`dapo_exp.tasks.verifier.reward_of`, the paper's rule) plus the ``reward`` hooks of
-the fixes that are on (:mod:`dapo_exp.fixes`; the overlong term of DAPO Eq. 13 when
-``overlong_punishment`` is on), bound by :mod:`dapo_exp.compose`.
+:func:`dapo_exp.tasks.verifier.reward_of`, the paper's rule) plus the reward terms of
+the fixes that are on (the plan's ``reward`` method, :meth:`dapo_exp.compose.Plan.reward`; the
+overlong term of DAPO Eq. 13 when ``overlong_punishment`` is on).
 """
 
 from __future__ import annotations
 
-from collections.abc import Callable, Mapping
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -44,20 +44,21 @@ def score_groups(
     answers: list[str],
     tokenizer: Any,
     verifier: Any,
-    reward_terms: Mapping[str, Callable[..., torch.Tensor]],
-) -> tuple[list[Group], int]:
+    reward: Callable[..., Any],
+) -> tuple[list[Group], int, dict[str, float]]:
     """Verify ``gens`` (``len(prompt_ids) * group_size`` responses, group-major) and build groups.
 
-    ``reward_terms`` maps fix names to ``(*, lengths (B,), correct (B,)) -> (B,)`` terms added
-    to the correctness reward; each is computed on the whole batch.
-    Returns ``(groups, verifier_timeouts)``.
+    ``reward`` is the plan's (:meth:`dapo_exp.compose.Plan.reward`): ``(*, lengths (B,), correct (B,),
+    texts) -> Out({fix name: (B,) term}, metrics)``, the terms added to the correctness reward, computed on
+    the whole batch. Returns ``(groups, verifier_timeouts, the terms' metrics)``.
     """
     n = group_size
     texts = tokenizer.batch_decode(gens.response_ids, skip_special_tokens=True)
     results = verifier.verify_batch(texts, [a for a in answers for _ in range(n)])
     lengths = torch.tensor(gens.lengths, dtype=torch.float32)
     correct = torch.tensor([r.correct for r in results], dtype=torch.bool)
-    terms = {name: term(lengths=lengths, correct=correct).tolist() for name, term in reward_terms.items()}
+    values, metrics = reward(lengths=lengths, correct=correct, texts=texts)
+    terms = {name: v.tolist() for name, v in values.items()}
     rewards = [reward_of(r) + sum(v[i] for v in terms.values()) for i, r in enumerate(results)]
     groups = []
     for g, pi in enumerate(prompt_indices):
@@ -74,7 +75,7 @@ def score_groups(
             sampled_logprobs=gens.sampled_logprobs[sl] if gens.sampled_logprobs else None,
             meta={"texts": texts[sl]},
         ))
-    return groups, sum(r.timed_out for r in results)
+    return groups, sum(r.timed_out for r in results), {k: float(v) for k, v in metrics.items()}
 
 
 checkpoint.register_restorable(Group)  # dynamic sampling's carried groups live in the trainer's state
