@@ -24,3 +24,12 @@ def test_a_changed_value_a_missing_key_or_run_fails(tmp_path, capsys):
     assert main([str(tmp_path / "a"), str(tmp_path / "b")]) == 1
     out = capsys.readouterr().out
     assert "x 0.5 vs 0.5000001" in out and "y 1 vs '<missing>'" in out and "only_a: only in" in out
+
+
+def test_with_new_metrics_ok_a_metric_only_b_logs_is_listed_not_counted_and_a_lost_one_still_fails(tmp_path, capsys):
+    _run(tmp_path / "a" / "r", [{"step": 1, "x": 0.5}])
+    _run(tmp_path / "b" / "r", [{"step": 1, "x": 0.5, "fix/own": 0.25}])
+    assert main([str(tmp_path / "a"), str(tmp_path / "b")]) == 1  # by default a new key is a difference
+    assert main([str(tmp_path / "a"), str(tmp_path / "b"), "--new-metrics-ok"]) == 0
+    assert "metrics only B logs (added): fix/own" in capsys.readouterr().out
+    assert main([str(tmp_path / "b"), str(tmp_path / "a"), "--new-metrics-ok"]) == 1  # one B lost: a difference
