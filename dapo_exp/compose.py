@@ -8,7 +8,8 @@ where no fix that is on fills the slot. The rollout step's two slots are plan me
 terms (:meth:`Plan.reward`, which :func:`dapo_exp.rollout.groups.score_groups` calls and adds to the
 correctness reward) and the group filter (:meth:`Plan.keep_groups` with its refill policy :attr:`Plan.refill`,
 which :func:`dapo_exp.rollout.dynamic_sampling.collect_groups` calls). A hook of these slots, of ``advantage``,
-``token_mask`` and ``loss_term`` may return ``Out(value, metrics)``: its metrics reach the step's row.
+``token_mask``, ``surrogate`` and ``loss_term`` may return ``Out(value, metrics)``: its metrics reach the step's
+row (the ``normaliser``, ``update_mask`` and ``rollout_weight`` hooks return their value only).
 Below this layer (``steps``, ``rollout``, ``objective``) nothing sees a config object.
 
 Adding a slot is its declaration in :data:`dapo_exp.fixes.SLOTS`, its field and method here and
@@ -39,7 +40,7 @@ ADVANTAGE_ESTIMATORS: Registry[Callable[[Any], Callable]] = Registry("advantage 
 POLICY_LOSSES: Registry[Callable[[Any], Callable]] = Registry("policy loss", "algo.policy_loss")
 ADVANTAGE_ESTIMATORS.register("grpo", grpo.advantage)
 POLICY_LOSSES.register("clipped", grpo.surrogate)
-LOSS_TERM_METRIC = "loss_term:"  # prefix of a loss term's metric in the update's sums (dapo_exp.steps)
+FIX_METRIC = "fix:"  # prefix of a fix's own metric in the update's sums (a surrogate's or a loss term's; dapo_exp.steps)
 
 
 @dataclass(frozen=True)
@@ -140,18 +141,32 @@ class Plan:
         """Does the loss read the policy's per-token entropy (with its gradient)?"""
         return bool(self.loss_terms)
 
+    def token_losses(self, logp: Any, old_logp: Any, advantages: Any, *, mask: Any) -> Out:
+        """The surrogate slot: ``(B, T)`` per-token losses and clip flags (:class:`dapo_exp.objective.SurrogateOut`,
+        GRPO's clipped surrogate where no fix fills the slot); and the surrogate's own metrics."""
+        return Out(*unpack(self.surrogate(logp, old_logp, advantages, mask=mask)))
+
     def loss(self, *, logp: Any, old_logp: Any, entropy: Any, advantages: Any, mask: Any, weights: Any,
              ref_logp: Any = None, keep: Any = None) -> tuple[Any, dict[str, Any]]:
         """A micro-batch's share of the mini-batch loss and its statistics: the surrogate's policy-gradient
-        term and GRPO's KL term (:func:`dapo_exp.objective.policy_loss`) plus the fixes' loss terms, whose
-        metrics come back as ``LOSS_TERM_METRIC + name`` (summed over micro-batches by the update)."""
+        term and GRPO's KL term (:func:`dapo_exp.objective.policy_loss`) plus the fixes' loss terms; the
+        surrogate's and the loss terms' own metrics come back as ``FIX_METRIC + name`` (summed over
+        micro-batches by the update)."""
+        own: dict[str, Any] = {}
+
+        def surrogate(*args: Any, **kwargs: Any) -> Any:
+            out, metrics = self.token_losses(*args, **kwargs)
+            own.update(metrics)
+            return out
+
         loss, stats = objective.policy_loss(
-            logp=logp, old_logp=old_logp, advantages=advantages, mask=mask, weights=weights, surrogate=self.surrogate,
+            logp=logp, old_logp=old_logp, advantages=advantages, mask=mask, weights=weights, surrogate=surrogate,
             kl_coef=self.kl_coef, kl_estimator=self.kl_estimator, ref_logp=ref_logp, keep=keep)
         for term in self.loss_terms.values():
             value, metrics = unpack(term(logp=logp, old_logp=old_logp, entropy=entropy, mask=mask, weights=weights))
             loss = loss + value
-            stats.update({LOSS_TERM_METRIC + k: v.detach() if hasattr(v, "detach") else v for k, v in metrics.items()})
+            own.update(metrics)
+        stats.update({FIX_METRIC + k: v.detach() if hasattr(v, "detach") else v for k, v in own.items()})
         return loss, stats
 
     def check_logged(self, row: dict[str, Any]) -> None:

@@ -107,6 +107,7 @@ class SurrogateOut(NamedTuple):
     clipped_high: Tensor  # bool: A > 0 and r > 1 + eps_high (upper bound active)
     clipped_low: Tensor  # bool: A < 0 and r < 1 - eps_low (lower bound active)
     clipped_dual: Tensor  # bool: A < 0 and r > c (dual-clip bound active)
+    selected: Tensor | None = None  # bool: tokens treated apart (Clip-Cov: detached; KL-Cov: penalised); None: none
 
 
 def clipped_surrogate(
@@ -809,8 +810,7 @@ def clip_cov_surrogate(
         eps_low, eps_high: PPO clip range; clip_ratio, cov_lb, cov_ub: as above.
 
     Returns:
-        :class:`SurrogateOut` of the PPO clip (its flags; the detached tokens are not flagged:
-        :func:`clip_cov_selection` gives them).
+        :class:`SurrogateOut` of the PPO clip (its flags), the detached tokens as ``selected``.
     """
     if not 0 < clip_ratio <= 1:
         raise ValueError(f"clip_ratio must be in (0, 1], got {clip_ratio}")
@@ -819,7 +819,7 @@ def clip_cov_surrogate(
     selected = clip_cov_selection(cov, mask, clip_ratio=clip_ratio, cov_lb=cov_lb, cov_ub=cov_ub,
                                   exclude=base.clipped_high | base.clipped_low, generator=generator)
     loss = torch.where(selected, base.loss.detach(), base.loss)
-    return base._replace(loss=loss)
+    return base._replace(loss=loss, selected=selected)
 
 
 def kl_cov_selection(cov: Tensor, mask: Tensor, *, k_ratio: float) -> Tensor:
@@ -868,7 +868,7 @@ def kl_cov_surrogate(
 
     Returns:
         :class:`SurrogateOut`: ``ratio`` = ``r_t`` (log-ratio clamped to +-20), flags all
-        False (nothing is clipped; :func:`kl_cov_selection` gives the penalised tokens).
+        False (nothing is clipped), the penalised tokens (:func:`kl_cov_selection`) as ``selected``.
     """
     if not 0 < k_ratio <= 1:
         raise ValueError(f"k_ratio must be in (0, 1], got {k_ratio}")
@@ -881,7 +881,7 @@ def kl_cov_surrogate(
     selected = kl_cov_selection(token_covariance(advantages, logp, mask), mask, k_ratio=k_ratio)
     loss = torch.where(selected, loss + kl_coef * log_r.abs(), loss)
     none = torch.zeros_like(selected)
-    return SurrogateOut(loss, ratio, none, none.clone(), none.clone())
+    return SurrogateOut(loss, ratio, none, none.clone(), none.clone(), selected)
 
 
 # --------------------------------------------------------------------------- #

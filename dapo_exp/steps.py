@@ -21,7 +21,6 @@ from __future__ import annotations
 
 import math
 import time
-from collections import defaultdict
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -33,7 +32,7 @@ from torch import Tensor
 
 from dapo_exp import checkpoint, rundir
 from dapo_exp.batching import microbatches
-from dapo_exp.compose import LOSS_TERM_METRIC, Plan
+from dapo_exp.compose import FIX_METRIC, Plan
 from dapo_exp.logprobs import ResponseForward
 from dapo_exp.rollout.dynamic_sampling import CollectStats
 from dapo_exp.rollout.engine import SamplingSpec
@@ -208,6 +207,49 @@ def rollout_mismatch(batch: Batch, old: OldLogprobs) -> dict[str, float]:
 # --------------------------------------------------------------------------- #
 # The update                                                                    #
 # --------------------------------------------------------------------------- #
+@dataclass
+class UpdateSums:
+    """What :func:`update_policy` adds up over its micro-batches and optimizer steps, typed: GRPO's loss
+    shares and counts over the loss-mask tokens, the padding of its micro-batches, the ``update_mask`` and
+    ``rollout_weight`` slots' sums (None while their slot is empty), and the fixes' own metrics (a
+    surrogate's or a loss term's, :data:`dapo_exp.compose.FIX_METRIC`), which :func:`step_metrics` averages
+    over the optimizer steps."""
+
+    n_updates: int = 0
+    grad_norm: float = 0.0
+    pg_loss: float = 0.0
+    kl: float | None = None  # GRPO's KL term (kl_coef > 0)
+    n_tokens: float = 0.0
+    n_clipped_high: float = 0.0
+    n_clipped_low: float = 0.0
+    n_clipped_dual: float = 0.0
+    ratio_sum: float = 0.0
+    slots: float = 0.0  # padded slots of the micro-batches ([max prompt | max response] wide)
+    real_tokens: float = 0.0
+    n_kept: float | None = None  # update_mask: loss-mask tokens whose policy-gradient term counted
+    keep_entropy_min: float = 0.0  # update_mask: the smallest kept entropy, summed over mini-batches
+    keep_minibatches: int = 0
+    rw_sum: float | None = None  # rollout_weight: the weights' sum over loss-mask tokens
+    rw_zero: float | None = None  # rollout_weight: loss-mask tokens weighted 0
+    rw_tokens: float | None = None  # rollout_weight: loss-mask tokens (0: the engine reported no log-probs)
+    fixes: dict[str, float] = field(default_factory=dict)  # a fix's own metric -> its sum over micro-batches
+
+    def add(self, stats: dict[str, Any]) -> None:
+        """Add a micro-batch's statistics (:meth:`dapo_exp.compose.Plan.loss`'s, :func:`rollout_weight_stats`')."""
+        for key, v in stats.items():
+            if key.startswith(FIX_METRIC):
+                name = key.removeprefix(FIX_METRIC)
+                self.fixes[name] = self.fixes.get(name, 0.0) + float(v)
+            elif key in _SUMMED:
+                setattr(self, key, (getattr(self, key) or 0.0) + float(v))
+            else:
+                raise KeyError(f"{key!r} is no statistic of the update (UpdateSums)")
+
+
+_SUMMED = {"pg_loss", "kl", "n_tokens", "n_clipped_high", "n_clipped_low", "n_clipped_dual", "ratio_sum", "n_kept",
+           "rw_sum", "rw_zero", "rw_tokens"}
+
+
 @dataclass(frozen=True)
 class UpdateSizes:
     """How a batch becomes optimizer steps (``train.*`` and ``optim.grad_clip``); what the loss is, is the plan's."""
@@ -233,17 +275,16 @@ def minibatch_rows(n_groups: int, *, sizes: UpdateSizes, seed: int) -> list[list
 def update_policy(
     model: torch.nn.Module, optimizer: torch.optim.Optimizer, batch: Batch, old: OldLogprobs,
     *, fwd: ResponseForward, plan: Plan, sizes: UpdateSizes, seed: int,
-) -> dict[str, float]:
+) -> UpdateSums:
     """PPO-style updates; each mini-batch is one optimizer step, its gradient accumulated over
     micro-batches with the mini-batch's normaliser (so the split never changes it).
 
     The on-policy rows of ``old`` (not ``known``, :func:`on_policy_rows`) take their old log-probs
     and entropy from this forward, detached, before the first optimizer step; ``old`` is complete
-    afterwards. Returns summed statistics (``pg_loss``, token counts, ``grad_norm``, ``n_updates``,
-    padding).
+    afterwards. Returns the summed statistics (:class:`UpdateSums`).
     """
     model.train()
-    upd: dict[str, float] = defaultdict(float)
+    upd = UpdateSums()
     device = fwd.device
     for rows in minibatch_rows(len(batch.groups), sizes=sizes, seed=seed):
         weights = plan.weights(batch.loss_mask[rows], batch.group_index[rows])
@@ -253,14 +294,14 @@ def update_policy(
         for micro in microbatches(lens, sizes.micro_batch_size, sizes.token_budget):
             sel = [rows[i] for i in micro]
             # padding waste: the tensor is [max prompt | max response] wide
-            upd["slots"] += len(sel) * (max(len(batch.prompts[i]) for i in sel) + max(batch.lengths[i] for i in sel))
-            upd["real_tokens"] += sum(lens[i] for i in micro)
+            upd.slots += len(sel) * (max(len(batch.prompts[i]) for i in sel) + max(batch.lengths[i] for i in sel))
+            upd.real_tokens += sum(lens[i] for i in micro)
             on_policy = not bool(old.known[sel].all())
             lp, ent, mk = fwd(model, [batch.prompts[i] for i in sel], [batch.responses[i] for i in sel],
                               with_entropy=on_policy or plan.needs_entropy)
             w = lp.shape[1]
             if on_policy:
-                adopt_update_logprobs(old, sel, lp, ent * mk, updates_done=int(upd["n_updates"]))
+                adopt_update_logprobs(old, sel, lp, ent * mk, updates_done=upd.n_updates)
             old_lp = old.logp[sel, :w]
             loss, st = plan.loss(
                 logp=lp, old_logp=old_lp.to(device), entropy=ent,
@@ -272,26 +313,25 @@ def update_policy(
             loss.backward()
             if plan.rollout_weight is not None:
                 st = {**st, **rollout_weight_stats(batch, old_lp, sel, plan.rollout_weight)}
-            for key, v in st.items():
-                upd[key] += float(v)
+            upd.add(st)
         gn = torch.nn.utils.clip_grad_norm_(model.parameters(), sizes.grad_clip if sizes.grad_clip > 0 else 1e12)
-        upd["grad_norm"] += float(gn)
+        upd.grad_norm += float(gn)
         optimizer.step()
         optimizer.zero_grad(set_to_none=True)
-        upd["n_updates"] += 1
+        upd.n_updates += 1
     model.eval()
     return upd
 
 
 @torch.no_grad()
 def mini_batch_keep(model: torch.nn.Module, batch: Batch, rows: list[int], *, fwd: ResponseForward,
-                    plan: Plan, sizes: UpdateSizes, upd: dict[str, float]) -> Tensor:
+                    plan: Plan, sizes: UpdateSizes, upd: UpdateSums) -> Tensor:
     """``(len(rows), width)`` bool: the plan's update mask (``plan.keep``) of the mini-batch's loss-mask tokens.
 
     The per-token entropy comes from a no-grad forward of the whole mini-batch under the policy
     about to be updated (in the update's mode, micro-batch by micro-batch), so the selection is
     the mini-batch's whatever its split; the mask carries no gradient. Adds the smallest kept
-    entropy to ``upd["keep_entropy_min"]`` and counts the mini-batch in ``upd["keep_minibatches"]``.
+    entropy to ``upd.keep_entropy_min`` and counts the mini-batch in ``upd.keep_minibatches``.
     """
     entropy = torch.zeros(len(rows), batch.width)
     for micro in microbatches(row_lengths(batch, rows), sizes.micro_batch_size, sizes.token_budget):
@@ -299,8 +339,8 @@ def mini_batch_keep(model: torch.nn.Module, batch: Batch, rows: list[int], *, fw
         _, ent, mk = fwd(model, [batch.prompts[i] for i in sel], [batch.responses[i] for i in sel], with_entropy=True)
         entropy[micro, : ent.shape[1]] = (ent * mk).float().cpu()
     keep = plan.keep(entropy, batch.loss_mask[rows])
-    upd["keep_entropy_min"] += float(entropy[keep].min()) if bool(keep.any()) else 0.0
-    upd["keep_minibatches"] += 1
+    upd.keep_entropy_min += float(entropy[keep].min()) if bool(keep.any()) else 0.0
+    upd.keep_minibatches += 1
     return keep
 
 
@@ -308,28 +348,28 @@ def mini_batch_keep(model: torch.nn.Module, batch: Batch, rows: list[int], *, fw
 # Metrics (names and formulas: docs/reference/metrics.md)                      #
 # --------------------------------------------------------------------------- #
 def step_metrics(
-    batch: Batch, old: OldLogprobs, upd: dict[str, float], tok_adv: Tensor, *, ppo_epochs: int, t_train: float,
+    batch: Batch, old: OldLogprobs, upd: UpdateSums, tok_adv: Tensor, *, ppo_epochs: int, t_train: float,
 ) -> dict[str, float]:
     """Reward, loss, clipping, masking, length and throughput metrics of a trained step (the reward terms'
     own: :meth:`dapo_exp.compose.Plan.reward_logged`)."""
     acc = torch.tensor([g.correct for g in batch.groups], dtype=torch.float32)
-    n_tok, n_upd = max(upd["n_tokens"], 1.0), max(upd["n_updates"], 1.0)
+    n_tok, n_upd = max(upd.n_tokens, 1.0), max(upd.n_updates, 1.0)
     resp_tokens, lm_tokens = float(batch.resp_mask.sum()), float(batch.loss_mask.sum())
     m = {
         "reward/mean": float(batch.rewards.mean()),
         "reward/acc_mean": float(acc.mean()),
         "actor/entropy": old.entropy_sum / max(resp_tokens, 1.0),
-        "actor/pg_loss": upd["pg_loss"] / n_upd,
-        "actor/pg_clipfrac_higher": upd["n_clipped_high"] / n_tok,
-        "actor/pg_clipfrac_lower": upd["n_clipped_low"] / n_tok,
-        "actor/pg_clipfrac_dual": upd["n_clipped_dual"] / n_tok,
-        "actor/ppo_ratio_mean": upd["ratio_sum"] / n_tok,
-        "actor/grad_norm": upd["grad_norm"] / n_upd,
+        "actor/pg_loss": upd.pg_loss / n_upd,
+        "actor/pg_clipfrac_higher": upd.n_clipped_high / n_tok,
+        "actor/pg_clipfrac_lower": upd.n_clipped_low / n_tok,
+        "actor/pg_clipfrac_dual": upd.n_clipped_dual / n_tok,
+        "actor/ppo_ratio_mean": upd.ratio_sum / n_tok,
+        "actor/grad_norm": upd.grad_norm / n_upd,
         "actor/masked_token_frac": 1.0 - lm_tokens / max(resp_tokens, 1.0),
         "actor/effective_batch_frac": float((batch.advantages != 0).float().mean()),
         "actor/zero_adv_token_frac": float(((tok_adv == 0).float() * batch.loss_mask).sum()) / max(lm_tokens, 1.0),
-        "actor/n_updates": float(upd["n_updates"]),
-        "perf/padding_waste": 1.0 - upd["real_tokens"] / max(upd["slots"], 1.0),
+        "actor/n_updates": float(upd.n_updates),
+        "perf/padding_waste": 1.0 - upd.real_tokens / max(upd.slots, 1.0),
         "response_length/mean": float(np.mean(batch.lengths)),
         "response_length/max": float(np.max(batch.lengths)),
         "response_length/min": float(np.min(batch.lengths)),
@@ -337,16 +377,17 @@ def step_metrics(
         "timing_s/update_actor": t_train,
         "perf/train_tokens_per_s": resp_tokens * ppo_epochs / max(t_train, 1e-9),
     }
-    if "kl" in upd:
-        m["actor/kl"] = upd["kl"] / n_upd
-    if "n_kept" in upd:  # the update_mask slot: share of the loss-mask tokens whose pg term counted
-        m["actor/update_mask_kept_frac"] = upd["n_kept"] / n_tok
-        m["actor/update_mask_entropy_min"] = upd["keep_entropy_min"] / max(upd["keep_minibatches"], 1.0)
-    if "rw_tokens" in upd:  # the rollout_weight slot (weight 1 where the engine reported no log-probs)
-        m["actor/rollout_weight_mean"] = upd["rw_sum"] / upd["rw_tokens"] if upd["rw_tokens"] else 1.0
-        m["actor/rollout_weight_zero_frac"] = upd["rw_zero"] / max(upd["rw_tokens"], 1.0)
-    # the fixes' loss terms' own metrics: each mini-batch's sum over its micro-batches, averaged over the updates
-    m.update({k.removeprefix(LOSS_TERM_METRIC): v / n_upd for k, v in upd.items() if k.startswith(LOSS_TERM_METRIC)})
+    if upd.kl is not None:
+        m["actor/kl"] = upd.kl / n_upd
+    if upd.n_kept is not None:  # the update_mask slot: share of the loss-mask tokens whose pg term counted
+        m["actor/update_mask_kept_frac"] = upd.n_kept / n_tok
+        m["actor/update_mask_entropy_min"] = upd.keep_entropy_min / max(upd.keep_minibatches, 1.0)
+    if upd.rw_tokens is not None:  # the rollout_weight slot (weight 1 where the engine reported no log-probs)
+        m["actor/rollout_weight_mean"] = upd.rw_sum / upd.rw_tokens if upd.rw_tokens else 1.0
+        m["actor/rollout_weight_zero_frac"] = upd.rw_zero / max(upd.rw_tokens, 1.0)
+    # the surrogate's and the loss terms' own metrics: each mini-batch's sum over its micro-batches, averaged over
+    # the updates
+    m.update({name: v / n_upd for name, v in upd.fixes.items()})
     m.update(batch.metrics)  # the advantage and token-mask hooks' own metrics
     return m
 

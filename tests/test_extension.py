@@ -25,12 +25,14 @@ def _record(name, value):
 
 
 def _plain_pg(logp, old_logp, advantages, *, mask):
-    """An unclipped policy gradient, -r A per token (no clip flag ever set)."""
+    """An unclipped policy gradient, -r A per token (no clip flag ever set), logging the tokens whose ratio
+    moved past 1.2 (what a clip would have bounded): a surrogate's own metric, summed over micro-batches."""
     ratio = torch.exp(logp - old_logp)
     adv = advantages if advantages.dim() == 2 else advantages[:, None]
     never = torch.zeros_like(ratio, dtype=torch.bool)
     _record("surrogate", tuple(logp.shape))
-    return objective.SurrogateOut(-ratio * adv, ratio, never, never, never)
+    return Out(objective.SurrogateOut(-ratio * adv, ratio, never, never, never),
+               {"actor/plain_pg_tokens": mask.sum(), "actor/plain_pg_past_1.2": ((ratio > 1.2) & mask.bool()).sum()})
 
 
 def _entropy_bonus(*, logp, old_logp, entropy, mask, weights, coef):
@@ -148,6 +150,9 @@ def test_a_fix_of_each_slot_from_outside_the_package(tmp_path, small_cfg, extens
             assert all(r["actor/rollout_weight_mean"] == 0.5 for r in trained)
         if slot == "surrogate":
             assert all(r["actor/pg_clipfrac_higher"] == 0 and r["actor/pg_clipfrac_lower"] == 0 for r in trained)
+            # its own metrics: the loss tokens of each optimizer step (summed over its micro-batches), and a count
+            assert all(r["actor/plain_pg_tokens"] > 0 and 0 <= r["actor/plain_pg_past_1.2"] <= r["actor/plain_pg_tokens"]
+                       for r in trained)
         if slot == "advantage":
             assert all(r["actor/adv_scale"] == 2.0 for r in trained)
         if slot == "loss_term":  # the entropy the term saw: per-token entropies of a few nats, > 0

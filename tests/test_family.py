@@ -294,8 +294,8 @@ def _update(*, micro_batch_size: int, **plan_kw):
 def _same_update(a, b):
     import torch
 
-    assert a[0]["pg_loss"] == pytest.approx(b[0]["pg_loss"], rel=1e-6, abs=1e-9)  # float32 log-softmax
-    assert len(a[1]) == len(b[1]) == a[0]["n_updates"]
+    assert a[0].pg_loss == pytest.approx(b[0].pg_loss, rel=1e-6, abs=1e-9)  # float32 log-softmax
+    assert len(a[1]) == len(b[1]) == a[0].n_updates
     for ga, gb in zip(a[1], b[1]):
         for x, y in zip(ga, gb):
             torch.testing.assert_close(x, y, rtol=1e-6, atol=1e-9)
@@ -312,10 +312,10 @@ def test_top_entropy_selects_over_the_mini_batch_whatever_its_micro_batches():
     whole, split = _update(micro_batch_size=16, update_masks=(mask,)), _update(micro_batch_size=4, update_masks=(mask,))
     _same_update(whole, split)
     upd = whole[0]
-    assert upd["n_kept"] == split[0]["n_kept"] and 0.2 <= upd["n_kept"] / upd["n_tokens"] < 0.25
-    assert upd["keep_minibatches"] == 1 and upd["keep_entropy_min"] > 0
+    assert upd.n_kept == split[0].n_kept and 0.2 <= upd.n_kept / upd.n_tokens < 0.25
+    assert upd.keep_minibatches == 1 and upd.keep_entropy_min > 0
     plain = _update(micro_batch_size=16)
-    assert "n_kept" not in plain[0] and plain[0]["pg_loss"] != pytest.approx(upd["pg_loss"])
+    assert plain[0].n_kept is None and plain[0].pg_loss != pytest.approx(upd.pg_loss)
 
 
 def test_token_level_rollout_correction_is_the_truncated_is_weight():
@@ -330,9 +330,9 @@ def test_token_level_rollout_correction_is_the_truncated_is_weight():
     tis = _update(micro_batch_size=4, rollout_weight=lambda old, engine, mask: objective.truncated_is_weights(
         old, engine, 2.0))
     _same_update(rc, tis)
-    assert rc[0]["rw_tokens"] == rc[0]["n_tokens"] and 0 < rc[0]["rw_sum"] <= 2 * rc[0]["rw_tokens"]
+    assert rc[0].rw_tokens == rc[0].n_tokens and 0 < rc[0].rw_sum <= 2 * rc[0].rw_tokens
     seq = _update(micro_batch_size=4, rollout_weight=functools.partial(objective.rollout_correction_weights, cap=2.0))
-    assert seq[0]["pg_loss"] != pytest.approx(tis[0]["pg_loss"])  # the sequence weight is another one
+    assert seq[0].pg_loss != pytest.approx(tis[0].pg_loss)  # the sequence weight is another one
 
 
 def test_every_conflicting_pair_is_named_not_only_the_first(small_cfg, tmp_path):
@@ -342,3 +342,27 @@ def test_every_conflicting_pair_is_named_not_only_the_first(small_cfg, tmp_path)
     msg = str(caught.value)
     assert msg.startswith("fixes clip_higher, gspo and cispo cannot be combined: ")
     assert "gspo and cispo (both fill the surrogate slot)" in msg and "clip_higher and gspo" in msg
+
+
+@pytest.mark.parametrize("preset, metric", [("clip_cov", "clip_cov/detached_tokens"),
+                                            ("kl_cov", "kl_cov/penalised_tokens")])
+def test_the_covariance_fixes_log_the_tokens_they_treat_apart(preset, metric):
+    """Clip-Cov's detached and KL-Cov's penalised tokens come back as the surrogate's own metric: the mask's
+    tokens its SurrogateOut marks selected (at least one of 60 at a ratio that selects a share of them)."""
+    import torch
+
+    from dapo_exp import compose
+    from dapo_exp.hydra_setup import compose_config
+
+    cfg = compose_config([f"fixes={preset}", "algo.clip_cov_ratio=0.2", "algo.kl_cov_ratio=0.2",
+                          "algo.clip_cov_lb=-100", "algo.clip_cov_ub=100"])
+    plan = compose.compose(cfg.algo, compose.run_info(cfg))
+    g = torch.Generator().manual_seed(0)
+    logp = -torch.rand(6, 10, generator=g, dtype=torch.float64)
+    old = logp + 0.05 * torch.randn(6, 10, generator=g, dtype=torch.float64)
+    adv = torch.randn(6, 1, generator=g, dtype=torch.float64).expand(6, 10)
+    mask = torch.ones(6, 10)
+    mask[0, 5:] = 0
+    out, metrics = plan.token_losses(logp, old, adv, mask=mask)
+    assert set(metrics) == {metric} and metrics[metric] == (out.selected & mask.bool()).sum() >= 1
+    assert not out.selected[0, 5:].any()  # nothing outside the mask

@@ -103,8 +103,8 @@ def one_step(*, recompute: bool, mini_batch_size: int, ppo_epochs: int = 1, tis_
 
 def assert_same_update(a, b) -> None:
     (upd_a, grads_a, old_a, _, batch), (upd_b, grads_b, old_b, _, _) = a, b
-    assert upd_a["n_updates"] == upd_b["n_updates"] == len(grads_a) == len(grads_b)
-    torch.testing.assert_close(torch.tensor(upd_a["pg_loss"]), torch.tensor(upd_b["pg_loss"]), rtol=1e-6, atol=1e-9)
+    assert upd_a.n_updates == upd_b.n_updates == len(grads_a) == len(grads_b)
+    torch.testing.assert_close(torch.tensor(upd_a.pg_loss), torch.tensor(upd_b.pg_loss), rtol=1e-6, atol=1e-9)
     for ga, gb in zip(grads_a, grads_b):
         for x, y in zip(ga, gb):
             torch.testing.assert_close(x, y, rtol=1e-6, atol=1e-9)
@@ -122,8 +122,8 @@ def test_one_update_per_batch_equals_the_recompute_path(variant):
     forced = one_step(recompute=True, mini_batch_size=G * N_GROUPS, **variant)
     assert_same_update(skip, forced)
     upd = skip[0]
-    assert upd["ratio_sum"] == upd["n_tokens"]  # ratio exactly 1 on every token
-    assert upd["n_clipped_high"] == upd["n_clipped_low"] == 0
+    assert upd.ratio_sum == upd.n_tokens  # ratio exactly 1 on every token
+    assert upd.n_clipped_high == upd.n_clipped_low == 0
 
 
 @pytest.mark.parametrize("variant", [{}, {"tis_cap": 2.0, "kl_coef": 0.1}], ids=["plain", "tis+kl"])
@@ -151,11 +151,11 @@ def test_two_mini_batches_recompute_the_second_one_only():
     forced = one_step(recompute=True, mini_batch_size=G * N_GROUPS // 2)
     assert_same_update(skip, forced)
     upd, _, _, calls, batch = skip
-    assert upd["n_updates"] == 2
+    assert upd.n_updates == 2
     recomputed = sum(rows for grad, rows, _ in calls if not grad)
     assert recomputed == batch.size // 2
     # the second update is off-policy: its ratios moved away from 1 (the first update changed the weights)
-    assert upd["ratio_sum"] != upd["n_tokens"]
+    assert upd.ratio_sum != upd.n_tokens
 
 
 def test_two_epochs_reuse_the_first_forward():
@@ -173,3 +173,15 @@ def test_on_policy_rows_are_the_first_mini_batch():
     rows = steps.on_policy_rows(N_GROUPS, sizes=sizes, seed=5)
     assert rows == steps.minibatch_rows(N_GROUPS, sizes=sizes, seed=5)[0]
     assert len(rows) == 2 * G
+
+
+def test_the_updates_sums_are_typed_and_an_unknown_statistic_is_refused():
+    from dapo_exp.compose import FIX_METRIC
+
+    upd = steps.UpdateSums()
+    upd.add({"pg_loss": 0.5, "n_tokens": 4.0, FIX_METRIC + "mine/tokens": 2.0})
+    upd.add({"pg_loss": 0.25, "n_tokens": 2.0, FIX_METRIC + "mine/tokens": 1.0})
+    assert (upd.pg_loss, upd.n_tokens, upd.fixes) == (0.75, 6.0, {"mine/tokens": 3.0})
+    assert upd.kl is None and upd.n_kept is None and upd.rw_tokens is None  # their slots never reported
+    with pytest.raises(KeyError, match="'pg_los' is no statistic of the update"):
+        upd.add({"pg_los": 1.0})

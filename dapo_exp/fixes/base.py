@@ -48,11 +48,12 @@ tensors and scalars, bound once per run by the fix's ``bind(algo, run)``:
   terms add.
 
 A hook returns its value, or ``Out(value, metrics)`` to log metrics of its own (``reward``,
-``group_filter``'s ``keep``, ``advantage``, ``token_mask`` and ``loss_term``): the plan merges them
-into the step's row. A rollout hook's metrics (``reward``, ``keep``) are averaged over the step's
-generation rounds; a batch hook's (``advantage``, ``token_mask``) are logged as returned; a loss term's
-are its micro-batches' shares, summed over each mini-batch and averaged over the step's optimizer steps
-(as ``actor/pg_loss``). A fix may declare the metrics its hooks log, and the loop checks them.
+``group_filter``'s ``keep``, ``advantage``, ``token_mask``, ``surrogate`` and ``loss_term``): the plan
+merges them into the step's row. A rollout hook's metrics (``reward``, ``keep``) are averaged over the
+step's generation rounds; a batch hook's (``advantage``, ``token_mask``) are logged as returned; a
+surrogate's or a loss term's are its micro-batches' shares, summed over each mini-batch and averaged over
+the step's optimizer steps (as ``actor/pg_loss``). A fix may declare the metrics its hooks log, and the
+loop checks them.
 
 Slots marked ``exclusive`` take one fix at a time: two fixes that are on and fill the
 same exclusive slot fail before any compute, naming both (so do fixes that name each
@@ -117,6 +118,23 @@ def binds(slot: str, fn: str, **keys: str) -> Callable[[Any, RunInfo], dict[str,
         return {slot: functools.partial(getattr(objective, fn), **{k: algo[v] for k, v in keys.items()})}
 
     return bind
+
+
+def logs_selected(bind: Callable[[Any, RunInfo], dict[str, Any]], metric: str) -> Callable[[Any, RunInfo], dict]:
+    """A ``surrogate`` fix's ``bind`` whose hook also logs ``metric``: the tokens of the micro-batch's mask that
+    its :class:`~dapo_exp.objective.SurrogateOut` marks ``selected`` (Clip-Cov's detached, KL-Cov's penalised
+    tokens), summed over each mini-batch and averaged over the step's optimizer steps: tokens per update."""
+
+    def wrapped(algo: Any, run: RunInfo) -> dict[str, Any]:
+        inner = bind(algo, run)["surrogate"]
+
+        def surrogate(logp: Any, old_logp: Any, advantages: Any, *, mask: Any) -> Out:
+            out = inner(logp, old_logp, advantages, mask=mask)
+            return Out(out, {metric: (out.selected & mask.bool()).sum()})
+
+        return {"surrogate": surrogate}
+
+    return wrapped
 
 
 def check_range(algo: Any, *bounds: tuple[str, str, Callable[[Any], bool]]) -> None:

@@ -5,7 +5,8 @@ per-token covariance ``(A_t - mean A)(logp_t - mean logp)`` over the batch's tok
 (no gradient) a random share ``clip_cov_ratio`` (paper: 2e-4) of the tokens whose covariance lies
 in ``[clip_cov_lb, clip_cov_ub]`` (1, 5); the rest is PPO's clipped surrogate with the run's
 ``eps_low`` / ``eps_high`` (so Clip-Higher combines with it). It fills the ``surrogate`` slot with
-:func:`dapo_exp.objective.clip_cov_surrogate`. The random choice draws from torch's global generator:
+:func:`dapo_exp.objective.clip_cov_surrogate`, and logs the tokens it detached per optimizer step
+(``clip_cov/detached_tokens``). The random choice draws from torch's global generator:
 seeded by the run's seed at its start and saved in every checkpoint (:func:`dapo_exp.checkpoint.rng_state`),
 so a killed and resumed run draws the same tokens as an uninterrupted one (an exact resume; a private
 generator re-seeded at each start would not be).
@@ -14,7 +15,7 @@ generator re-seeded at each start would not be).
 from __future__ import annotations
 
 from dapo_exp.errors import ConfigError
-from dapo_exp.fixes.base import Fix, Key, binds, check_range, register_fix
+from dapo_exp.fixes.base import Fix, Key, binds, check_range, logs_selected, register_fix
 from dapo_exp.fixes.verl_rules import A, Rule, read_by, surrogate
 
 
@@ -33,10 +34,11 @@ FIX = register_fix(Fix(
         Key("clip_cov_lb", float, 1.0, 'share of tokens detached, and the covariance band (paper: 2e-4, 1, 5)'),
         Key("clip_cov_ub", float, 5.0, 'share of tokens detached, and the covariance band (paper: 2e-4, 1, 5)'),
     ), is_on=lambda a: bool(a.clip_cov),
-    slots=("surrogate",), check=_check, metrics=("actor/entropy",),
+    slots=("surrogate",), check=_check, metrics=("actor/entropy", "clip_cov/detached_tokens"),
     # no generator bound: the global one, checkpointed with the run
-    bind=binds("surrogate", "clip_cov_surrogate", eps_low="eps_low", eps_high="eps_high", clip_ratio="clip_cov_ratio",
-               cov_lb="clip_cov_lb", cov_ub="clip_cov_ub"),
+    bind=logs_selected(binds("surrogate", "clip_cov_surrogate", eps_low="eps_low", eps_high="eps_high",
+                             clip_ratio="clip_cov_ratio", cov_lb="clip_cov_lb", cov_ub="clip_cov_ub"),
+                       "clip_cov/detached_tokens"),
     verl={"clip_cov": Rule(f"`{A}policy_loss.loss_mode=clip_cov` + `policy_loss.clip_cov_ratio/lb/ub`",
                            surrogate("clip_cov", extra=lambda a: {A + "policy_loss.clip_cov_ratio": a.clip_cov_ratio,
                                                                   A + "policy_loss.clip_cov_lb": a.clip_cov_lb,
