@@ -7,9 +7,8 @@ weights, token weights, update mask, loss), each with GRPO's own piece (:mod:`da
 where no fix that is on fills the slot. The rollout step's two slots are plan methods too: the reward
 terms (:meth:`Plan.reward`, which :func:`dapo_exp.rollout.groups.score_groups` calls and adds to the
 correctness reward) and the group filter (:meth:`Plan.keep_groups` with its refill policy :attr:`Plan.refill`,
-which :func:`dapo_exp.rollout.dynamic_sampling.collect_groups` calls). A hook of these slots, of ``advantage``,
-``token_mask``, ``surrogate`` and ``loss_term`` may return ``Out(value, metrics)``: its metrics reach the step's
-row (the ``normaliser``, ``update_mask`` and ``rollout_weight`` hooks return their value only).
+which :func:`dapo_exp.rollout.dynamic_sampling.collect_groups` calls). Every hook may return
+``Out(value, metrics)``, and every method returns one: the hook's metrics reach the step's row.
 Below this layer (``steps``, ``rollout``, ``objective``) nothing sees a config object.
 
 Adding a slot is its declaration in :data:`dapo_exp.fixes.SLOTS`, its field and method here and
@@ -113,28 +112,32 @@ class Plan:
             metrics.update(m)
         return Out(mask, metrics)
 
-    def weights(self, mask: Any, group_index: Any) -> Any:
-        """``(B,)`` loss weights of a mini-batch (the normaliser)."""
-        return self.normaliser(mask, group_index)
+    def weights(self, mask: Any, group_index: Any) -> Out:
+        """``(B,)`` loss weights of a mini-batch (the normaliser); and its metrics."""
+        return Out(*unpack(self.normaliser(mask, group_index)))
 
     @property
     def masks_updates(self) -> bool:
         return bool(self.update_masks)
 
-    def keep(self, entropy: Any, mask: Any) -> Any:
-        """``(B, T)`` bool: of ``mask``'s tokens those whose policy-gradient term counts (every update mask's)."""
-        keep = mask.bool()
+    def keep(self, entropy: Any, mask: Any) -> Out:
+        """``(B, T)`` bool: of ``mask``'s tokens those whose policy-gradient term counts (every update mask's);
+        and their metrics."""
+        keep, metrics = mask.bool(), {}
         for hook in self.update_masks:
-            keep = keep & hook(entropy, mask).bool()
-        return keep
+            mine, m = unpack(hook(entropy, mask))
+            keep = keep & mine.bool()
+            metrics.update(m)
+        return Out(keep, metrics)
 
     @property
     def weighs_tokens(self) -> bool:
         return self.rollout_weight is not None
 
-    def token_weight(self, old_logp: Any, engine_logp: Any, mask: Any) -> Any:
-        """``(B, T)`` detached weights multiplied into the per-token advantages (the rollout weight)."""
-        return self.rollout_weight(old_logp, engine_logp, mask)
+    def token_weight(self, old_logp: Any, engine_logp: Any, mask: Any) -> Out:
+        """``(B, T)`` detached weights multiplied into the per-token advantages (the rollout weight); and its
+        metrics."""
+        return Out(*unpack(self.rollout_weight(old_logp, engine_logp, mask)))
 
     @property
     def needs_entropy(self) -> bool:

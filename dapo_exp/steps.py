@@ -32,7 +32,7 @@ from torch import Tensor
 
 from dapo_exp import checkpoint, rundir
 from dapo_exp.batching import microbatches
-from dapo_exp.compose import FIX_METRIC, Plan
+from dapo_exp.compose import FIX_METRIC, Out, Plan
 from dapo_exp.logprobs import ResponseForward
 from dapo_exp.rollout.dynamic_sampling import CollectStats
 from dapo_exp.rollout.engine import SamplingSpec
@@ -168,8 +168,9 @@ def adopt_update_logprobs(old: OldLogprobs, rows: list[int], logp: Tensor, entro
     old.known[rows] = True
 
 
-def token_advantages(batch: Batch, old_logp: Tensor, rows: list[int] | range, *, plan: Plan) -> Tensor:
-    """``(len(rows), w)`` per-token advantages of ``rows`` (``old_logp``: their ``(len(rows), w)`` old log-probs).
+def token_advantages(batch: Batch, old_logp: Tensor, rows: list[int] | range, *, plan: Plan) -> Out:
+    """``(len(rows), w)`` per-token advantages of ``rows`` (``old_logp``: their ``(len(rows), w)`` old log-probs),
+    and the rollout weight's metrics.
 
     Each token carries its response's advantage; with engine log-probs reported, times the plan's token
     weight ``plan.token_weight(old_logp, engine_logp, resp_mask)`` (truncated importance sampling,
@@ -179,18 +180,19 @@ def token_advantages(batch: Batch, old_logp: Tensor, rows: list[int] | range, *,
     w = old_logp.shape[1]
     adv = batch.advantages[rows, None].expand(len(rows), w)
     if batch.engine_logp is None or not plan.weighs_tokens:
-        return adv.clone()
-    return adv * plan.token_weight(old_logp, batch.engine_logp[rows, :w], batch.resp_mask[rows, :w]).to(adv.dtype)
+        return Out(adv.clone(), {})
+    weight, metrics = plan.token_weight(old_logp, batch.engine_logp[rows, :w], batch.resp_mask[rows, :w])
+    return Out(adv * weight.to(adv.dtype), metrics)
 
 
-def rollout_weight_stats(batch: Batch, old_logp: Tensor, rows: list[int],
-                         rollout_weight: Callable[[Tensor, Tensor, Tensor], Tensor]) -> dict[str, float]:
-    """Sums of the ``rollout_weight`` slot's weights over ``rows``' loss-mask tokens: ``rw_sum``,
-    ``rw_zero`` (weight 0: masked by a band) and ``rw_tokens`` (0 when the engine reported no log-probs)."""
+def rollout_weight_stats(batch: Batch, old_logp: Tensor, rows: list[int], *, plan: Plan) -> dict[str, float]:
+    """Sums of the ``rollout_weight`` slot's weights (``plan.token_weight``) over ``rows``' loss-mask tokens:
+    ``rw_sum``, ``rw_zero`` (weight 0: masked by a band) and ``rw_tokens`` (0 when the engine reported no
+    log-probs): the slot's metrics, whichever fix fills it."""
     if batch.engine_logp is None:
         return {"rw_sum": 0.0, "rw_zero": 0.0, "rw_tokens": 0.0}
     w = old_logp.shape[1]
-    weight = rollout_weight(old_logp, batch.engine_logp[rows, :w], batch.resp_mask[rows, :w])
+    weight = plan.token_weight(old_logp, batch.engine_logp[rows, :w], batch.resp_mask[rows, :w]).value
     lm = batch.loss_mask[rows, :w]
     return {"rw_sum": float((weight * lm).sum()), "rw_zero": float(((weight == 0).float() * lm).sum()),
             "rw_tokens": float(lm.sum())}
@@ -245,6 +247,10 @@ class UpdateSums:
             else:
                 raise KeyError(f"{key!r} is no statistic of the update (UpdateSums)")
 
+    def add_own(self, metrics: dict[str, Any]) -> None:
+        """Add a hook's own metrics (a normaliser's, an update mask's, a rollout weight's) to the fixes' sums."""
+        self.add({FIX_METRIC + k: v for k, v in metrics.items()})
+
 
 _SUMMED = {"pg_loss", "kl", "n_tokens", "n_clipped_high", "n_clipped_low", "n_clipped_dual", "ratio_sum", "n_kept",
            "rw_sum", "rw_zero", "rw_tokens"}
@@ -287,7 +293,8 @@ def update_policy(
     upd = UpdateSums()
     device = fwd.device
     for rows in minibatch_rows(len(batch.groups), sizes=sizes, seed=seed):
-        weights = plan.weights(batch.loss_mask[rows], batch.group_index[rows])
+        weights, own = plan.weights(batch.loss_mask[rows], batch.group_index[rows])
+        upd.add_own(own)
         keep = mini_batch_keep(model, batch, rows, fwd=fwd, plan=plan, sizes=sizes, upd=upd) if plan.masks_updates \
             else None
         lens = row_lengths(batch, rows)
@@ -303,16 +310,17 @@ def update_policy(
             if on_policy:
                 adopt_update_logprobs(old, sel, lp, ent * mk, updates_done=upd.n_updates)
             old_lp = old.logp[sel, :w]
+            tok_adv, own = token_advantages(batch, old_lp, sel, plan=plan)
+            upd.add_own(own)
             loss, st = plan.loss(
-                logp=lp, old_logp=old_lp.to(device), entropy=ent,
-                advantages=token_advantages(batch, old_lp, sel, plan=plan).to(device),
+                logp=lp, old_logp=old_lp.to(device), entropy=ent, advantages=tok_adv.to(device),
                 mask=batch.loss_mask[sel, :w].to(device), weights=weights[micro].to(device),
                 ref_logp=None if old.ref_logp is None else old.ref_logp[sel, :w].to(device),
                 keep=None if keep is None else keep[micro, :w].to(device),
             )
             loss.backward()
             if plan.rollout_weight is not None:
-                st = {**st, **rollout_weight_stats(batch, old_lp, sel, plan.rollout_weight)}
+                st = {**st, **rollout_weight_stats(batch, old_lp, sel, plan=plan)}
             upd.add(st)
         gn = torch.nn.utils.clip_grad_norm_(model.parameters(), sizes.grad_clip if sizes.grad_clip > 0 else 1e12)
         upd.grad_norm += float(gn)
@@ -338,7 +346,8 @@ def mini_batch_keep(model: torch.nn.Module, batch: Batch, rows: list[int], *, fw
         sel = [rows[i] for i in micro]
         _, ent, mk = fwd(model, [batch.prompts[i] for i in sel], [batch.responses[i] for i in sel], with_entropy=True)
         entropy[micro, : ent.shape[1]] = (ent * mk).float().cpu()
-    keep = plan.keep(entropy, batch.loss_mask[rows])
+    keep, own = plan.keep(entropy, batch.loss_mask[rows])
+    upd.add_own(own)
     upd.keep_entropy_min += float(entropy[keep].min()) if bool(keep.any()) else 0.0
     upd.keep_minibatches += 1
     return keep

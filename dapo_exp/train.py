@@ -203,7 +203,7 @@ def train_on(run: Run, groups: list[Group], step: int) -> dict[str, float]:
     upd = steps.update_policy(run.model, run.optimizer, batch, old, fwd=run.fwd, plan=plan, sizes=sizes, seed=seed)
     run.engine.sync_weights(run.model)
     t_train = time.perf_counter() - t_train
-    tok_adv = steps.token_advantages(batch, old.logp, range(batch.size), plan=plan)
+    tok_adv = steps.token_advantages(batch, old.logp, range(batch.size), plan=plan).value
     m = {**steps.rollout_mismatch(batch, old),
          **steps.step_metrics(batch, old, upd, tok_adv, ppo_epochs=t.ppo_epochs, t_train=t_train),
          **plan.reward_logged([g.shaping for g in groups])}

@@ -72,13 +72,16 @@ EXTENSIONS = [
      "actor/masked_token_frac"),
     ("plain_pg", "ppg", "surrogate", lambda v: _plain_pg, "actor/pg_clipfrac_higher"),
     ("sum_norm", "snorm", "normaliser",
-     lambda v: lambda mask, group_index: _record("normaliser", torch.full((mask.shape[0],), 1.0 / float(v))),
-     "actor/pg_loss"),
+     lambda v: lambda mask, group_index: Out(_record("normaliser", torch.full((mask.shape[0],), 1.0 / float(v))),
+                                             {"norm/rows": float(mask.shape[0])}),
+     "norm/rows"),
     ("keep_first", "kfirst", "update_mask",
-     lambda v: lambda entropy, mask: _record("update_mask", mask.bool() & (torch.arange(mask.shape[1]) < int(v))),
+     lambda v: lambda entropy, mask: Out(_record("update_mask", mask.bool() & (torch.arange(mask.shape[1]) < int(v))),
+                                         {"keep_first/width": float(v)}),
      "actor/update_mask_kept_frac"),
     ("const_weight", "cweight", "rollout_weight",
-     lambda v: lambda old_logp, engine_logp, mask: _record("rollout_weight", torch.full_like(old_logp, float(v))),
+     lambda v: lambda old_logp, engine_logp, mask: Out(_record("rollout_weight", torch.full_like(old_logp, float(v))),
+                                                       {"const_weight/rows": float(old_logp.shape[0])}),
      "actor/rollout_weight_mean"),
     ("entropy_bonus", "entb", "loss_term", lambda v: functools.partial(_entropy_bonus, coef=float(v)),
      "actor/entropy_bonus"),
@@ -146,8 +149,14 @@ def test_a_fix_of_each_slot_from_outside_the_package(tmp_path, small_cfg, extens
             assert all(r["actor/masked_token_frac"] > 0 for r in trained)
         if slot == "update_mask":  # the first 2 tokens of each response carry the policy gradient
             assert all(0 < r["actor/update_mask_kept_frac"] < 1 for r in trained)
+            # its own metric: once per mini-batch, summed per mini-batch, mean over updates (one call each)
+            assert all(r["keep_first/width"] == 2.0 for r in trained)
         if slot == "rollout_weight":
             assert all(r["actor/rollout_weight_mean"] == 0.5 for r in trained)
+            # its own metric: once per micro-batch (its rows), summed over a mini-batch's: the mini-batch's rows
+            assert all(r["const_weight/rows"] == 8.0 for r in trained)
+        if slot == "normaliser":  # its own metric: once per mini-batch, the mini-batch's rows
+            assert all(r["norm/rows"] == 8.0 for r in trained)
         if slot == "surrogate":
             assert all(r["actor/pg_clipfrac_higher"] == 0 and r["actor/pg_clipfrac_lower"] == 0 for r in trained)
             # its own metrics: the loss tokens of each optimizer step (summed over its micro-batches), and a count

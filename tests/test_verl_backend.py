@@ -337,7 +337,7 @@ def our_side(cfg, d):
     adv = plan.advantage(d["rewards"]).value.reshape(-1)
     mask = plan.token_mask(d["mask"], d["truncated"]).value
     out = plan.token_losses(d["logp"], d["old"], adv[:, None].double(), mask=mask).value
-    weights = plan.weights(mask, torch.arange(B // G).repeat_interleave(G))
+    weights = plan.weights(mask, torch.arange(B // G).repeat_interleave(G)).value
     our_side.token_terms = out.loss * mask * weights[:, None].to(out.loss.dtype)  # each token's share of the loss
     return adv, objective.weighted_token_sum(out.loss, mask, weights), mask
 

@@ -47,13 +47,13 @@ tensors and scalars, bound once per run by the fix's ``bind(algo, run)``:
   adds up to the mini-batch's term). An entropy bonus, an auxiliary loss. Several fixes: their
   terms add.
 
-A hook returns its value, or ``Out(value, metrics)`` to log metrics of its own (``reward``,
-``group_filter``'s ``keep``, ``advantage``, ``token_mask``, ``surrogate`` and ``loss_term``): the plan
-merges them into the step's row. A rollout hook's metrics (``reward``, ``keep``) are averaged over the
-step's generation rounds; a batch hook's (``advantage``, ``token_mask``) are logged as returned; a
-surrogate's or a loss term's are its micro-batches' shares, summed over each mini-batch and averaged over
-the step's optimizer steps (as ``actor/pg_loss``). A fix may declare the metrics its hooks log, and the
-loop checks them.
+A hook of any slot returns its value, or ``Out(value, metrics)`` to log metrics of its own (for the
+``group_filter`` slot, its ``keep``): the plan merges them into the step's row. A rollout hook's metrics
+(``reward``, ``keep``) are averaged over the step's generation rounds; a batch hook's (``advantage``,
+``token_mask``) are logged as returned; an update hook's (``normaliser`` and ``update_mask``, called once per
+mini-batch; ``surrogate``, ``rollout_weight`` and ``loss_term``, once per micro-batch) are summed over each
+mini-batch's calls and averaged over the step's optimizer steps (as ``actor/pg_loss``). A fix may declare
+the metrics its hooks log, and the loop checks them.
 
 Slots marked ``exclusive`` take one fix at a time: two fixes that are on and fill the
 same exclusive slot fail before any compute, naming both (so do fixes that name each
