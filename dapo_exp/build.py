@@ -125,6 +125,41 @@ class PromptSampler:
 
 
 @dataclass
+class RunState:
+    """What a run carries from step to step and across a resume, typed: written by the loop (the counters,
+    the sampler's position, Dynamic Sampling's carried groups, the evaluations) and by the lifecycle
+    (:mod:`dapo_exp.runner`: the wall time, the W&B id, the base weights, the steps whose metric row was lost,
+    the config the weights were trained under). Checkpointed as a plain dict (:meth:`to_checkpoint`), so
+    checkpoints written before it existed load too (:meth:`from_checkpoint`)."""
+
+    sampler_position: int = 0
+    cum_rollouts: int = 0
+    cum_gen_tokens: int = 0
+    cum_trained_rollouts: int = 0
+    carry: list = field(default_factory=list)  # Dynamic Sampling's surplus groups (algo.ds_surplus=carry)
+    evals: dict[int, dict[str, float]] = field(default_factory=dict)  # step -> that evaluation's metrics
+    wall_time_s: float = 0.0
+    wandb_id: str | None = None
+    base_model: dict | None = None  # the weights the run started from (recorded at its start)
+    history_gap: list[int] = field(default_factory=list)  # steps whose metric row was lost
+    config_json: str | None = None  # the resolved config the checkpoint's weights were trained under
+
+    def to_checkpoint(self) -> dict[str, Any]:
+        """The fields as a dict (shallow: the carried groups stay ``Group`` objects, which checkpoints restore)."""
+        return {name: getattr(self, name) for name in self.__dataclass_fields__}
+
+    @classmethod
+    def from_checkpoint(cls, saved: dict[str, Any]) -> RunState:
+        """The state a checkpoint holds; a key no field names is refused (another program's checkpoint)."""
+        unknown = sorted(set(saved) - set(cls.__dataclass_fields__))
+        if unknown:
+            raise ValueError(f"the checkpoint's trainer state holds keys this version does not know: {unknown}")
+        state = cls(**saved)
+        state.evals = {int(k): v for k, v in state.evals.items()}
+        return state
+
+
+@dataclass
 class Run:
     """Everything the loop holds for one run."""
 
@@ -146,7 +181,7 @@ class Run:
     optimizer: torch.optim.Optimizer
     scheduler: Any
     fwd: ResponseForward
-    state: dict[str, Any] = field(default_factory=dict)
+    state: RunState = field(default_factory=RunState)
     start_step: int = 0
     tracker: Any = None
     sampler: PromptSampler | None = None

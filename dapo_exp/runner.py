@@ -51,7 +51,7 @@ from typing import Any
 from omegaconf import DictConfig, OmegaConf
 
 from dapo_exp import checkpoint, fixes, rundir
-from dapo_exp.build import PromptSampler, Run, build_run
+from dapo_exp.build import PromptSampler, Run, RunState, build_run
 from dapo_exp.compose import Plan
 from dapo_exp.steps import TrainingDiverged  # noqa: F401 - the lifecycle records it as a failure (run.py, tests)
 
@@ -228,7 +228,7 @@ def open_run(cfg: DictConfig, plan: Plan, t_start: float) -> Iterator[RunContext
         with _lifecycle(cfg, out, t_start) as life:
             run = build_run(cfg, plan, life.out, life.label, life.cleanup)
             resume(run)
-            run.sampler = PromptSampler(len(run.train_prompts), cfg.seed, run.state["sampler_position"],
+            run.sampler = PromptSampler(len(run.train_prompts), cfg.seed, run.state.sampler_position,
                                         keyed=cfg.train.randomness == "keyed")
             start_tracking(run, life)
             yield RunContext(run=run, life=life)
@@ -330,11 +330,7 @@ def _recorded_config(cfg: DictConfig, out: Path) -> dict[str, Any] | None:
     if newest is None:
         return from_file if isinstance(from_file, dict) else None
     blob = checkpoint.read_state(newest, mmap=True)
-    if blob["step"] > cfg.train.steps:  # train.steps may grow, not shrink below what was trained
-        raise ConfigChangedError(
-            f"{out} has a checkpoint at step {blob['step']}, past train.steps={cfg.train.steps}: resuming it cannot "
-            f"give a {cfg.train.steps}-step run. Ask for train.steps>={blob['step']}, or run the shorter run in "
-            "another directory")
+    check_steps(out, blob["step"], cfg.train.steps)
     try:
         own = json.loads(blob["state"].get("config_json") or "null")
     except (ValueError, AttributeError):
@@ -472,24 +468,26 @@ def _lifecycle(cfg: DictConfig, out: Path, t_start: float) -> Iterator[Life]:
         raise
 
 
+def check_steps(out: Path, checkpointed: int, steps: int) -> None:
+    """``train.steps`` may grow, not shrink below what was trained: a checkpoint past it is refused."""
+    if checkpointed > steps:
+        raise ConfigChangedError(
+            f"{out} has a checkpoint at step {checkpointed}, past train.steps={steps}: resuming it cannot give a "
+            f"{steps}-step run. Ask for train.steps>={checkpointed}, or run the shorter run in another directory")
+
+
 def resume(run: Run) -> None:
     """Load the newest checkpoint (or start fresh), cut the logs back to it, open the writers."""
-    run.state = {
-        "sampler_position": 0, "cum_rollouts": 0, "cum_gen_tokens": 0, "cum_trained_rollouts": 0,
-        "carry": [], "evals": {}, "wall_time_s": 0.0, "wandb_id": None,
-    }
+    run.state = RunState()
     logs = (rundir.METRICS, rundir.EVAL_SAMPLES, rundir.TRAIN_SAMPLES)
     last = checkpoint.latest(run.out / rundir.CHECKPOINTS,
                              fits=lambda p: checkpoint.check_fits(p, run.model, run.optimizer))
     rows = logged_rows(run.out / rundir.METRICS)
     logged = [row["step"] for row in rows]
     if last is not None:
-        run.start_step, run.state = checkpoint.load(last, run.model, run.optimizer, run.scheduler)
-        if run.start_step > run.cfg.train.steps:  # train.steps may grow, not shrink below what was trained
-            raise ConfigChangedError(
-                f"{run.out} has a checkpoint at step {run.start_step}, past train.steps={run.cfg.train.steps}: "
-                f"resuming it cannot give a {run.cfg.train.steps}-step run. Ask for train.steps>={run.start_step}, "
-                "or run the shorter run in another directory")
+        run.start_step, saved = checkpoint.load(last, run.model, run.optimizer, run.scheduler)
+        run.state = RunState.from_checkpoint(saved)
+        check_steps(run.out, run.start_step, run.cfg.train.steps)
         run.engine.sync_weights(run.model)
         later = sum(st > run.start_step for st in logged)
         log.info("resumed from %s (step %d)", last, run.start_step)
@@ -498,7 +496,7 @@ def resume(run: Run) -> None:
         record_gap(run, rows)
     else:
         # the weights this run starts from, recorded now and checkpointed: a resumed run reports these
-        run.state["base_model"] = base_model(run.model_path)
+        run.state.base_model = base_model(run.model_path)
         if logged:
             print(f"[dapo-exp] {run.out.name}: no checkpoint, starting over (discarding the {len(logged)} metric rows "
                   f"of an earlier attempt, up to step {max(logged)})", flush=True)
@@ -522,12 +520,12 @@ def logged_rows(path: Path, show: int = 5) -> list[dict[str, Any]]:
 
 def record_gap(run: Run, rows: list[dict[str, Any]]) -> None:
     """Steps up to the checkpoint without their training row (lost: a power loss before the rows
-    were synced, a damaged file) are reported and kept in ``state["history_gap"]`` (the summary's)."""
+    were synced, a damaged file) are reported and kept in ``run.state.history_gap`` (the summary's)."""
     trained = {row["step"] for row in rows if rundir.CUM_ROLLOUTS in row}
     missing = [s for s in range(1, run.start_step + 1) if s not in trained]
     if not missing:
         return
-    run.state["history_gap"] = sorted(set(run.state.get("history_gap", [])) | set(missing))
+    run.state.history_gap = sorted(set(run.state.history_gap) | set(missing))
     print(f"[dapo-exp] warning: {run.out / rundir.METRICS} has no row for {len(missing)} of the {run.start_step} "
           f"steps up to the checkpoint ({_steps_text(missing)}): they were lost (a power loss or a damaged file). "
           f"Training goes on from the checkpoint; summary.json records history_gap", flush=True)
@@ -551,7 +549,7 @@ def start_tracking(run: Run, life: Life) -> None:
     cfg, st = run.cfg, run.state
     # stable across processes (Python's hash() is salted), so a restarted run continues its W&B run
     name = f"{run.label}-s{cfg.seed}-{hashlib.sha1(str(run.out).encode()).hexdigest()[:8]}"
-    st["wandb_id"] = st.get("wandb_id") or name
+    st.wandb_id = st.wandb_id or name
     run.tracker = start_tracker(
         cfg.logger.backend, out_dir=str(run.out), config={**life.resolved, "git_commit": life.commit, "label": run.label},
         # the W&B group is the sweep (never one shared group for unrelated single runs)
@@ -559,7 +557,7 @@ def start_tracking(run: Run, life: Life) -> None:
         name=name,
         tags=[k for k, v in life.switches.items() if v] + [f"preset:{cfg.preset}", f"label:{run.label}"]
         + list(cfg.logger.tags),
-        mode=cfg.logger.mode, entity=cfg.logger.entity, run_id=st["wandb_id"],
+        mode=cfg.logger.mode, entity=cfg.logger.entity, run_id=st.wandb_id,
         # what a run logging offline logs again into its fresh folder (resume() already cut metrics.jsonl
         # back to the checkpoint); unused online, where the server continues the run
         history=rundir.read_rows(run.out / rundir.METRICS)[0] if cfg.logger.backend != "none" else None,
@@ -574,11 +572,12 @@ def save_checkpoint(run: Run, life: Life, step: int) -> None:
     made durable first, so a checkpoint never outlives the rows before it."""
     for writer in run.writers.values():
         writer.sync()
-    run.state["wall_time_s"] += time.perf_counter() - life.t_start
+    run.state.wall_time_s += time.perf_counter() - life.t_start
     life.t_start = time.perf_counter()
     # the config the checkpoint's weights were trained under: a re-run compares with it when config.json is lost
-    run.state["config_json"] = json.dumps(life.resolved, default=str)
-    checkpoint.save(run.out / rundir.CHECKPOINTS, step, run.model, run.optimizer, run.scheduler, run.state,
+    run.state.config_json = json.dumps(life.resolved, default=str)
+    checkpoint.save(run.out / rundir.CHECKPOINTS, step, run.model, run.optimizer, run.scheduler,
+                    run.state.to_checkpoint(),
                     run.cfg.checkpoint.keep)
 
 
@@ -586,9 +585,9 @@ def stopped(run: Run, life: Life, step: int) -> None:
     """A clean stop after ``step`` (its checkpoint written, unless nothing was trained yet): summary
     ``stopped``, close, raise :class:`RunStopped`."""
     requeued = "the scheduler requeues the job and it resumes from this checkpoint"
-    life.summary.update(status=rundir.STATUS_STOPPED, steps_done=step, wall_time_s=run.state["wall_time_s"],
+    life.summary.update(status=rundir.STATUS_STOPPED, steps_done=step, wall_time_s=run.state.wall_time_s,
                         load_avg_end=rundir.load_average(),
-                        history_gap=list(run.state.get("history_gap", [])),
+                        history_gap=list(run.state.history_gap),
                         **_stop_record(life.stop, f"after step {step}", requeued))
     rundir.write_json(run.out / rundir.SUMMARY, life.summary)
     run.tracker.finish(exit_code=1)
@@ -603,21 +602,21 @@ def finish(run: Run, life: Life, step: int) -> dict[str, Any]:
     st, summary = run.state, life.summary
     for writer in run.writers.values():
         writer.sync()
-    st["wall_time_s"] += time.perf_counter() - life.t_start
-    evals = {int(k): v for k, v in st["evals"].items()}
+    st.wall_time_s += time.perf_counter() - life.t_start
+    evals = dict(st.evals)
     final_step = max(evals)
     # best over the evaluations of the trained policy (step 0 is the base policy, reported as `base`)
     trained = [s_ for s_ in evals if s_ > 0] or list(evals)
     best_step = max(trained, key=lambda s_: (evals[s_].get(rundir.EVAL_ACC, -1), -s_))
     summary.update(
-        status=rundir.STATUS_FINISHED, steps_done=step, wall_time_s=st["wall_time_s"], load_avg_end=rundir.load_average(),
+        status=rundir.STATUS_FINISHED, steps_done=step, wall_time_s=st.wall_time_s, load_avg_end=rundir.load_average(),
         final={"step": final_step, **evals[final_step]}, best={"step": best_step, **evals[best_step]},
         base={"step": 0, **evals[0]} if 0 in evals else {},
-        compute={"rollouts_total": st["cum_rollouts"], "gen_tokens_total": st["cum_gen_tokens"]},
+        compute={"rollouts_total": st.cum_rollouts, "gen_tokens_total": st.cum_gen_tokens},
         model_path=run.model_path, n_params=sum(p.numel() for p in run.model.parameters()),
         # recorded at the start (checkpoints before it lack it: then the weights found now)
-        base_model=st.get("base_model") or base_model(run.model_path),
-        history_gap=list(st.get("history_gap", [])),  # steps whose metric row was lost: not a clean history
+        base_model=st.base_model or base_model(run.model_path),
+        history_gap=list(st.history_gap),  # steps whose metric row was lost: not a clean history
         endpoint=_endpoint(run, evals, final_step),
     )
     rundir.write_json(run.out / rundir.SUMMARY, summary)

@@ -88,9 +88,9 @@ def loop(ctx: runner.RunContext) -> dict[str, Any]:
         step, t_step = next_step, steps.start_clocks(run.device)  # wall time, and the step's peak GPU memory
         groups, ds, counters, rollout_metrics = rollout_groups(run, step)  # rollouts, rewards, group filter
         t_gen = time.perf_counter() - t_step
-        st["sampler_position"] = run.sampler.position
-        st["cum_rollouts"] += ds.rollouts_generated
-        st["cum_gen_tokens"] += ds.gen_tokens
+        st.sampler_position = run.sampler.position
+        st.cum_rollouts += ds.rollouts_generated
+        st.cum_gen_tokens += ds.gen_tokens
         if groups:
             m = train_on(run, groups, step)  # advantages, masks, old log-probs, update, sync
         else:
@@ -101,9 +101,9 @@ def loop(ctx: runner.RunContext) -> dict[str, Any]:
         m.update(steps.sampling_metrics(ds, group_size=cfg.rollout.n, gen_seconds=counters["gen_seconds"]))
         m.update(rollout_metrics)
         m.update({
-            "compute/rollouts_total": float(st["cum_rollouts"]),
-            "compute/gen_tokens_total": float(st["cum_gen_tokens"]),
-            "compute/trained_rollouts_total": float(st["cum_trained_rollouts"]),
+            "compute/rollouts_total": float(st.cum_rollouts),
+            "compute/gen_tokens_total": float(st.cum_gen_tokens),
+            "compute/trained_rollouts_total": float(st.cum_trained_rollouts),
             "optim/lr": run.optimizer.param_groups[0]["lr"],
             "timing_s/gen": t_gen,
             "timing_s/step": time.perf_counter() - t_step,
@@ -122,7 +122,7 @@ def loop(ctx: runner.RunContext) -> dict[str, Any]:
         if cfg.checkpoint.every and step % cfg.checkpoint.every == 0 or step == t.steps or ctx.stop_signal:
             ctx.checkpoint(step)
     bar.close()
-    if t.steps == 0 or (run.start_step == t.steps and not st["evals"]):
+    if t.steps == 0 or (run.start_step == t.steps and not st.evals):
         run_eval(run, t.steps)
     return ctx.finish(step)
 
@@ -174,9 +174,9 @@ def rollout_groups(run: Run, step: int) -> tuple[list[Group], Any, dict[str, flo
         return groups
 
     run.engine.wake()
-    groups, run.state["carry"], ds = collect_groups(
+    groups, run.state.carry, ds = collect_groups(
         generate_round, want=cfg.train.prompts_per_step, refill=run.plan.refill, keep=run.plan.keep_groups,
-        carry=run.state["carry"])
+        carry=run.state.carry)
     run.engine.sleep()
     # the rollout slots' own metrics: the reward terms' and the group filter's, each averaged over the step's rounds
     own = {k: sum(m[k] for m in reward_metrics) / len(reward_metrics) for k in (reward_metrics or [{}])[0]}
@@ -209,7 +209,7 @@ def train_on(run: Run, groups: list[Group], step: int) -> dict[str, float]:
          **plan.reward_logged([g.shaping for g in groups])}
     m.update(steps.sample_diagnostics(groups, run.task.train, _diagnostics(cfg)))
     steps.check_finite(run.model, run.out, step, m)  # a diverged step stops the run before it is logged or checkpointed
-    run.state["cum_trained_rollouts"] += batch.size
+    run.state.cum_trained_rollouts += batch.size
     run.writers[rundir.TRAIN_SAMPLES].write(steps.train_sample_rows(step, groups))
     return m
 
@@ -248,6 +248,6 @@ def run_eval(run: Run, step: int) -> dict[str, float]:
     m = once(0)
     for replica in range(1, e.final_repeats + 1) if final else ():
         m[f"{rundir.EVAL_ACC}_rep{replica}"] = once(replica)[rundir.EVAL_ACC]
-    run.state["evals"][step] = m
+    run.state.evals[step] = m
     run.log(step, m)
     return m

@@ -467,3 +467,17 @@ def test_resume_past_a_rehashed_damaged_checkpoint_gives_the_uninterrupted_metri
     assert s["status"] == "finished"
     assert any(str(newest / checkpoint.STATE) in r.getMessage() for r in caplog.records)
     assert metrics(tmp_path / "cut") == metrics(tmp_path / "whole")
+
+
+def test_the_run_state_is_typed_and_loads_a_checkpoint_written_before_it():
+    """The trainer state a checkpoint holds becomes a RunState: an older checkpoint's dict (no base_model,
+    history_gap or config_json; evaluation steps as strings) loads, a key no field names is refused."""
+    from dapo_exp.build import RunState
+
+    old = {"sampler_position": 12, "cum_rollouts": 64, "cum_gen_tokens": 900, "cum_trained_rollouts": 64,
+           "carry": [], "evals": {"0": {"eval/acc_avg": 0.25}}, "wall_time_s": 3.5, "wandb_id": None}
+    st = RunState.from_checkpoint(old)
+    assert (st.sampler_position, st.evals, st.history_gap, st.base_model) == (12, {0: {"eval/acc_avg": 0.25}}, [], None)
+    assert RunState.from_checkpoint(st.to_checkpoint()) == st
+    with pytest.raises(ValueError, match=r"keys this version does not know: \['mystery'\]"):
+        RunState.from_checkpoint({**old, "mystery": 1})

@@ -184,7 +184,7 @@ def open_run(cfg: Any, tokens: int, label: str) -> Any:
     Path(cfg.out_dir).mkdir(parents=True, exist_ok=True)
     run = build.build_run(cfg, plan, Path(cfg.out_dir), label, cleanup=[])
     runner.resume(run)
-    run.sampler = build.PromptSampler(len(run.train_prompts), cfg.seed, run.state["sampler_position"])
+    run.sampler = build.PromptSampler(len(run.train_prompts), cfg.seed, run.state.sampler_position)
     run.model.generation_config.min_new_tokens = tokens
     return run
 
