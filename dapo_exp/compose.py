@@ -12,7 +12,8 @@ which :func:`dapo_exp.rollout.dynamic_sampling.collect_groups` calls). Every hoo
 Below this layer (``steps``, ``rollout``, ``objective``) nothing sees a config object.
 
 Adding a slot is its declaration in :data:`dapo_exp.fixes.SLOTS`, its field and method here and
-the one call site in :mod:`dapo_exp.steps` (docs: how-to/extend.md).
+the one call site (in :mod:`dapo_exp.steps` for a point of the update, in the rollout for one of the
+rollout; docs: how-to/extend.md).
 
 GRPO's own pieces, chosen by name:
 
