@@ -168,32 +168,32 @@ def adopt_update_logprobs(old: OldLogprobs, rows: list[int], logp: Tensor, entro
     old.known[rows] = True
 
 
-def token_advantages(batch: Batch, old_logp: Tensor, rows: list[int] | range, *, plan: Plan) -> Out:
-    """``(len(rows), w)`` per-token advantages of ``rows`` (``old_logp``: their ``(len(rows), w)`` old log-probs),
-    and the rollout weight's metrics.
-
-    Each token carries its response's advantage; with engine log-probs reported, times the plan's token
-    weight ``plan.token_weight(old_logp, engine_logp, resp_mask)`` (truncated importance sampling,
-    the ``rollout_weight`` slot) when it weighs tokens.
-    """
-    rows = list(rows)
-    w = old_logp.shape[1]
-    adv = batch.advantages[rows, None].expand(len(rows), w)
+def token_weight(batch: Batch, old_logp: Tensor, rows: list[int] | range, *, plan: Plan) -> Out | None:
+    """``(len(rows), w)`` detached weights of ``rows``' tokens (``old_logp``: their ``(len(rows), w)`` old
+    log-probs) from the plan's ``rollout_weight`` slot (truncated importance sampling,
+    ``plan.token_weight(old_logp, engine_logp, resp_mask)``), with its metrics; None when the plan weighs no
+    tokens or the engine reported no log-probs."""
     if batch.engine_logp is None or not plan.weighs_tokens:
-        return Out(adv.clone(), {})
-    weight, metrics = plan.token_weight(old_logp, batch.engine_logp[rows, :w], batch.resp_mask[rows, :w])
-    return Out(adv * weight.to(adv.dtype), metrics)
+        return None
+    rows, w = list(rows), old_logp.shape[1]
+    return plan.token_weight(old_logp, batch.engine_logp[rows, :w], batch.resp_mask[rows, :w])
 
 
-def rollout_weight_stats(batch: Batch, old_logp: Tensor, rows: list[int], *, plan: Plan) -> dict[str, float]:
-    """Sums of the ``rollout_weight`` slot's weights (``plan.token_weight``) over ``rows``' loss-mask tokens:
+def token_advantages(batch: Batch, rows: list[int] | range, width: int, *, weight: Tensor | None = None) -> Tensor:
+    """``(len(rows), width)`` per-token advantages of ``rows``: each token carries its response's advantage,
+    times its :func:`token_weight` when there is one."""
+    rows = list(rows)
+    adv = batch.advantages[rows, None].expand(len(rows), width)
+    return adv.clone() if weight is None else adv * weight.to(adv.dtype)
+
+
+def rollout_weight_stats(batch: Batch, rows: list[int], weight: Tensor | None) -> dict[str, float]:
+    """Sums of the ``rollout_weight`` slot's ``weight`` (:func:`token_weight`'s) over ``rows``' loss-mask tokens:
     ``rw_sum``, ``rw_zero`` (weight 0: masked by a band) and ``rw_tokens`` (0 when the engine reported no
-    log-probs): the slot's metrics, whichever fix fills it."""
-    if batch.engine_logp is None:
+    log-probs, ``weight`` None): the slot's metrics, whichever fix fills it."""
+    if weight is None:
         return {"rw_sum": 0.0, "rw_zero": 0.0, "rw_tokens": 0.0}
-    w = old_logp.shape[1]
-    weight = plan.token_weight(old_logp, batch.engine_logp[rows, :w], batch.resp_mask[rows, :w]).value
-    lm = batch.loss_mask[rows, :w]
+    lm = batch.loss_mask[rows, :weight.shape[1]]
     return {"rw_sum": float((weight * lm).sum()), "rw_zero": float(((weight == 0).float() * lm).sum()),
             "rw_tokens": float(lm.sum())}
 
@@ -310,8 +310,9 @@ def update_policy(
             if on_policy:
                 adopt_update_logprobs(old, sel, lp, ent * mk, updates_done=upd.n_updates)
             old_lp = old.logp[sel, :w]
-            tok_adv, own = token_advantages(batch, old_lp, sel, plan=plan)
+            weight, own = token_weight(batch, old_lp, sel, plan=plan) or (None, {})
             upd.add_own(own)
+            tok_adv = token_advantages(batch, sel, w, weight=weight)
             loss, st = plan.loss(
                 logp=lp, old_logp=old_lp.to(device), entropy=ent, advantages=tok_adv.to(device),
                 mask=batch.loss_mask[sel, :w].to(device), weights=weights[micro].to(device),
@@ -320,7 +321,7 @@ def update_policy(
             )
             loss.backward()
             if plan.rollout_weight is not None:
-                st = {**st, **rollout_weight_stats(batch, old_lp, sel, plan=plan)}
+                st = {**st, **rollout_weight_stats(batch, sel, weight)}
             upd.add(st)
         gn = torch.nn.utils.clip_grad_norm_(model.parameters(), sizes.grad_clip if sizes.grad_clip > 0 else 1e12)
         upd.grad_norm += float(gn)

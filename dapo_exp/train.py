@@ -39,6 +39,7 @@ from dapo_exp import compose, rundir, runner, steps
 from dapo_exp.build import Run
 from dapo_exp.console import ProgressLines
 from dapo_exp.evaluation import sizes_line
+from dapo_exp.fixes.base import mean_over_rounds
 from dapo_exp.logprobs import ResponseForward
 from dapo_exp.quiet import quiet
 from dapo_exp.rollout.dynamic_sampling import collect_groups
@@ -179,8 +180,7 @@ def rollout_groups(run: Run, step: int) -> tuple[list[Group], Any, dict[str, flo
         carry=run.state.carry)
     run.engine.sleep()
     # the rollout slots' own metrics: the reward terms' and the group filter's, each averaged over the step's rounds
-    own = {k: sum(m[k] for m in reward_metrics) / len(reward_metrics) for k in (reward_metrics or [{}])[0]}
-    return groups, ds, counters, {**own, **ds.filter_metrics}
+    return groups, ds, counters, {**mean_over_rounds(reward_metrics), **ds.filter_metrics}
 
 
 def update_sizes(cfg: DictConfig) -> steps.UpdateSizes:
@@ -203,7 +203,8 @@ def train_on(run: Run, groups: list[Group], step: int) -> dict[str, float]:
     upd = steps.update_policy(run.model, run.optimizer, batch, old, fwd=run.fwd, plan=plan, sizes=sizes, seed=seed)
     run.engine.sync_weights(run.model)
     t_train = time.perf_counter() - t_train
-    tok_adv = steps.token_advantages(batch, old.logp, range(batch.size), plan=plan).value
+    weight, _ = steps.token_weight(batch, old.logp, range(batch.size), plan=plan) or (None, {})
+    tok_adv = steps.token_advantages(batch, range(batch.size), old.logp.shape[1], weight=weight)
     m = {**steps.rollout_mismatch(batch, old),
          **steps.step_metrics(batch, old, upd, tok_adv, ppo_epochs=t.ppo_epochs, t_train=t_train),
          **plan.reward_logged([g.shaping for g in groups])}

@@ -106,6 +106,11 @@ def unpack(result: Any) -> tuple[Any, dict[str, Any]]:
     return (result.value, dict(result.metrics)) if isinstance(result, Out) else (result, {})
 
 
+def mean_over_rounds(rounds: list[dict[str, Any]]) -> dict[str, float]:
+    """A rollout hook's metrics over the step's generation rounds (one dict a round): each one's mean."""
+    return {k: sum(float(m[k]) for m in rounds) / len(rounds) for k in rounds[0]} if rounds else {}
+
+
 def binds(slot: str, fn: str, **keys: str) -> Callable[[Any, RunInfo], dict[str, Any]]:
     """A fix's ``bind`` that fills ``slot`` with ``dapo_exp.objective.<fn>``, each keyword bound to the value
     of ``algo.<key>`` (``binds("surrogate", "cispo_surrogate", eps_low="cispo_eps_low")``)."""

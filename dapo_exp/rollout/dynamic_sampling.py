@@ -35,7 +35,7 @@ from typing import Any
 
 import torch
 
-from dapo_exp.fixes.base import GroupFilter, unpack
+from dapo_exp.fixes.base import GroupFilter, mean_over_rounds, unpack
 from dapo_exp.rollout.groups import Group
 
 
@@ -119,8 +119,7 @@ def collect_groups(
             kept_now, metrics = unpack(keep(correct, reward))
             round_metrics.append(metrics)
             kept.extend(g for g, k in zip(groups, kept_now.tolist()) if k)
-    stats.filter_metrics = {k: sum(float(m[k]) for m in round_metrics) / len(round_metrics)
-                            for k in round_metrics[0]} if round_metrics else {}
+    stats.filter_metrics = mean_over_rounds(round_metrics)
     batch, rest = kept[:want], kept[want:]
     stats.kept_groups = len(batch)
     stats.surplus_groups = len(rest)
