@@ -15,13 +15,10 @@ Adding a slot is its declaration in :data:`dapo_exp.fixes.SLOTS`, its field and 
 the one call site (in :mod:`dapo_exp.steps` for a point of the update, in the rollout for one of the
 rollout; docs: how-to/extend.md).
 
-GRPO's own pieces, chosen by name:
-
-- :data:`ADVANTAGE_ESTIMATORS` (``algo.adv_estimator``): ``fn(algo) -> (rewards (N, G) -> (N, G))``;
-  ``grpo`` is :func:`dapo_exp.fixes.grpo.advantage` (DAPO Eq. 9).
-- :data:`POLICY_LOSSES` (``algo.policy_loss``): ``fn(algo) -> surrogate``, the surrogate when no
-  fix fills the slot; ``clipped`` is :func:`dapo_exp.fixes.grpo.surrogate`.
-- The normaliser when no fix fills the slot: GRPO's ``seq-mean-token-mean``.
+GRPO's own pieces (:mod:`dapo_exp.fixes.grpo`) fill the slots that no fix that is on fills: the estimator
+(group-relative, DAPO Eq. 9), the surrogate (PPO's clipped one) and the normaliser (``seq-mean-token-mean``).
+A fix changes GRPO one way only: it sets GRPO's explicit values (``algo.adv_norm_std``, ``algo.eps_low/high``,
+``algo.dual_clip``, the KL's) or it fills a slot.
 """
 
 from __future__ import annotations
@@ -34,12 +31,7 @@ from dapo_exp import fixes, objective
 from dapo_exp.config import ConfigError
 from dapo_exp.fixes import grpo
 from dapo_exp.fixes.base import GroupFilter, Out, RunInfo, unpack
-from dapo_exp.registry import Registry
 
-ADVANTAGE_ESTIMATORS: Registry[Callable[[Any], Callable]] = Registry("advantage estimator", "algo.adv_estimator")
-POLICY_LOSSES: Registry[Callable[[Any], Callable]] = Registry("policy loss", "algo.policy_loss")
-ADVANTAGE_ESTIMATORS.register("grpo", grpo.advantage)
-POLICY_LOSSES.register("clipped", grpo.surrogate)
 FIX_METRIC = "fix:"  # prefix of a fix's own metric in the update's sums (a surrogate's or a loss term's; dapo_exp.steps)
 
 
@@ -52,7 +44,7 @@ class Plan:
 
     surrogate: Callable  # (logp, old_logp, advantages, *, mask) -> objective.SurrogateOut, one slot's
     normaliser: Callable  # (mask (B, T), group_index (B,)) -> (B,) weights of a mini-batch
-    estimator: Callable = objective.group_advantages  # rewards (N, G) -> advantages (N, G)
+    estimator: Callable = grpo.group_relative  # (rewards (N, G), *, lengths, parts) -> advantages (N, G) | Out
     advantage_transforms: tuple[Callable, ...] = ()  # (advantages, rewards) -> (N, G) | Out, in registry order
     reward_terms: Mapping[str, Callable] = field(default_factory=dict)  # fix -> (*, lengths, correct, texts) -> (B,)
     reward_metrics: Mapping[str, str] = field(default_factory=dict)  # every registered reward fix -> its metric
@@ -97,9 +89,13 @@ class Plan:
         keep, metrics = unpack(self.group_filter.keep(correct, reward))
         return Out(keep, metrics)
 
-    def advantage(self, rewards: Any) -> Out:
-        """``(N, G)`` advantages: GRPO's estimator, then each fix's transform; and their metrics."""
-        adv, metrics = self.estimator(rewards), {}
+    def advantage(self, rewards: Any, *, lengths: Any = None, parts: Mapping[str, Any] | None = None) -> Out:
+        """``(N, G)`` advantages of the groups' ``rewards`` (``lengths``: the responses' token counts, ``(N, G)``;
+        ``parts``: the reward's components, default ``{"accuracy": rewards}``): the estimator (GRPO's where no fix
+        fills the slot), then each fix's transform; and their metrics."""
+        if lengths is None:
+            lengths = rewards.new_ones(rewards.shape)
+        adv, metrics = unpack(self.estimator(rewards, lengths=lengths, parts=dict(parts or {"accuracy": rewards})))
         for transform in self.advantage_transforms:
             adv, m = unpack(transform(adv, rewards))
             metrics.update(m)
@@ -196,8 +192,6 @@ def check(algo: Any, run: RunInfo) -> None:
     if unknown:
         raise ConfigError(f"algo.ext.{unknown[0]} is read by no registered fix (declared extension keys: "
                           f"{', '.join(sorted(declared)) or 'none'}); register the fix first (dapo_exp.fixes)")
-    ADVANTAGE_ESTIMATORS.pick(algo.adv_estimator)
-    POLICY_LOSSES.pick(algo.policy_loss)
     fixes.check_combination(algo)
 
 
@@ -220,9 +214,9 @@ def compose(algo: Any, run: RunInfo) -> Plan:
         return tuple(h for _, h in bound[slot])
 
     return Plan(
-        surrogate=one("surrogate", POLICY_LOSSES.pick(algo.policy_loss)(algo)),
+        surrogate=one("surrogate", grpo.surrogate(algo)),
         normaliser=one("normaliser", grpo.normaliser(grpo.MODE, run)),
-        estimator=ADVANTAGE_ESTIMATORS.pick(algo.adv_estimator)(algo), advantage_transforms=chain("advantage"),
+        estimator=one("estimator", grpo.advantage(algo)), advantage_transforms=chain("advantage"),
         reward_terms=dict(bound["reward"]),
         reward_metrics={f.name: f.metrics[0] for f in fixes.FIXES.values() if "reward" in f.slots},
         group_filter=one("group_filter", None), token_masks=chain("token_mask"), update_masks=chain("update_mask"),

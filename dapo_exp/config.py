@@ -9,7 +9,7 @@ and the valid choices. ``train(cfg)`` calls it first, before a model is built.
 This module imports nothing of the project but the fixes, whose modules declare the ``algo`` keys they own
 (:class:`dapo_exp.fixes.Key`; the ``algo`` section is assembled from them), and the config error. Names
 chosen from a registry or from
-a function's modes (``algo.loss_agg``, ``algo.adv_estimator``, ``task.name``,
+a function's modes (``algo.kl_estimator``, ``task.name``,
 ``rollout.engine``, ...) are checked against the code that owns them, by
 ``dapo_exp.train.preflight``, also before any compute; the checks here are the ones
 that need nothing but the values.

@@ -6,14 +6,13 @@ the code it selects from:
 ===============================================  ===================  ==============================
 registry                                         config key           where
 ===============================================  ===================  ==============================
-advantage estimators                             ``algo.adv_estimator``  :mod:`dapo_exp.compose`
-policy losses (GRPO's surrogate)                 ``algo.policy_loss``    :mod:`dapo_exp.compose`
 tasks                                            ``task.name``           :mod:`dapo_exp.tasks`
 rollout engines                                  ``rollout.engine``      :mod:`dapo_exp.rollout`
 ===============================================  ===================  ==============================
 
-The fixes themselves (reward terms, advantage transforms, group filters, token masks,
-surrogates, normalisers) are registered in :mod:`dapo_exp.fixes`, one module each.
+The fixes themselves (reward terms, advantage estimators and transforms, group filters, token masks,
+surrogates, normalisers, ...) are registered in :mod:`dapo_exp.fixes`, one module each, and selected by their
+config groups (``rloo=enabled``), not by a name in a registry.
 """
 
 from __future__ import annotations

@@ -70,13 +70,14 @@ class Batch:
 
 
 def build_batch(groups: list[Group], *, group_size: int, plan: Plan) -> Batch:
-    """Advantages (``plan.advantage(rewards (N, G))``) and masks of the kept groups
+    """Advantages (``plan.advantage(rewards (N, G), lengths=, parts=)``) and masks of the kept groups
     (``plan.token_mask(resp_mask (B, T), truncated (B,))``, e.g. Overlong Filtering), with their metrics."""
     rewards = torch.tensor([g.reward for g in groups], dtype=torch.float32)
-    adv, adv_metrics = plan.advantage(rewards)
-    adv = adv.reshape(-1)
     responses = [resp for g in groups for resp in g.response_ids]
     lengths = [len(x) for x in responses]
+    adv, adv_metrics = plan.advantage(rewards, lengths=torch.tensor(lengths, dtype=torch.float32).view(rewards.shape),
+                                      parts=reward_parts(groups, rewards))
+    adv = adv.reshape(-1)
     truncated = torch.tensor([tr for g in groups for tr in g.truncated])
     width = max(1, max(lengths))
     resp_mask = (torch.arange(width)[None, :] < torch.tensor(lengths)[:, None]).float()
@@ -90,6 +91,13 @@ def build_batch(groups: list[Group], *, group_size: int, plan: Plan) -> Batch:
         else pad_logprobs([lp for g in groups for lp in g.sampled_logprobs], width),
         metrics={k: float(v) for k, v in {**adv_metrics, **mask_metrics}.items()},
     )
+
+
+def reward_parts(groups: list[Group], rewards: Tensor) -> dict[str, Tensor]:
+    """The reward's components, each ``(N, G)``: ``accuracy`` (the correctness reward) and each reward term's
+    values (its fix's name); they sum to ``rewards``."""
+    terms = {name: torch.tensor([g.shaping[name] for g in groups], dtype=rewards.dtype) for name in groups[0].shaping}
+    return {"accuracy": rewards - sum(terms.values(), torch.zeros_like(rewards)), **terms}
 
 
 def row_lengths(batch: Batch, rows: list[int] | range) -> list[int]:

@@ -334,7 +334,8 @@ def our_side(cfg, d):
     from dapo_exp import compose
 
     plan = compose.compose(cfg.algo, compose.run_info(cfg))
-    adv = plan.advantage(d["rewards"]).value.reshape(-1)
+    adv = plan.advantage(d["rewards"], lengths=d["mask"].sum(1).view(d["rewards"].shape).to(d["rewards"].dtype)
+                         ).value.reshape(-1)
     mask = plan.token_mask(d["mask"], d["truncated"]).value
     out = plan.token_losses(d["logp"], d["old"], adv[:, None].double(), mask=mask).value
     weights = plan.weights(mask, torch.arange(B // G).repeat_interleave(G)).value

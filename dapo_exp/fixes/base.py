@@ -20,15 +20,18 @@ tensors and scalars, bound once per run by the fix's ``bind(algo, run)``:
 - ``reward``: ``(*, lengths (B,) float, correct (B,) bool, texts (B,) str) -> (B,)`` added to the
   correctness reward (``texts``: the decoded responses). The term's mean over the trained batch is
   logged as the fix's first metric (0 when off).
+- ``estimator``: ``(rewards (N, G), *, lengths (N, G), parts) -> (N, G)`` advantages, the one estimator
+  (default: GRPO's group-relative one, :func:`dapo_exp.fixes.grpo.advantage`); ``lengths`` are the responses'
+  token counts, ``parts`` the reward's components (``{"accuracy": correctness reward, <reward fix>: its
+  term}``, each ``(N, G)``, summing to ``rewards``). RLOO, REINFORCE++, OPO, GDPO and kin fill it.
 - ``advantage``: ``(advantages (N, G), rewards (N, G)) -> (N, G)``, applied in registry
-  order after GRPO's group-relative estimator (``algo.adv_estimator``): a transform of the
-  advantages it is given, never a replacement of them.
+  order after the estimator: a transform of the advantages it is given, never a replacement of them.
 - ``group_filter``: a :class:`GroupFilter` (which groups a batch keeps, and how it refills); its
   ``keep`` is what the plan calls.
 - ``token_mask``: ``(mask (B, T), truncated (B,)) -> (B, T)``, the tokens that count in the
   loss, applied in registry order.
 - ``surrogate``: ``(logp, old_logp, advantages, *, mask) -> objective.SurrogateOut`` per token
-  (default: GRPO's, PPO's clipped surrogate, ``algo.policy_loss``).
+  (default: GRPO's, PPO's clipped surrogate, :func:`dapo_exp.fixes.grpo.surrogate`).
 - ``normaliser``: ``(mask (B, T), group_index (B,)) -> (B,)`` loss weights of a mini-batch
   (default: GRPO's ``seq-mean-token-mean``, :data:`dapo_exp.fixes.grpo.MODE`).
 - ``update_mask``: ``(entropy (B, T), mask (B, T)) -> (B, T) bool``, of a mini-batch's loss-mask
@@ -49,8 +52,8 @@ tensors and scalars, bound once per run by the fix's ``bind(algo, run)``:
 
 A hook of any slot returns its value, or ``Out(value, metrics)`` to log metrics of its own (for the
 ``group_filter`` slot, its ``keep``): the plan merges them into the step's row. A rollout hook's metrics
-(``reward``, ``keep``) are averaged over the step's generation rounds; a batch hook's (``advantage``,
-``token_mask``) are logged as returned; an update hook's (``normaliser`` and ``update_mask``, called once per
+(``reward``, ``keep``) are averaged over the step's generation rounds; a batch hook's (``estimator``,
+``advantage``, ``token_mask``) are logged as returned; an update hook's (``normaliser`` and ``update_mask``, called once per
 mini-batch; ``surrogate``, ``rollout_weight`` and ``loss_term``, once per micro-batch) are summed over each
 mini-batch's calls and averaged over the step's optimizer steps (as ``actor/pg_loss``). A fix may declare
 the metrics its hooks log, and the loop checks them.
@@ -82,6 +85,8 @@ class Slot:
 
 SLOTS: dict[str, Slot] = {
     "reward": Slot("(*, lengths (B,), correct (B,), texts (B,)) -> (B,) added to the reward", exclusive=False),
+    "estimator": Slot("(rewards (N, G), *, lengths (N, G), parts {name: (N, G)}) -> (N, G) advantages",
+                      exclusive=True),
     "advantage": Slot("(advantages (N, G), rewards (N, G)) -> (N, G)", exclusive=False),
     "group_filter": Slot("GroupFilter", exclusive=True),
     "token_mask": Slot("(mask (B, T), truncated (B,)) -> (B, T)", exclusive=False),

@@ -1,11 +1,13 @@
 """GRPO itself: the baseline pieces that every switch transforms or replaces.
 
 Not a switch (no config group turns GRPO off): the pieces a run uses where no fix that is on fills
-the slot, bound from ``algo`` by :mod:`dapo_exp.compose`:
+the slot, bound from ``algo`` by :mod:`dapo_exp.compose`. A fix changes GRPO in one of two ways: it sets one of
+GRPO's explicit values (the std division, the clip range, the dual clip, the KL penalty) or it fills a slot:
 
-- the advantage: group-relative, ``(R_i - mean) / (std + eps)`` (DAPO Eq. 9, :func:`advantage`), without the
+- the estimator: group-relative, ``(R_i - mean) / (std + eps)`` (DAPO Eq. 9, :func:`advantage`), without the
   std division when ``algo.adv_norm_std=false`` (Dr. GRPO's ``dr_grpo_adv``: a value of GRPO's, as Clip-Higher's
-  range is); advantage fixes transform it, in registry order;
+  range is); an estimator fix (RLOO, REINFORCE++, ...) replaces it; advantage fixes transform it, in registry
+  order;
 - the per-token surrogate: PPO's clipped one over ``[1 - eps_low, 1 + eps_high]`` with the optional
   dual clip (:func:`surrogate`; Clip-Higher is the same surrogate with ``eps_high > eps_low``);
 - the normaliser: the sample-level ``seq-mean-token-mean`` (:data:`MODE`; :func:`normaliser` binds any
@@ -24,17 +26,13 @@ from typing import Any
 
 from dapo_exp.errors import ConfigError
 from dapo_exp.fixes.base import FIXES, Key, RunInfo, check_range
-from dapo_exp.fixes.verl_rules import A, Context, Rule, fail, on, only
+from dapo_exp.fixes.verl_rules import A, Context, Rule, fail, on
 
 MODE = "seq-mean-token-mean"  # GRPO's loss aggregation: the mean over responses of each one's token mean
 
 # GRPO's own algo keys, first in the schema's algo section (dapo_exp.config assembles it: these, then each fix's)
 SCHEMA: tuple[Key, ...] = (
-    Key("adv_estimator", str, "grpo", "advantage estimator, a name in dapo_exp.compose.ADVANTAGE_ESTIMATORS "
-        "(grpo: DAPO Eq. 9)"),
     Key("adv_eps", float, 1e-6, "added to the std in the advantage's denominator"),
-    Key("policy_loss", str, "clipped", "GRPO's per-token surrogate when no fix fills the slot, a name in "
-        "dapo_exp.compose.POLICY_LOSSES (clipped: PPO's clipped surrogate, Eq. 10)"),
     Key("dual_clip", float | None, None, "dual-clip bound c > 1 on the loss of A < 0 tokens, null = off "
         "(released script: 10)"),
     Key("kl_coef", float, 0.0, "KL penalty coefficient against the initial policy, 0 = off (DAPO: removed)"),
@@ -46,12 +44,20 @@ NO_DUAL_CLIP = 1e10
 VERL_ADV_EPS = 1e-6  # compute_grpo_outcome_advantage's epsilon; V1 never passes another one
 
 
-def advantage(algo: Any) -> Callable:
-    """``rewards (N, G) -> (N, G)``: group-relative advantages, divided by the group's std (DAPO Eq. 9) unless
-    ``algo.adv_norm_std`` is false (Dr. GRPO Eq. 3: ``R_i - mean``, as verl's ``norm_adv_by_std_in_grpo=false``)."""
+def group_relative(rewards: Any, *, lengths: Any = None, parts: Any = None, norm_std: bool = True,
+                   eps: float = VERL_ADV_EPS) -> Any:
+    """GRPO's estimator hook (the ``estimator`` slot's signature): ``(R_i - mean) / (std + eps)`` of each group of
+    ``rewards (N, G)``, or ``R_i - mean`` without ``norm_std``; ``lengths`` and ``parts`` are not read."""
     from dapo_exp import objective
 
-    return functools.partial(objective.group_advantages, norm_std=algo.adv_norm_std, eps=algo.adv_eps)
+    return objective.group_advantages(rewards, norm_std=norm_std, eps=eps)
+
+
+def advantage(algo: Any) -> Callable:
+    """GRPO's estimator bound to ``algo``: group-relative advantages, divided by the group's std (DAPO Eq. 9)
+    unless ``algo.adv_norm_std`` is false (Dr. GRPO Eq. 3: ``R_i - mean``, as verl's
+    ``norm_adv_by_std_in_grpo=false``)."""
+    return functools.partial(group_relative, norm_std=algo.adv_norm_std, eps=algo.adv_eps)
 
 
 def surrogate(algo: Any) -> Callable:
@@ -91,12 +97,23 @@ def check(algo: Any, run: RunInfo) -> None:
 # --------------------------------------------------------------------------- #
 # verl (dapo_exp.backends.verl applies these with the fixes' own)               #
 # --------------------------------------------------------------------------- #
-def _default_surrogate(v: str, ctx: Context) -> dict[str, Any]:
-    """GRPO's own surrogate (``algo.policy_loss``): verl's vanilla loss, unless a surrogate fix sets its own."""
-    if v != "clipped":
-        fail("algo.policy_loss", v, "our clipped surrogate is verl's vanilla loss")
-    surrogates = [f.name for f in FIXES.values() if "surrogate" in f.slots]
-    return {} if on(ctx, *surrogates) else {A + "policy_loss.loss_mode": "vanilla"}
+def _filling(ctx: Context, slot: str) -> bool:
+    """Is a fix that fills ``slot`` on? (Then its own rule sets verl's mode, not GRPO's default.)"""
+    return on(ctx, *[f.name for f in FIXES.values() if slot in f.slots])
+
+
+def _adv_eps(v: float, ctx: Context) -> dict[str, Any]:
+    """GRPO's estimator is verl's grpo (epsilon hard-coded to 1e-6), unless an estimator fix sets its own."""
+    if v != VERL_ADV_EPS:
+        fail("algo.adv_eps", v, "verl's advantage estimators hard-code epsilon=1e-6")
+    return {} if _filling(ctx, "estimator") else {"algorithm.adv_estimator": "grpo"}
+
+
+def _dual_clip(v: float | None, ctx: Context) -> dict[str, Any]:
+    """GRPO's surrogate is verl's vanilla loss (unless a surrogate fix sets its own loss_mode), its dual clip
+    verl's clip_ratio_c."""
+    out = {A + "clip_ratio_c": NO_DUAL_CLIP if v is None else v}
+    return out if _filling(ctx, "surrogate") else {**out, A + "policy_loss.loss_mode": "vanilla"}
 
 
 def _kl(v: float, ctx: Context) -> dict[str, Any]:
@@ -104,13 +121,10 @@ def _kl(v: float, ctx: Context) -> dict[str, Any]:
 
 
 VERL: dict[str, Rule] = {
-    "adv_estimator": only("algo.adv_estimator", "grpo", "verl runs our registry's grpo as its own grpo",
-                          {"algorithm.adv_estimator": "grpo"}),
-    "adv_eps": only("algo.adv_eps", VERL_ADV_EPS, "verl's GRPO advantage hard-codes epsilon=1e-6"),
-    "policy_loss": Rule(f"`{A}policy_loss.loss_mode=vanilla` (only `clipped`; a surrogate fix sets its own "
-                        "loss_mode)", _default_surrogate),
-    "dual_clip": Rule(f"`{A}clip_ratio_c` (null: {NO_DUAL_CLIP:g}, which never binds)",
-                      lambda v, ctx: {A + "clip_ratio_c": NO_DUAL_CLIP if v is None else v}),
+    "adv_eps": Rule("`algorithm.adv_estimator=grpo` unless an estimator fix sets its own (only 1e-6: verl's "
+                    "estimators hard-code epsilon=1e-6)", _adv_eps),
+    "dual_clip": Rule(f"`{A}clip_ratio_c` (null: {NO_DUAL_CLIP:g}, which never binds); `{A}policy_loss.loss_mode="
+                      "vanilla` unless a surrogate fix sets its own", _dual_clip),
     "kl_coef": Rule(f"`{A}use_kl_loss` (coef > 0), `{A}kl_loss_coef`; `algorithm.use_kl_in_reward=false`", _kl),
     "kl_estimator": Rule(f"`{A}kl_loss_type` (k1, k2, k3: the same names) when kl_coef > 0",
                          lambda v, ctx: {A + "kl_loss_type": v} if ctx.cfg.algo.kl_coef > 0 else {}),
