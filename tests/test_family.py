@@ -179,7 +179,8 @@ def test_presets_of_the_family_are_their_switches():
     from dapo_exp.hydra_setup import preset_switches
 
     expect = {"dr_grpo": {"dr_grpo_adv", "dr_grpo_norm"}, "gspo": {"gspo"}, "cispo": {"cispo"}, "gmpo": {"gmpo"},
-              "clip_cov": {"clip_cov"}, "kl_cov": {"kl_cov"}}
+              "clip_cov": {"clip_cov"}, "kl_cov": {"kl_cov"},
+              "sapo": {"sapo"}, "gpg": {"gpg", "gpg_adv", "token_level_loss"}, "dro": {"dro"}}
     assert set(fixes.FAMILY) == set(expect)
     for preset, on in expect.items():
         assert {k for k, v in preset_switches(preset).items() if v} == on
@@ -388,7 +389,7 @@ def test_sapo_refuses_a_normaliser_that_weights_its_responses_by_length(small_cf
     with pytest.raises(ConfigError, match=rf"fixes ({normaliser} and sapo|sapo and {normaliser}) cannot be combined "
                                           r"\(SAPO's objective is a mean over responses of each one's token mean"):
         preflight(small_cfg(tmp_path, "fixes=grpo", "sapo=enabled", f"{normaliser}=enabled"))
-    preflight(small_cfg(tmp_path, "fixes=grpo", "sapo=enabled"))
+    preflight(small_cfg(tmp_path, "fixes=sapo"))
 
 
 @pytest.mark.parametrize("dppo", ["dppo_tv", "dppo_kl"])
@@ -403,7 +404,7 @@ def test_gpg_adv_excludes_dr_grpo_adv_and_goes_with_any_surrogate(small_cfg, tmp
     with pytest.raises(ConfigError, match=r"fixes dr_grpo_adv and gpg_adv cannot be combined \(GPG's estimator never "
                                           r"divides by the std"):
         preflight(small_cfg(tmp_path, "fixes=grpo", "gpg_adv=enabled", "dr_grpo_adv=enabled"))
-    for other in ("full", "cispo", "dr_grpo_norm=enabled"):
+    for other in ("full", "cispo", "sapo", "dr_grpo_norm=enabled"):
         preflight(small_cfg(tmp_path, f"fixes={other}" if "=" not in other else "fixes=grpo",
                             *(["gpg_adv=enabled"] + ([other] if "=" in other else []))))
 
