@@ -11,7 +11,8 @@ from dapo_exp.config import ConfigError
 from dapo_exp.train import preflight, train
 
 FAMILY_SWITCHES = ["dr_grpo_adv", "dr_grpo_norm", "gspo", "cispo", "gmpo", "clip_cov", "kl_cov", "top_entropy",
-                   "rollout_correction"]
+                   "rollout_correction",
+                   "sapo", "gpg", "gpg_adv", "dro", "dppo_tv", "dppo_kl"]
 
 
 @pytest.mark.slow
@@ -178,7 +179,8 @@ def test_presets_of_the_family_are_their_switches():
     from dapo_exp.hydra_setup import preset_switches
 
     expect = {"dr_grpo": {"dr_grpo_adv", "dr_grpo_norm"}, "gspo": {"gspo"}, "cispo": {"cispo"}, "gmpo": {"gmpo"},
-              "clip_cov": {"clip_cov"}, "kl_cov": {"kl_cov"}}
+              "clip_cov": {"clip_cov"}, "kl_cov": {"kl_cov"},
+              "sapo": {"sapo"}, "gpg": {"gpg", "gpg_adv", "token_level_loss"}, "dro": {"dro"}}
     assert set(fixes.FAMILY) == set(expect)
     for preset, on in expect.items():
         assert {k for k, v in preset_switches(preset).items() if v} == on
@@ -366,3 +368,53 @@ def test_the_covariance_fixes_log_the_tokens_they_treat_apart(preset, metric):
     out, metrics = plan.token_losses(logp, old, adv, mask=mask)
     assert set(metrics) == {metric} and metrics[metric] == (out.selected & mask.bool()).sum() >= 1
     assert not out.selected[0, 5:].any()  # nothing outside the mask
+
+
+# --------------------------------------------------------------------------- #
+# verl's policy losses (SAPO, GPG, DRO, DPPO) and GPG's estimator               #
+# --------------------------------------------------------------------------- #
+@pytest.mark.parametrize("loss", ["sapo", "gpg", "dro", "dppo_tv", "dppo_kl"])
+def test_verls_losses_exclude_clip_higher_and_the_other_surrogates(small_cfg, tmp_path, loss):
+    with pytest.raises(ConfigError, match=rf"fixes clip_higher and {loss} cannot be combined \((SAPO|GPG|DRO|DPPO)"):
+        preflight(small_cfg(tmp_path, "fixes=grpo", "clip_higher=enabled", f"{loss}=enabled"))
+    with pytest.raises(ConfigError, match=rf"fixes ({loss} and gspo|gspo and {loss}) cannot be combined \(both fill "
+                                          r"the surrogate slot\)"):
+        preflight(small_cfg(tmp_path, "fixes=grpo", "gspo=enabled", f"{loss}=enabled"))
+    preflight(small_cfg(tmp_path, "fixes=grpo", f"{loss}=enabled", "dynamic_sampling=enabled",
+                        "overlong_punishment=soft", "overlong_filtering=enabled", "rollout_correction=enabled"))
+
+
+@pytest.mark.parametrize("normaliser", ["token_level_loss", "dr_grpo_norm"])
+def test_sapo_refuses_a_normaliser_that_weights_its_responses_by_length(small_cfg, tmp_path, normaliser):
+    with pytest.raises(ConfigError, match=rf"fixes ({normaliser} and sapo|sapo and {normaliser}) cannot be combined "
+                                          r"\(SAPO's objective is a mean over responses of each one's token mean"):
+        preflight(small_cfg(tmp_path, "fixes=grpo", "sapo=enabled", f"{normaliser}=enabled"))
+    preflight(small_cfg(tmp_path, "fixes=sapo"))
+
+
+@pytest.mark.parametrize("dppo", ["dppo_tv", "dppo_kl"])
+def test_dppo_refuses_a_dual_clip(small_cfg, tmp_path, dppo):
+    with pytest.raises(ConfigError, match=rf"algo.dual_clip=10.0: {dppo} applies no dual clip \(it truncates the "
+                                          rf"ratio at algo.{dppo}_cap, verl's clip_ratio_c\); set algo.dual_clip=null"):
+        preflight(small_cfg(tmp_path, "fixes=grpo", f"{dppo}=enabled", "algo.dual_clip=10"))
+    preflight(small_cfg(tmp_path, "fixes=grpo", f"{dppo}=enabled", "token_level_loss=enabled", "dr_grpo_adv=enabled"))
+
+
+def test_gpg_adv_excludes_dr_grpo_adv_and_goes_with_any_surrogate(small_cfg, tmp_path):
+    with pytest.raises(ConfigError, match=r"fixes dr_grpo_adv and gpg_adv cannot be combined \(GPG's estimator never "
+                                          r"divides by the std"):
+        preflight(small_cfg(tmp_path, "fixes=grpo", "gpg_adv=enabled", "dr_grpo_adv=enabled"))
+    for other in ("full", "cispo", "sapo", "dr_grpo_norm=enabled"):
+        preflight(small_cfg(tmp_path, f"fixes={other}" if "=" not in other else "fixes=grpo",
+                            *(["gpg_adv=enabled"] + ([other] if "=" in other else []))))
+
+
+@pytest.mark.parametrize("override,key", [("algo.sapo_tau_pos=0", "algo.sapo_tau_pos: must be > 0, got 0"),
+                                          ("algo.sapo_tau_neg=-1", "algo.sapo_tau_neg: must be > 0, got -1"),
+                                          ("algo.dro_beta=0", r"algo.dro_beta: must be > 0 \(verl refuses"),
+                                          ("algo.dppo_tv_high=-0.1", "algo.dppo_tv_high: must be >= 0"),
+                                          ("algo.dppo_kl_low=-1", "algo.dppo_kl_low: must be >= 0"),
+                                          ("algo.dppo_kl_cap=0", "algo.dppo_kl_cap: must be > 0")])
+def test_bad_values_of_verls_losses_name_the_key(small_cfg, tmp_path, override, key):
+    with pytest.raises(ConfigError, match=key):
+        preflight(small_cfg(tmp_path, override))

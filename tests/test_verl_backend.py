@@ -95,7 +95,7 @@ def _composes_and_validates(experiment: str, preset: str, *extra: str) -> None:
         assert c.ray_kwargs.ray_init.runtime_env.env_vars[k] == v
     validate_config(c, use_reference_policy=need_reference_policy(c), use_critic=need_critic(c))
     algo = omega_conf_to_dataclass(c.algorithm)
-    assert algo.adv_estimator == "grpo" and not need_critic(c) and not need_reference_policy(c)
+    assert algo.adv_estimator == job.values["algorithm.adv_estimator"] and not need_critic(c) and not need_reference_policy(c)
     omega_conf_to_dataclass(c.actor_rollout_ref.rollout)
 
 
@@ -365,15 +365,19 @@ def verl_side(c, d, micro_batches=((0, B),)):
     """verl's GRPO advantage and policy loss, with verl's parameters read from its composed config and
     the global-batch normalisers its engine computes (batch_num_tokens = the mini-batch's loss_mask
     sum, global_batch_size = its rows), summed over micro-batches as verl's gradient accumulation does."""
-    from verl.trainer.ppo.core_algos import compute_grpo_outcome_advantage, get_policy_loss_fn
+    from verl.trainer.ppo.core_algos import compute_grpo_outcome_advantage, get_adv_estimator_fn, get_policy_loss_fn
     from verl.utils.config import omega_conf_to_dataclass
 
     mask = verl_mask(c, d)
     scores = torch.zeros(B, T, dtype=torch.float32)
     scores[torch.arange(B), d["lengths"] - 1] = d["rewards"].reshape(-1)  # the reward at the last token
     index = [f"g{i // G}" for i in range(B)]
-    adv, _ = compute_grpo_outcome_advantage(scores, mask, index,
-                                            norm_adv_by_std_in_grpo=c.algorithm.norm_adv_by_std_in_grpo)
+    if c.algorithm.adv_estimator == "grpo":
+        adv, _ = compute_grpo_outcome_advantage(scores, mask, index,
+                                                norm_adv_by_std_in_grpo=c.algorithm.norm_adv_by_std_in_grpo)
+    else:  # another estimator, called as verl's compute_advantage calls it
+        adv, _ = get_adv_estimator_fn(c.algorithm.adv_estimator)(token_level_rewards=scores, response_mask=mask,
+                                                                 index=np.array(index, dtype=object), config=c.algorithm)
     actor = omega_conf_to_dataclass(c.actor_rollout_ref.actor)
     loss_fn = get_policy_loss_fn(actor.policy_loss.loss_mode)
     total = torch.zeros((), dtype=torch.float64)
@@ -397,6 +401,10 @@ def _ours_and_verl(preset, *extra, experiment="dapo_32b_paper"):
     ("full", ("algo.adv_norm_std=false",)),  # Dr.GRPO's advantage
     ("paper_6_dapo", ("algo.dual_clip=null",)),  # no dual clip: verl's c = 1e10 never binds
     ("paper_5_tl", ("algo.eps_low=0.1", "algo.eps_high=0.35")),
+    *[("grpo", (f"{d}=enabled", "algo.dual_clip=null")) for d in ("dppo_tv", "dppo_kl")],  # DPPO's cap: clip_ratio_c
+    ("grpo", ("dppo_tv=enabled", "algo.dual_clip=null", "algo.dppo_tv_high=0.05", "algo.dppo_tv_cap=1.2")),
+    ("sapo", ("algo.sapo_tau_neg=2.0",)),
+    ("grpo", ("gpg_adv=enabled",)),  # GPG's estimator under PPO's clip
 ])
 def test_same_advantages_and_loss_for_every_preset(preset, extra):
     cfg, c = _ours_and_verl(preset, *extra)
@@ -466,6 +474,12 @@ FAMILY_MUTATIONS = [
     ("kl_cov", "actor_rollout_ref.actor.policy_loss.kl_cov_ratio", 0.5),
     ("dr_grpo", "actor_rollout_ref.actor.loss_agg_mode", "seq-mean-token-mean"),
     ("dr_grpo", "algorithm.norm_adv_by_std_in_grpo", True),
+    ("sapo", "actor_rollout_ref.actor.tau_neg", 1.5),
+    ("sapo", "actor_rollout_ref.actor.policy_loss.loss_mode", "vanilla"),
+    ("gpg", "actor_rollout_ref.actor.policy_loss.loss_mode", "vanilla"),
+    ("gpg", "algorithm.adv_estimator", "grpo"),
+    ("dro", "actor_rollout_ref.actor.policy_loss.dro_beta", 5.0),
+    ("dro", "actor_rollout_ref.actor.policy_loss.loss_mode", "vanilla"),
 ]
 
 
@@ -705,3 +719,21 @@ def test_rollout_correction_composes_against_verls_config(extra, level, threshol
 def test_untranslatable_rollout_corrections_are_refused_naming_the_key(extra, key):
     with pytest.raises(vb.Untranslatable, match=key):
         translated("dapo_32b_paper", "full", "rollout_correction=enabled", *extra)
+
+
+DPPO_EXTRA = ("dppo_tv=enabled", "algo.dual_clip=null", "algo.dppo_tv_high=0.05", "algo.dppo_tv_cap=1.2")
+
+
+@pytest.mark.parametrize("key, value", [("actor_rollout_ref.actor.clip_ratio_c", 1e10),
+                                        ("actor_rollout_ref.actor.clip_ratio_high", 0.15),
+                                        ("actor_rollout_ref.actor.policy_loss.loss_mode", "vanilla")])
+def test_a_changed_dppo_value_breaks_the_equivalence(key, value):
+    """DPPO's cap is verl's clip_ratio_c (GRPO's dual-clip rule leaves it to DPPO's), its bounds clip_ratio_low/high."""
+    _, c = _ours_and_verl("grpo", *DPPO_EXTRA)
+    a = c.actor_rollout_ref.actor
+    assert (a.policy_loss.loss_mode, a.clip_ratio_low, a.clip_ratio_high, a.clip_ratio_c) == ("dppo_tv", 0.15, 0.05, 1.2)
+    d = batch()
+    v_adv, v_loss, _ = verl_side(c, d)
+    bad = copy.deepcopy(c)
+    OmegaConf.update(bad, key, value)
+    assert not torch.allclose(verl_side(bad, d)[1], v_loss, rtol=1e-6), key

@@ -401,9 +401,13 @@ PRESETS: tuple[str, ...] = (
     "full_no_clip", "full_no_ds", "full_no_tl", "full_no_sop",
     "paper_1_grpo", "paper_2_of", "paper_3_clip", "paper_4_sop", "paper_5_tl", "paper_6_dapo",
     "dr_grpo", "gspo", "cispo", "gmpo", "clip_cov", "kl_cov",
+    "sapo", "gpg", "dro",
 )
 # The published recipes of the GRPO family after DAPO, each compared with GRPO (sweeps/family.sh).
-FAMILY: tuple[str, ...] = ("dr_grpo", "gspo", "cispo", "gmpo", "clip_cov", "kl_cov")
+FAMILY: tuple[str, ...] = (
+    "dr_grpo", "gspo", "cispo", "gmpo", "clip_cov", "kl_cov",
+    "sapo", "gpg", "dro",
+)
 # Table 1 of the paper: each row adds one fix to the row above.
 LADDER: tuple[str, ...] = tuple(p for p in PRESETS if p.startswith("paper_"))
 BASELINE = "grpo"  # the preset every other one is compared with (no fix on)

@@ -19,7 +19,7 @@ from dapo_exp import rundir
 from dapo_exp.fixes.base import Fix, Judged, Key, register_fix
 from dapo_exp.fixes.verl_rules import A, Rule, on
 
-OWN_RANGE = ("gspo", "cispo", "gmpo")  # surrogate fixes whose clip range is their own (verl's clip_ratio_*)
+OWN_RANGE = ("gspo", "cispo", "gmpo", "dppo_tv", "dppo_kl")  # surrogate fixes whose range is their own (verl's clip_ratio_*)
 
 
 def _ppo_range(key: str) -> Any:
@@ -41,6 +41,6 @@ FIX = register_fix(Fix(
                                       "step strategy is itself low-entropy)"),
         (f"avg/{rundir.CLIP_HIGH}", -1, "share of tokens clipped at 1 + eps_high"),
         ("avg/diag/marker_mangled", 0, "step solutions opened by another first token (`xteps:`), not in style_step"))),
-    verl={"eps_low": Rule(f"`{A}clip_ratio_low` (GSPO, CISPO, GMPO set their own)", _ppo_range("clip_ratio_low")),
-          "eps_high": Rule(f"`{A}clip_ratio_high` (GSPO, CISPO, GMPO set their own)", _ppo_range("clip_ratio_high"))},
+    verl={"eps_low": Rule(f"`{A}clip_ratio_low` (GSPO, CISPO, GMPO, DPPO set their own)", _ppo_range("clip_ratio_low")),
+          "eps_high": Rule(f"`{A}clip_ratio_high` (GSPO, CISPO, GMPO, DPPO set their own)", _ppo_range("clip_ratio_high"))},
 ))

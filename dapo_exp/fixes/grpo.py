@@ -41,6 +41,7 @@ SCHEMA: tuple[Key, ...] = (
 # verl always applies its dual clip (clip_ratio_c > 1 is asserted). With c above exp(20), the bound of
 # its clamped log-ratio, the bound -c A never binds: algo.dual_clip=null is exactly this.
 NO_DUAL_CLIP = 1e10
+OWN_CAP = ("dppo_tv", "dppo_kl")  # surrogates whose truncation cap is verl's clip_ratio_c (they refuse a dual clip)
 VERL_ADV_EPS = 1e-6  # compute_grpo_outcome_advantage's epsilon; V1 never passes another one
 
 
@@ -111,7 +112,9 @@ def _adv_eps(v: float, ctx: Context) -> dict[str, Any]:
 
 def _dual_clip(v: float | None, ctx: Context) -> dict[str, Any]:
     """GRPO's surrogate is verl's vanilla loss (unless a surrogate fix sets its own loss_mode), its dual clip
-    verl's clip_ratio_c."""
+    verl's clip_ratio_c (unless a DPPO switch is on: clip_ratio_c is its truncation cap, set by its rule)."""
+    if on(ctx, *OWN_CAP):
+        return {}
     out = {A + "clip_ratio_c": NO_DUAL_CLIP if v is None else v}
     return out if _filling(ctx, "surrogate") else {**out, A + "policy_loss.loss_mode": "vanilla"}
 
@@ -123,8 +126,8 @@ def _kl(v: float, ctx: Context) -> dict[str, Any]:
 VERL: dict[str, Rule] = {
     "adv_eps": Rule("`algorithm.adv_estimator=grpo` unless an estimator fix sets its own (only 1e-6: verl's "
                     "estimators hard-code epsilon=1e-6)", _adv_eps),
-    "dual_clip": Rule(f"`{A}clip_ratio_c` (null: {NO_DUAL_CLIP:g}, which never binds); `{A}policy_loss.loss_mode="
-                      "vanilla` unless a surrogate fix sets its own", _dual_clip),
+    "dual_clip": Rule(f"`{A}clip_ratio_c` (null: {NO_DUAL_CLIP:g}, which never binds; DPPO's cap where a DPPO switch "
+                      f"is on); `{A}policy_loss.loss_mode=vanilla` unless a surrogate fix sets its own", _dual_clip),
     "kl_coef": Rule(f"`{A}use_kl_loss` (coef > 0), `{A}kl_loss_coef`; `algorithm.use_kl_in_reward=false`", _kl),
     "kl_estimator": Rule(f"`{A}kl_loss_type` (k1, k2, k3: the same names) when kl_coef > 0",
                          lambda v, ctx: {A + "kl_loss_type": v} if ctx.cfg.algo.kl_coef > 0 else {}),
