@@ -79,11 +79,21 @@ def verl_config(experiment: str, preset: str, *extra: str):
 # --------------------------------------------------------------------------- #
 # (a) the overrides compose and validate against verl's own config             #
 # --------------------------------------------------------------------------- #
+def verl_estimator(cfg) -> str:
+    """The name of verl's estimator that our config's estimator is (GRPO's where no estimator fix is on)."""
+    from dapo_exp import fixes
+
+    on = [f.name for f in fixes.active(cfg.algo) if "estimator" in f.slots]
+    names = {"rloo": "rloo", "opo": "opo", "grpo_passk": "grpo_passk",
+             "reinforce_pp": "reinforce_plus_plus_baseline" if cfg.algo.reinforce_pp_baseline else "reinforce_plus_plus"}
+    return names[on[0]] if on else "grpo"
+
+
 def _composes_and_validates(experiment: str, preset: str, *extra: str) -> None:
     from verl.trainer.ppo.utils import need_critic, need_reference_policy
     from verl.utils.config import omega_conf_to_dataclass, validate_config
 
-    _, job = translated(experiment, preset, *extra)
+    cfg, job = translated(experiment, preset, *extra)
     c = verl_config(experiment, preset, *extra)  # an unknown key, or `+` on an existing one, fails here
     for key, value in job.values.items():
         if key.startswith("$"):  # environment variables: the launcher sets them (ray_env_overrides)
@@ -95,7 +105,7 @@ def _composes_and_validates(experiment: str, preset: str, *extra: str) -> None:
         assert c.ray_kwargs.ray_init.runtime_env.env_vars[k] == v
     validate_config(c, use_reference_policy=need_reference_policy(c), use_critic=need_critic(c))
     algo = omega_conf_to_dataclass(c.algorithm)
-    assert algo.adv_estimator == "grpo" and not need_critic(c) and not need_reference_policy(c)
+    assert algo.adv_estimator == verl_estimator(cfg) and not need_critic(c) and not need_reference_policy(c)
     omega_conf_to_dataclass(c.actor_rollout_ref.rollout)
 
 
@@ -365,15 +375,20 @@ def verl_side(c, d, micro_batches=((0, B),)):
     """verl's GRPO advantage and policy loss, with verl's parameters read from its composed config and
     the global-batch normalisers its engine computes (batch_num_tokens = the mini-batch's loss_mask
     sum, global_batch_size = its rows), summed over micro-batches as verl's gradient accumulation does."""
-    from verl.trainer.ppo.core_algos import compute_grpo_outcome_advantage, get_policy_loss_fn
+    from verl.trainer.ppo.core_algos import compute_grpo_outcome_advantage, get_adv_estimator_fn, get_policy_loss_fn
     from verl.utils.config import omega_conf_to_dataclass
 
     mask = verl_mask(c, d)
     scores = torch.zeros(B, T, dtype=torch.float32)
     scores[torch.arange(B), d["lengths"] - 1] = d["rewards"].reshape(-1)  # the reward at the last token
     index = [f"g{i // G}" for i in range(B)]
-    adv, _ = compute_grpo_outcome_advantage(scores, mask, index,
-                                            norm_adv_by_std_in_grpo=c.algorithm.norm_adv_by_std_in_grpo)
+    if c.algorithm.adv_estimator == "grpo":
+        adv, _ = compute_grpo_outcome_advantage(scores, mask, index,
+                                                norm_adv_by_std_in_grpo=c.algorithm.norm_adv_by_std_in_grpo)
+    else:  # as verl's compute_advantage calls the registry's other estimators
+        adv, _ = get_adv_estimator_fn(c.algorithm.adv_estimator)(
+            token_level_rewards=scores, response_mask=mask, index=np.array(index, dtype=object),
+            config=omega_conf_to_dataclass(c.algorithm))
     actor = omega_conf_to_dataclass(c.actor_rollout_ref.actor)
     loss_fn = get_policy_loss_fn(actor.policy_loss.loss_mode)
     total = torch.zeros((), dtype=torch.float64)
@@ -397,6 +412,9 @@ def _ours_and_verl(preset, *extra, experiment="dapo_32b_paper"):
     ("full", ("algo.adv_norm_std=false",)),  # Dr.GRPO's advantage
     ("paper_6_dapo", ("algo.dual_clip=null",)),  # no dual clip: verl's c = 1e10 never binds
     ("paper_5_tl", ("algo.eps_low=0.1", "algo.eps_high=0.35")),
+    ("grpo", ("reinforce_pp=baseline",)), ("grpo", ("opo=enabled",)),  # verl's advantage estimators
+    ("grpo", ("grpo_passk=enabled",)), ("grpo", ("grpo_passk=enabled", "dr_grpo_adv=enabled")),
+    ("full", ("rloo=enabled",)), ("full", ("grpo_passk=enabled",)),
 ])
 def test_same_advantages_and_loss_for_every_preset(preset, extra):
     cfg, c = _ours_and_verl(preset, *extra)
@@ -466,6 +484,9 @@ FAMILY_MUTATIONS = [
     ("kl_cov", "actor_rollout_ref.actor.policy_loss.kl_cov_ratio", 0.5),
     ("dr_grpo", "actor_rollout_ref.actor.loss_agg_mode", "seq-mean-token-mean"),
     ("dr_grpo", "algorithm.norm_adv_by_std_in_grpo", True),
+    ("rloo", "algorithm.adv_estimator", "grpo"),
+    ("reinforce_pp", "algorithm.adv_estimator", "reinforce_plus_plus_baseline"),
+    ("reinforce_pp", "algorithm.gamma", 0.9),
 ]
 
 
