@@ -179,7 +179,7 @@ def test_presets_of_the_family_are_their_switches():
     from dapo_exp.hydra_setup import preset_switches
 
     expect = {"dr_grpo": {"dr_grpo_adv", "dr_grpo_norm"}, "gspo": {"gspo"}, "cispo": {"cispo"}, "gmpo": {"gmpo"},
-              "clip_cov": {"clip_cov"}, "kl_cov": {"kl_cov"},
+              "clip_cov": {"clip_cov"}, "kl_cov": {"kl_cov"}, "rloo": {"rloo"}, "reinforce_pp": {"reinforce_pp"},
               "sapo": {"sapo"}, "gpg": {"gpg", "gpg_adv", "token_level_loss"}, "dro": {"dro"}}
     assert set(fixes.FAMILY) == set(expect)
     for preset, on in expect.items():

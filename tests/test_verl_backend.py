@@ -79,11 +79,21 @@ def verl_config(experiment: str, preset: str, *extra: str):
 # --------------------------------------------------------------------------- #
 # (a) the overrides compose and validate against verl's own config             #
 # --------------------------------------------------------------------------- #
+def verl_estimator(cfg) -> str:
+    """The name of verl's estimator that our config's estimator is (GRPO's where no estimator fix is on)."""
+    from dapo_exp import fixes
+
+    on = [f.name for f in fixes.active(cfg.algo) if "estimator" in f.slots]
+    names = {"rloo": "rloo", "opo": "opo", "grpo_passk": "grpo_passk", "gpg_adv": "gpg",
+             "reinforce_pp": "reinforce_plus_plus_baseline" if cfg.algo.reinforce_pp_baseline else "reinforce_plus_plus"}
+    return names[on[0]] if on else "grpo"
+
+
 def _composes_and_validates(experiment: str, preset: str, *extra: str) -> None:
     from verl.trainer.ppo.utils import need_critic, need_reference_policy
     from verl.utils.config import omega_conf_to_dataclass, validate_config
 
-    _, job = translated(experiment, preset, *extra)
+    cfg, job = translated(experiment, preset, *extra)
     c = verl_config(experiment, preset, *extra)  # an unknown key, or `+` on an existing one, fails here
     for key, value in job.values.items():
         if key.startswith("$"):  # environment variables: the launcher sets them (ray_env_overrides)
@@ -95,7 +105,7 @@ def _composes_and_validates(experiment: str, preset: str, *extra: str) -> None:
         assert c.ray_kwargs.ray_init.runtime_env.env_vars[k] == v
     validate_config(c, use_reference_policy=need_reference_policy(c), use_critic=need_critic(c))
     algo = omega_conf_to_dataclass(c.algorithm)
-    assert algo.adv_estimator == job.values["algorithm.adv_estimator"] and not need_critic(c) and not need_reference_policy(c)
+    assert algo.adv_estimator == verl_estimator(cfg) and not need_critic(c) and not need_reference_policy(c)
     omega_conf_to_dataclass(c.actor_rollout_ref.rollout)
 
 
@@ -375,9 +385,10 @@ def verl_side(c, d, micro_batches=((0, B),)):
     if c.algorithm.adv_estimator == "grpo":
         adv, _ = compute_grpo_outcome_advantage(scores, mask, index,
                                                 norm_adv_by_std_in_grpo=c.algorithm.norm_adv_by_std_in_grpo)
-    else:  # another estimator, called as verl's compute_advantage calls it
-        adv, _ = get_adv_estimator_fn(c.algorithm.adv_estimator)(token_level_rewards=scores, response_mask=mask,
-                                                                 index=np.array(index, dtype=object), config=c.algorithm)
+    else:  # as verl's compute_advantage calls the registry's other estimators
+        adv, _ = get_adv_estimator_fn(c.algorithm.adv_estimator)(
+            token_level_rewards=scores, response_mask=mask, index=np.array(index, dtype=object),
+            config=omega_conf_to_dataclass(c.algorithm))
     actor = omega_conf_to_dataclass(c.actor_rollout_ref.actor)
     loss_fn = get_policy_loss_fn(actor.policy_loss.loss_mode)
     total = torch.zeros((), dtype=torch.float64)
@@ -405,6 +416,9 @@ def _ours_and_verl(preset, *extra, experiment="dapo_32b_paper"):
     ("grpo", ("dppo_tv=enabled", "algo.dual_clip=null", "algo.dppo_tv_high=0.05", "algo.dppo_tv_cap=1.2")),
     ("sapo", ("algo.sapo_tau_neg=2.0",)),
     ("grpo", ("gpg_adv=enabled",)),  # GPG's estimator under PPO's clip
+    ("grpo", ("reinforce_pp=baseline",)), ("grpo", ("opo=enabled",)),  # verl's advantage estimators
+    ("grpo", ("grpo_passk=enabled",)), ("grpo", ("grpo_passk=enabled", "dr_grpo_adv=enabled")),
+    ("full", ("rloo=enabled",)), ("full", ("grpo_passk=enabled",)),
 ])
 def test_same_advantages_and_loss_for_every_preset(preset, extra):
     cfg, c = _ours_and_verl(preset, *extra)
@@ -480,6 +494,9 @@ FAMILY_MUTATIONS = [
     ("gpg", "algorithm.adv_estimator", "grpo"),
     ("dro", "actor_rollout_ref.actor.policy_loss.dro_beta", 5.0),
     ("dro", "actor_rollout_ref.actor.policy_loss.loss_mode", "vanilla"),
+    ("rloo", "algorithm.adv_estimator", "grpo"),
+    ("reinforce_pp", "algorithm.adv_estimator", "reinforce_plus_plus_baseline"),
+    ("reinforce_pp", "algorithm.gamma", 0.9),
 ]
 
 

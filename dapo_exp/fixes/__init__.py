@@ -22,6 +22,9 @@ from dapo_exp.fixes import (  # noqa: E402,F401 - registration order = column or
 from dapo_exp.fixes import (  # noqa: E402,F401 - the GRPO family after DAPO
     dr_grpo_adv, dr_grpo_norm, gspo, cispo, gmpo, clip_cov, kl_cov, top_entropy, rollout_correction,
 )
+from dapo_exp.fixes import (  # noqa: E402,F401 - verl's advantage estimators (the estimator slot)
+    rloo, reinforce_pp, opo, grpo_passk, gdpo, remax, gae, optimal_token_baseline,
+)
 
 import importlib as _importlib  # noqa: E402
 import pkgutil as _pkgutil  # noqa: E402

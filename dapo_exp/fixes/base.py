@@ -239,6 +239,24 @@ class Fix:
         return f"{self.title} ({self.paper})"
 
 
+def refused(*, name: str, short: str, title: str, paper: str, slot: str, needs: str, why: str, doc: str,
+            only: Callable[[str, Any, str], Any]) -> Fix:
+    """A switch for a method the trainer cannot run (it ``needs`` what the trainer lacks, ``why`` says what): its
+    one key ``algo.<name>`` (``doc``), on with ``<name>=enabled``, refused before any compute by its check
+    (``<name>: not supported, <why>``) and by its verl rule, ``only(path, False, why)`` (pass
+    :func:`dapo_exp.fixes.verl_rules.only`, which this module does not import); it would fill ``slot``."""
+    def check(algo: Any, run: RunInfo) -> None:
+        if algo[name]:
+            raise ConfigError(f"{name}: not supported, {why}; switch it off ({name}=disabled)")
+
+    def bind(algo: Any, run: RunInfo) -> dict[str, Any]:
+        raise ConfigError(f"{name}: not supported, {why}")  # never reached: its check refuses it first
+
+    return Fix(name=name, short=short, title=title, paper=paper, schema=(Key(name, bool, False,
+               f"{doc} (refused: {needs})"),), is_on=lambda a: bool(a[name]), slots=(slot,), check=check, bind=bind,
+               verl={name: only(f"algo.{name}", False, why)})
+
+
 FIXES: dict[str, Fix] = {}
 
 
@@ -401,12 +419,12 @@ PRESETS: tuple[str, ...] = (
     "full_no_clip", "full_no_ds", "full_no_tl", "full_no_sop",
     "paper_1_grpo", "paper_2_of", "paper_3_clip", "paper_4_sop", "paper_5_tl", "paper_6_dapo",
     "dr_grpo", "gspo", "cispo", "gmpo", "clip_cov", "kl_cov",
-    "sapo", "gpg", "dro",
+    "rloo", "reinforce_pp", "sapo", "gpg", "dro",
 )
 # The published recipes of the GRPO family after DAPO, each compared with GRPO (sweeps/family.sh).
 FAMILY: tuple[str, ...] = (
     "dr_grpo", "gspo", "cispo", "gmpo", "clip_cov", "kl_cov",
-    "sapo", "gpg", "dro",
+    "rloo", "reinforce_pp", "sapo", "gpg", "dro",
 )
 # Table 1 of the paper: each row adds one fix to the row above.
 LADDER: tuple[str, ...] = tuple(p for p in PRESETS if p.startswith("paper_"))
@@ -447,5 +465,5 @@ def label(state: Mapping[str, bool], preset: str | None = None,
 
 
 __all__ = ["BASELINE", "ENTRY_POINTS", "FAMILY", "FIXES", "LADDER", "MODULES_ENV", "PRESETS", "SLOTS", "ExtensionError", "Fix", "GroupFilter", "Judged", "Key", "Out", "RunInfo", "Slot",
-           "active", "binds", "check_combination", "check_range", "dapo_fixes", "declared_ext_keys", "incompatibility", "is_on", "label", "load_outside_fixes", "register_fix",
+           "active", "binds", "check_combination", "check_range", "dapo_fixes", "declared_ext_keys", "incompatibility", "is_on", "label", "load_outside_fixes", "refused", "register_fix",
            "schema_keys", "switch_names", "switches", "unpack", "unregister_fix"]

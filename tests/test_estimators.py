@@ -1,0 +1,167 @@
+"""verl's advantage estimators as switches of the ``estimator`` slot: each on a hand-computed example, each
+training two CPU steps and logging its metrics, the ones the trainer cannot run (ReMax, GAE, the optimal token
+baseline) and the meaningless combinations refused before compute naming why, and their verl translations
+(the refusals included). Parity with verl's own functions: tests/test_verl_parity_estimators.py."""
+
+from __future__ import annotations
+
+import json
+import math
+
+import pytest
+import torch
+
+from dapo_exp import fixes, rundir
+from dapo_exp.config import ConfigError
+from dapo_exp.fixes import gdpo, grpo_passk, opo, reinforce_pp, rloo
+from dapo_exp.train import preflight, train
+
+ESTIMATORS = ["rloo", "reinforce_pp", "opo", "grpo_passk", "gdpo"]
+REFUSED = {"remax": "greedy", "gae": "critic", "optimal_token_baseline": "per-token"}
+R = torch.tensor([[1.0, -1.0, -1.0, 1.0], [1.0, 1.0, 1.0, -1.0]])
+L = torch.tensor([[2.0, 4.0, 1.0, 1.0], [3.0, 1.0, 1.0, 3.0]])
+
+
+def test_rloo_is_the_leave_one_out_baseline():
+    adv, m = rloo.leave_one_out(R)
+    # row 0: 1 - (-1 - 1 + 1) / 3 = 4/3, -1 - (1 - 1 + 1) / 3 = -4/3; row 1: 1 - 1/3 = 2/3, -1 - 1 = -2
+    torch.testing.assert_close(adv, torch.tensor([[4 / 3, -4 / 3, -4 / 3, 4 / 3], [2 / 3, 2 / 3, 2 / 3, -2.0]]))
+    assert m["estimator/zero_adv_frac"] == 0
+
+
+def test_reinforce_pp_whitens_over_the_batchs_tokens():
+    adv, m = reinforce_pp.reinforce_pp(R, lengths=L)
+    # 16 tokens: 8 with reward +1 (row 0: 2 + 1, row 1: 3 + 1 + 1), 8 with -1 (row 0: 4 + 1, row 1: 3)
+    n, s = 16.0, 0.0  # sum L R = 8 - 8
+    mean = s / (n + 1e-8)
+    var = (n * 1.0) / (n + 1e-8) * n / (n - 1)  # every (R - 0)^2 = 1
+    torch.testing.assert_close(adv, (R - mean) / math.sqrt(var + 1e-8))
+    torch.testing.assert_close(m["estimator/whiten_std"], torch.tensor(math.sqrt(var)))
+    base, _ = reinforce_pp.reinforce_pp(R, lengths=L, baseline=True)
+    centred = R - R.mean(1, keepdim=True)  # row 0: +-1, row 1: 0.5, 0.5, 0.5, -1.5
+    mu = float((L * centred).sum() / (n + 1e-8))
+    v = float((L * (centred - mu) ** 2).sum() / (n + 1e-8) * n / (n - 1))
+    torch.testing.assert_close(base, (centred - mu) / math.sqrt(v + 1e-8))
+
+
+def test_opo_subtracts_the_length_weighted_mean():
+    adv, m = opo.length_weighted(R, lengths=L)
+    # row 0: (2 - 4 - 1 + 1) / 8 = -0.25; row 1: (3 + 1 + 1 - 3) / 8 = 0.25
+    torch.testing.assert_close(adv, R - torch.tensor([[-0.25], [0.25]]))
+    torch.testing.assert_close(m["estimator/baseline_mean"], torch.tensor(0.0))
+    one, _ = opo.length_weighted(torch.tensor([[0.7]]), lengths=torch.tensor([[3.0]]))
+    assert one.item() == pytest.approx(0.7)  # a group of one keeps its reward, as verl's
+
+
+def test_grpo_passk_gives_only_the_best_its_margin():
+    r = torch.tensor([[1.0, -1.0, -1.0, -1.0], [1.0, 1.0, -1.0, -1.0], [0.2, 0.9, 0.5, 0.1]])
+    adv, m = grpo_passk.best_margin(r, norm_std=False)
+    torch.testing.assert_close(adv, torch.tensor([[2.0, 0, 0, 0], [0, 0, 0, 0], [0, 0.4, 0, 0]]))
+    assert m["estimator/zero_adv_frac"] == pytest.approx(10 / 12)
+    adv, _ = grpo_passk.best_margin(r[:1], norm_std=True, eps=1e-6)
+    assert adv[0, 0].item() == pytest.approx(2.0 / (1.0 + 1e-6))  # std of (1, -1, -1, -1) = 1
+
+
+def test_gdpo_normalises_each_component_apart():
+    acc = torch.tensor([[1.0, -1.0], [1.0, 1.0]])
+    pen = torch.tensor([[0.0, -0.5], [-0.2, 0.0]])
+    lengths = torch.tensor([[1.0, 1.0], [1.0, 1.0]])
+    adv, m = gdpo.decoupled(acc + pen, lengths=lengths, parts={"accuracy": acc, "overlong_punishment": pen})
+    # accuracy: row 0 centred +-1, std sqrt(2); row 1 all equal -> 0. Penalty: row 0 centred +-0.25, std sqrt(0.125);
+    # row 1 centred -+0.1, std sqrt(0.02). Each divided by (std + 1e-6), summed, whitened (every length 1: mean 0)
+    a, p, q = 1 / (math.sqrt(2) + 1e-6), 0.25 / (math.sqrt(0.125) + 1e-6), 0.1 / (math.sqrt(0.02) + 1e-6)
+    total = torch.tensor([[a + p, -a - p], [-q, q]])
+    var = float((total ** 2).sum()) / (4 + 1e-8) * 4 / 3
+    torch.testing.assert_close(adv, total / math.sqrt(var + 1e-8))
+    assert m["estimator/components"] == 2.0
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("name, option", [("rloo", "enabled"), ("reinforce_pp", "enabled"),
+                                          ("reinforce_pp", "baseline"), ("opo", "enabled"),
+                                          ("grpo_passk", "enabled"), ("gdpo", "enabled")])
+def test_each_estimator_trains_two_steps_and_logs_its_metrics(tmp_path, small_cfg, name, option):
+    fix = fixes.FIXES[name]
+    extra = ["overlong_punishment=soft"] if name == "gdpo" else []  # two components to normalise apart
+    s = train(small_cfg(tmp_path, "fixes=grpo", f"{name}={option}", *extra))
+    assert s["status"] == "finished" and s["switches"][name]
+    rows = [json.loads(x) for x in (tmp_path / rundir.METRICS).read_text().splitlines()]
+    trained = [r for r in rows if "actor/pg_loss" in r]
+    assert len(trained) == 2
+    for r in trained:
+        assert math.isfinite(r["actor/pg_loss"]) and all(m in r for m in fix.metrics)
+        assert 0 <= r["estimator/zero_adv_frac"] <= 1
+    if name == "gdpo":
+        assert trained[0]["estimator/components"] == 2.0
+
+
+@pytest.mark.parametrize("name, why", REFUSED.items())
+def test_what_the_trainer_cannot_run_is_refused_naming_why(small_cfg, tmp_path, name, why):
+    with pytest.raises(ConfigError, match=rf"^{name}: not supported, .*{why}"):
+        preflight(small_cfg(tmp_path, "fixes=grpo", f"{name}=enabled"))
+    preflight(small_cfg(tmp_path, "fixes=grpo", f"{name}=disabled"))
+
+
+@pytest.mark.parametrize("overrides, match", [
+    (["rloo=enabled", "opo=enabled"], "rloo and opo cannot be combined .both fill the estimator slot"),
+    (["rloo=enabled", "dr_grpo_adv=enabled"], "dr_grpo_adv and rloo .*algo.adv_norm_std is not read"),
+    (["reinforce_pp=baseline", "dr_grpo_adv=enabled"], "dr_grpo_adv and reinforce_pp .*not the group's"),
+    (["opo=enabled", "dr_grpo_adv=enabled"], "dr_grpo_adv and opo .*algo.adv_norm_std is not read"),
+    (["rloo=enabled", "rollout.n=1", "train.mini_batch_size=4"], "rloo: .*rollout.n >= 2"),
+    (["grpo_passk=enabled", "rollout.n=1", "train.mini_batch_size=4"], "grpo_passk: .*rollout.n >= 2"),
+])
+def test_meaningless_combinations_fail_before_compute(small_cfg, tmp_path, overrides, match):
+    with pytest.raises(ConfigError, match=match):
+        preflight(small_cfg(tmp_path, "fixes=grpo", *overrides))
+
+
+def test_what_composes_composes(small_cfg, tmp_path):
+    for extra in (["grpo_passk=enabled", "dr_grpo_adv=enabled"], ["gdpo=enabled", "dr_grpo_adv=enabled"],
+                  ["fixes=full", "rloo=enabled"], ["fixes=full", "reinforce_pp=baseline"], ["fixes=rloo"],
+                  ["fixes=reinforce_pp"]):
+        preflight(small_cfg(tmp_path, "fixes=grpo", *extra))
+
+
+def test_presets_are_their_switches():
+    from dapo_exp.hydra_setup import preset_switches
+
+    for preset in ("rloo", "reinforce_pp"):
+        assert preset in fixes.PRESETS and preset in fixes.FAMILY
+        assert {k for k, v in preset_switches(preset).items() if v} == {preset}
+
+
+def _paper(*overrides):
+    from test_backend import paper
+
+    return paper(*overrides)
+
+
+@pytest.mark.parametrize("overrides, expect", [
+    (["fixes=rloo"], {"algorithm.adv_estimator": "rloo"}),
+    (["fixes=reinforce_pp"], {"algorithm.adv_estimator": "reinforce_plus_plus", "algorithm.gamma": 1.0}),
+    (["fixes=grpo", "reinforce_pp=baseline"], {"algorithm.adv_estimator": "reinforce_plus_plus_baseline"}),
+    (["fixes=grpo", "opo=enabled"], {"algorithm.adv_estimator": "opo"}),
+    (["fixes=grpo", "grpo_passk=enabled", "dr_grpo_adv=enabled"],
+     {"algorithm.adv_estimator": "grpo_passk", "algorithm.norm_adv_by_std_in_grpo": False}),
+    (["fixes=grpo"], {"algorithm.adv_estimator": "grpo"}),
+])
+def test_each_estimator_is_verls_setting(overrides, expect):
+    from dapo_exp.backends import verl as vb
+
+    values = vb.translate(_paper(*overrides), label="x").values
+    assert {k: values[k] for k in expect} == expect
+
+
+@pytest.mark.parametrize("overrides, match", [
+    (["gdpo=enabled"], r"^algo\.gdpo=True .*gdpo_reward_keys"),
+    (["remax=enabled"], r"^algo\.remax=True .*greedy"),
+    (["gae=enabled"], r"^algo\.gae=True .*critic"),
+    (["optimal_token_baseline=enabled"], r"^algo\.optimal_token_baseline=True .*vocabulary"),
+    (["reinforce_pp=enabled", "overlong_filtering=enabled"], r"^algo\.reinforce_pp=True .*Overlong Filtering"),
+    (["opo=enabled", "overlong_filtering=enabled"], r"^algo\.opo=True .*Overlong Filtering"),
+])
+def test_what_verl_cannot_run_as_ours_fails_naming_why(overrides, match):
+    from dapo_exp.backends import verl as vb
+
+    with pytest.raises(vb.Untranslatable, match=match):
+        vb.translate(_paper("fixes=grpo", *overrides), label="x")
