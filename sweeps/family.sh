@@ -2,8 +2,11 @@
 # Question: on the toy's default regime, which of the GRPO family's published recipes changes
 #           held-out accuracy or its mechanism metric against naive GRPO, paired by seed? GRPO, the
 #           full DAPO recipe, Dr. GRPO (no std + constant normaliser), GSPO, CISPO, GMPO, Clip-Cov
-#           and KL-Cov, each at its paper's values (conf/fixes/<name>.yaml; dapo_exp/fixes/<name>.py).
-# Runs:     40 = 8 configurations x 5 seeds (SEEDS=0,1,2,3,4).
+#           and KL-Cov, and the recipes of verl's other registered estimators and losses (RLOO,
+#           REINFORCE++, SAPO, GPG, DRO), each at its paper's values (conf/fixes/<name>.yaml;
+#           dapo_exp/fixes/<name>.py).
+# Runs:     65 = 13 configurations x 5 seeds (SEEDS=0,1,2,3,4); ARMS=<presets> runs some of them
+#           (ARMS=grpo,rloo,reinforce_pp,sapo,gpg,dro: the verl-registry arms beside GRPO, 30 runs).
 # Launcher: hydra/launcher=parallel (jobs x threads = cores); hydra/launcher=slurm below.
 # Cost:     CPU toy, 2 cores, warm start cached: about 15 min for the 40 runs with the parallel
 #           launcher (estimate from the four-preset sweep's ~15 s per run and job; measured figure in
@@ -30,4 +33,5 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 PY="${PYTHON:-$(bash .ci/venv --find)}"  # the project's interpreter (.venv, or the active environment)
 SEEDS="${SEEDS:-0,1,2,3,4}"
-"$PY" run.py -m hydra/launcher=parallel sweep=family fixes=grpo,full,dr_grpo,gspo,cispo,gmpo,clip_cov,kl_cov seed="$SEEDS" "$@"
+ARMS="${ARMS:-grpo,full,dr_grpo,gspo,cispo,gmpo,clip_cov,kl_cov,rloo,reinforce_pp,sapo,gpg,dro}"
+"$PY" run.py -m hydra/launcher=parallel sweep=family fixes="$ARMS" seed="$SEEDS" "$@"

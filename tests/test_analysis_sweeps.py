@@ -23,7 +23,8 @@ EXPECTED_LABELS = {
     "factorial.sh": None,  # 32 distinct switch states
     "fractional.sh": "loop",  # 16 `run.py -m` calls, one per configuration of the 2^(5-1) design
     "toy_studies.sh": "loop",  # one `run.py -m` per regime study (dapo_exp.analysis.studies.STUDIES)
-    "family.sh": {"grpo", "full", "dr_grpo", "gspo", "cispo", "gmpo", "clip_cov", "kl_cov"},
+    "family.sh": {"grpo", "full", "dr_grpo", "gspo", "cispo", "gmpo", "clip_cov", "kl_cov", "rloo", "reinforce_pp",
+                  "sapo", "gpg", "dro"},
     "toy_dapo_ladder.sh": {"paper_1_grpo", "paper_2_of", "paper_3_clip", "paper_4_sop", "paper_5_tl", "paper_6_dapo"},
     "cross_engine.sh": "loop",  # two `run.py -m` calls, one per engine (native, then verl)
     "sequential_toy.sh": "loop",  # three sequential sweeps (hydra/sweeper=sequential), one per comparison
@@ -35,13 +36,20 @@ LOOPED = {k for k, v in EXPECTED_LABELS.items() if v == "loop"}
 RUN = '"$PY" run.py -m'  # the recipes run the project's interpreter (PY: .ci/venv's choice)
 
 
+def _expanded(line: str, text: str) -> list[str]:
+    """The words of a recipe's ``run.py -m`` line with its variables' defaults (SEEDS, ARMS) filled in."""
+    line = line.replace('"$SEEDS"', re.search(r'SEEDS="\$\{SEEDS:-([^}]*)\}"', text).group(1))
+    if arms := re.search(r'ARMS="\$\{ARMS:-([^}]*)\}"', text):  # a recipe whose arms a variable may narrow
+        line = line.replace('"$ARMS"', arms.group(1))
+    return shlex.split(line.replace('"$@"', ""))
+
+
 def _command(script: Path) -> tuple[list[str], int]:
     text = script.read_text()
     runs = int(re.search(r"^# Runs:\s+(\d+)", text, re.M).group(1))
     joined = text.replace("\\\n", " ")
     line = next(l for l in joined.splitlines() if l.strip().startswith(RUN))
-    seeds = re.search(r'SEEDS="\$\{SEEDS:-([^}]*)\}"', text).group(1)
-    args = shlex.split(line.replace('"$SEEDS"', seeds).replace('"$@"', ""))
+    args = _expanded(line, text)
     assert args[:3] == ["$PY", "run.py", "-m"]
     return args[3:], runs
 
@@ -212,8 +220,7 @@ def test_the_real_models_cross_engine_recipe_runs_the_native_studys_arms_on_verl
     assert "multirun/smollm2_clip multirun/smollm2_clip_verl multirun/smollm2_cross_engine" in text
     joined = text.replace("\\\n", " ")
     line = next(l.strip() for l in joined.splitlines() if l.strip().startswith(RUN))
-    seeds = re.search(r'SEEDS="\$\{SEEDS:-([^}]*)\}"', text).group(1)
-    args = shlex.split(line.replace('"$SEEDS"', seeds).replace('"$@"', ""))
+    args = _expanded(line, text)
     jobs = BasicSweeper.split_arguments(OverridesParser.create().parse_overrides(args[3:]), None)[0]
     assert len(jobs) == int(re.search(r"^# Runs:\s+(\d+)", text, re.M).group(1))
     register_resolvers()

@@ -259,7 +259,7 @@ def test_help_is_the_projects_own_not_hydras_config_dump():
     # not Hydra's stock text, nor the config dump
     assert "powered by Hydra" not in text and "== Config ==" not in text
     assert "eps_high:" not in text and "adv_eps" not in text
-    assert len(text.splitlines()) < 70
+    assert len(text.splitlines()) < 80  # Hydra lists one line per config group: 37 of them, 29 switches
     groups = {ln for ln in text.splitlines() if ln.split(":")[0].replace("_", "").isalpha() and ": " in ln}
     assert max(len(ln) for ln in text.splitlines() if ln not in groups) <= 120  # Hydra's group lists: one line each
 

@@ -17,7 +17,7 @@ from dapo_exp.fixes import gdpo, grpo_passk, opo, reinforce_pp, rloo
 from dapo_exp.train import preflight, train
 
 ESTIMATORS = ["rloo", "reinforce_pp", "opo", "grpo_passk", "gdpo"]
-REFUSED = {"remax": "greedy", "gae": "critic", "optimal_token_baseline": "per-token"}
+REFUSED = {"remax": "greedy", "gae": "critic", "optimal_token_baseline": "per-token", "bypass_mode": "recomputes"}
 R = torch.tensor([[1.0, -1.0, -1.0, 1.0], [1.0, 1.0, 1.0, -1.0]])
 L = torch.tensor([[2.0, 4.0, 1.0, 1.0], [3.0, 1.0, 1.0, 3.0]])
 
@@ -157,6 +157,7 @@ def test_each_estimator_is_verls_setting(overrides, expect):
     (["remax=enabled"], r"^algo\.remax=True .*greedy"),
     (["gae=enabled"], r"^algo\.gae=True .*critic"),
     (["optimal_token_baseline=enabled"], r"^algo\.optimal_token_baseline=True .*vocabulary"),
+    (["bypass_mode=enabled"], r"^algo\.bypass_mode=True .*engine"),
     (["reinforce_pp=enabled", "overlong_filtering=enabled"], r"^algo\.reinforce_pp=True .*Overlong Filtering"),
     (["opo=enabled", "overlong_filtering=enabled"], r"^algo\.opo=True .*Overlong Filtering"),
 ])
