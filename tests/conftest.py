@@ -144,6 +144,12 @@ FIRST = ("test_verl_run.py", "test_slurm_sweeps.py", "test_run_control.py", "tes
          "test_docs.py", "test_checkpoint_integrity.py", "test_launchers.py", "test_notebooks.py", "test_backend.py")
 
 
+def pytest_addoption(parser):
+    parser.addoption("--all-bands", action="store_true",
+                     help="sample every chat_arith level's base pass@1 on SmolLM2 (CI samples add2's only; "
+                          "tests/test_chat_tasks.py holds the others' inputs to what their bands were measured on)")
+
+
 def pytest_collection_modifyitems(config, items):
     rank = {name: i for i, name in enumerate(FIRST)}
     items.sort(key=lambda item: rank.get(item.path.name, len(FIRST)))  # stable: the order within each part is kept

@@ -214,13 +214,73 @@ BASE_BANDS = {
 }
 
 
+# What each band was measured on: the 16 problems the test samples (their messages and answers), the sampling
+# settings, the verifier and the model's pinned weights, as a digest (`_probe_inputs_digest`). CI samples one level
+# (add2, experiment=smollm2_add2's own: about 45 CPU-s each on the slowest CI machine, six of them a sixth of CI's
+# budget); the digest test holds the other five to what was measured: a change of their prompts, problems,
+# sampling or weights fails it until the band is measured again with the command in its message (all six:
+# `bin/python -m pytest tests/test_chat_tasks.py -k base_pass_at_1 --all-bands`, or the probe above).
+BANDS_MEASURED_ON = {  # the same at 09e87e2, where the 16 x 2 values above were measured
+    "add1": "a8fe32193cfc4692", "add2": "1b815405d11f97cf", "add3": "61b30d9472b795aa",
+    "mul": "99cbe096b66bc5d4", "word1": "5f5d7ae8fb3048f5", "word2": "9995ae32b73c641c",
+}
+BAND_IN_CI = ("add2",)
+
+
+def _probe_inputs_digest(level: str) -> str:
+    import hashlib
+
+    from dapo_exp.packaged_models import SMOLLM2_135M
+
+    cfg = compose_config(["experiment=smollm2_add2", f"task.level={level}", "logger=none"])
+    r = cfg.rollout
+    inputs = {"weights": [cfg.model.path, SMOLLM2_135M.requirement, SMOLLM2_135M.member_sha256],
+              "problems": [[p.messages or p.prompt, p.answer] for p in load_task(cfg.task).eval[:16]],
+              "sampling": [r.engine, r.max_response_len, r.temperature, r.top_p],
+              "verifier": cfg.task.verifier, "chat_template": bool(cfg.task.chat_template)}
+    return hashlib.sha256(json.dumps(inputs, sort_keys=True).encode()).hexdigest()[:16]
+
+
 def test_every_level_has_a_band():
-    assert set(BASE_BANDS) == set(LEVELS)
+    assert set(BASE_BANDS) == set(LEVELS) == set(BANDS_MEASURED_ON)
+
+
+@pytest.mark.parametrize("level", sorted(BASE_BANDS))
+def test_each_band_was_measured_on_the_levels_current_prompts_and_sampling(level):
+    got = _probe_inputs_digest(level)
+    assert got == BANDS_MEASURED_ON[level], (
+        f"{level}: the probe's inputs (its 16 problems' messages and answers, the sampling settings, the verifier "
+        f"or the weights) changed since its band was measured: measure it again (bin/python -m "
+        f"dapo_exp.benchmarks.probe --levels {level} --problems 16 --k 2), update BASE_BANDS if it moved, and "
+        f"set BANDS_MEASURED_ON[{level!r}] = {got!r}")
+
+
+def test_the_digest_sees_a_changed_problem_and_a_changed_sampling_setting(monkeypatch):
+    """The guard has teeth: another temperature, or one problem's text changed, gives another digest."""
+    import dapo_exp.tasks as tasks
+
+    before = _probe_inputs_digest("add1")
+    real = tasks.load_task
+
+    def one_changed(cfg_task):
+        task = real(cfg_task)
+        task.eval[0].answer = f"{task.eval[0].answer}0"
+        return task
+
+    monkeypatch.setattr(f"{__name__}.load_task", one_changed)
+    assert _probe_inputs_digest("add1") != before
+    monkeypatch.undo()
+    compose = compose_config
+    monkeypatch.setattr(f"{__name__}.compose_config", lambda overrides: compose([*overrides, "rollout.temperature=0.9"]))
+    assert _probe_inputs_digest("add1") != before
 
 
 @pytest.mark.slow
 @pytest.mark.parametrize("level", sorted(BASE_BANDS))
-def test_each_levels_base_pass_at_1_on_smollm2_is_in_its_band(level, smollm2_dir):
+def test_each_levels_base_pass_at_1_on_smollm2_is_in_its_band(level, smollm2_dir, request):
+    if level not in BAND_IN_CI and not request.config.getoption("--all-bands"):
+        pytest.skip(f"{level}: not sampled by default (its inputs are held to those its band was measured on, "
+                    f"test_each_band_was_measured_on_the_levels_current_prompts_and_sampling); --all-bands samples it")
     from dapo_exp.benchmarks.probe import probe
 
     cfg = compose_config(["experiment=smollm2_add2", f"task.level={level}", "logger=none"])
