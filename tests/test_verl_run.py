@@ -15,7 +15,7 @@ tests/test_slurm_sweeps.py: verl's own CISPO loss, a sample-level mean, no group
 shaping) and, on the translation, Table 1's ladder composed against verl's config (tests/test_verl_backend.py).
 
 Needs ``.venv-verl`` with vLLM's CPU build (``bash .ci/install-verl``; ``.ci/test`` installs it): skipped,
-saying so, without it. About 6 minutes on a 2-core machine.
+saying so, without it. About 6-7 minutes on a 2-core machine (its two verl launches).
 """
 
 from __future__ import annotations
