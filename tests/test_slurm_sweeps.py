@@ -9,8 +9,10 @@ with accounting, started here as root; the module skips, saying why, where it ca
   run's, and after the warning no step is trained twice (the stop checkpoints the step it ends);
 - the verl job script the dry run renders is accepted by ``sbatch --test-only`` (fake GPUs), even
   with a ``:`` in an override (the run folder carries no ``\\:``);
-- a verl job (``train.device=cpu``) runs to its end under SLURM, its Ray head started by the script, and
-  its run reaches the analysis table.
+- a verl job (``train.device=cpu``, ``fixes=cispo``) runs to its end under SLURM, its Ray head started by the
+  script, and its run reaches the analysis table; from its outputs, the family's surrogate runs as verl's own
+  loss (``loss_mode=cispo``, our clip range) and the row without DAPO's fixes shows none of them as verl ran
+  it (the contrast of tests/test_verl_run.py's DAPO row, whose every fix is on).
 
 What only a real cluster shows (several nodes, real GPUs, a shared file system, Ray across nodes)
 is not tested here: docs/how-to/slurm-sweep.md and verl-cluster.md.
@@ -102,7 +104,9 @@ def _task_of(run: Path) -> str:
 # --------------------------------------------------------------------------- #
 def test_a_cancelled_job_is_named_the_others_finish_and_the_rerun_resumes_it(slurm, tmp_path, warm_cache):
     sweep = tmp_path / "sweep"
-    cmd = _sweep_cmd(sweep, warm_cache, "fixes=grpo,clip", "train.steps=40", "checkpoint.every=5")
+    # 12 steps, the cancel after step 6 (a periodic checkpoint at 5 behind it, 6 steps of margin ahead of it):
+    # it lands mid-run, and the rerun has steps left to do
+    cmd = _sweep_cmd(sweep, warm_cache, "fixes=grpo,clip", "train.steps=12", "checkpoint.every=5")
     deadline = time.monotonic() + 600
     first = subprocess.Popen(cmd, cwd=tmp_path, env=slurm, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
                              text=True)
@@ -119,12 +123,12 @@ def test_a_cancelled_job_is_named_the_others_finish_and_the_rerun_resumes_it(slu
     counted = _table_rows(sweep)  # the table counts what finished: the cancelled run is not in its n
     assert "[analysis]" in out and counted["grpo"] == 1 and counted.get("clip", 0) == 0, counted
     stopped_at = _steps_logged(clip)
-    assert 6 <= stopped_at < 40
+    assert 6 <= stopped_at < 12
 
     again = subprocess.run(cmd, cwd=tmp_path, env=slurm, capture_output=True, text=True,
                            timeout=max(1, deadline - time.monotonic()))
     assert again.returncode == 0, again.stdout[-4000:] + again.stderr[-3000:]
-    assert rundir.read_summary(clip)["status"] == "finished" and rundir.read_summary(clip)["steps_done"] == 40
+    assert rundir.read_summary(clip)["status"] == "finished" and rundir.read_summary(clip)["steps_done"] == 12
     assert f"resuming {clip.name} from its checkpoint at step {stopped_at}" in _job_logs(sweep)
     assert "already finished; skipping" in _job_logs(sweep)  # grpo's job
     assert _table_rows(sweep) == {"grpo": 1, "clip": 1}
@@ -135,10 +139,12 @@ def test_a_cancelled_job_is_named_the_others_finish_and_the_rerun_resumes_it(slu
 # --------------------------------------------------------------------------- #
 def test_requeue_and_time_limit_warning_resume_to_the_uninterrupted_metrics(slurm, tmp_path, warm_cache):
     """Three copies of one run (``+notes.copy`` changes the folder, not the training): one left alone, one
-    requeued with ``scontrol requeue``, one sent SLURM's time-limit warning (SIGUSR2)."""
+    requeued with ``scontrol requeue``, one sent SLURM's time-limit warning (SIGUSR2). No periodic checkpoint
+    (``checkpoint.every=0``: only the end's and a stop's), so a resume mid-run is from the checkpoint the stop
+    wrote; 12 steps, the signals after step 4: they land mid-run, with steps left after them."""
     sweep = tmp_path / "sweep"
-    cmd = _sweep_cmd(sweep, warm_cache, "fixes=full", "+notes.copy=ref,term,usr2", "train.steps=30",
-                     "checkpoint.every=25", "hydra.launcher.array_parallelism=3")
+    cmd = _sweep_cmd(sweep, warm_cache, "fixes=full", "+notes.copy=ref,term,usr2", "train.steps=12",
+                     "checkpoint.every=0", "hydra.launcher.array_parallelism=3")
     deadline = time.monotonic() + 600
     proc = subprocess.Popen(cmd, cwd=tmp_path, env=slurm, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
     term = _wait_for_step(sweep, "notes.copy=term", 4, deadline, proc)
@@ -157,7 +163,7 @@ def test_requeue_and_time_limit_warning_resume_to_the_uninterrupted_metrics(slur
     stop = re.search(rf"{re.escape(usr2.name)}: stopped after step (\d+); the scheduler requeues", logs)
     assert stop, logs[-3000:]
     step = int(stop.group(1))
-    assert 4 <= step < 30 and step % 25 != 0  # between the periodic checkpoints: the stop wrote its own
+    assert 4 <= step < 12  # mid-run, with no periodic checkpoint (checkpoint.every=0): the stop wrote its own
     assert f"resuming {usr2.name} from its checkpoint at step {step}\n" in logs  # nothing discarded, nothing twice
 
 
@@ -187,7 +193,9 @@ def test_the_verl_job_script_is_accepted_by_sbatch(slurm, tmp_path):
 def test_a_verl_job_runs_to_its_end_under_slurm_and_reaches_the_table(slurm, tmp_path):
     """``backend=verl backend.launch=slurm train.device=cpu``: the sbatch script starts the Ray head (logical
     CPUs and GPUs, a per-job auth token), verl's trainer joins it and trains two steps, and the run's metrics,
-    summary and checkpoints come home and reach the analysis table (issue 35)."""
+    summary and checkpoints come home and reach the analysis table (issue 35). CISPO's row (GRPO with CISPO's
+    surrogate, no DAPO fix): the family's surrogate as verl's own loss, and, from the same outputs, the contrast
+    of tests/test_verl_run.py's DAPO row (each fix shown there, none here)."""
     from conftest import wait_for_verl_install
 
     wait_for_verl_install()  # .ci/test may be installing it beside the tests
@@ -196,7 +204,7 @@ def test_a_verl_job_runs_to_its_end_under_slurm_and_reaches_the_table(slurm, tmp
         pytest.skip(f"{verl_python} is missing (bash .ci/install-verl installs verl's environment)")
     run = tmp_path / "run"
     cmd = [sys.executable, str(ROOT / "run.py"), "backend=verl", "backend.launch=slurm", "train.device=cpu",
-           "fixes=full", "train.steps=2", "checkpoint.every=1", "train.prompts_per_step=8", "rollout.n=4",
+           "fixes=cispo", "train.steps=2", "checkpoint.every=1", "train.prompts_per_step=8", "rollout.n=4",
            "train.mini_batch_size=16", "train.micro_batch_size=16", "rollout.max_response_len=32",
            "algo.overlong_cache_len=8", "task.arith_n_eval=16", "eval.k=2", "logger=none", "seed=0",
            "backend.nnodes=1", "backend.gpus_per_node=1", "backend.slurm.time=00:20:00", f"hydra.run.dir={run}"]
@@ -217,4 +225,32 @@ def test_a_verl_job_runs_to_its_end_under_slurm_and_reaches_the_table(slurm, tmp
     assert (run / "checkpoints" / "global_step_2").is_dir()
     table = subprocess.run([sys.executable, "-m", "dapo_exp.analysis", str(run), "--no-figures"], cwd=ROOT,
                            capture_output=True, text=True, timeout=300)
-    assert table.returncode == 0 and re.search(r"^full\s+1\s", table.stdout, re.M), table.stdout[-2000:]
+    assert table.returncode == 0 and re.search(r"^cispo\s+1\s", table.stdout, re.M), table.stdout[-2000:]
+    _cispo_as_verl_ran_it(run, logs)
+
+
+def _cispo_as_verl_ran_it(run: Path, logs: str) -> None:
+    """CISPO (the family's representative) is verl's loss_mode=cispo with our clip range, its pg_loss logged;
+    and none of DAPO's fixes is in effect (tests/test_verl_run.py shows each in its DAPO row)."""
+    from omegaconf import OmegaConf
+
+    from dapo_exp.backends.verl import FILTERED_LINE
+    from dapo_exp.hydra_setup import compose_config
+
+    found = sorted(run.glob("outputs/*/*/.hydra/config.yaml"))  # the config verl's Hydra app ran with
+    assert found, f"no verl config under {run}/outputs"
+    verl_cfg = OmegaConf.load(found[-1])
+    actor = verl_cfg.actor_rollout_ref.actor
+    ours = compose_config(["fixes=cispo"]).algo
+    assert actor.policy_loss.loss_mode == "cispo"
+    assert (actor.clip_ratio_low, actor.clip_ratio_high) == (ours.cispo_eps_low, ours.cispo_eps_high)
+    rows = rundir.read_jsonl(run / rundir.METRICS)
+    train = [r for r in rows if "actor/pg_loss" in r]
+    assert [r["step"] for r in train] == [1, 2]
+    # no DAPO fix: GRPO's sample-level mean, no group filter (every rollout trained), no overlong shaping
+    assert actor.loss_agg_mode == "seq-mean-token-mean"
+    assert not verl_cfg.algorithm.filter_groups.enable
+    assert not any("training/filter_groups/evicted_samples" in r for r in train)
+    assert all(r["dynamic_sampling/rollouts_per_trained"] == 1 for r in train)
+    assert not any("/overlong_reward/" in k for r in rows for k in r)
+    assert FILTERED_LINE not in (run / "verl.log").read_text() + logs
