@@ -128,8 +128,8 @@ def test_ctrl_c_on_a_parallel_sweep_stops_each_job_after_its_step_with_a_checkpo
     with open(tmp_path.parent / "ctrl_c.out", "w+") as out, open(tmp_path.parent / "ctrl_c.err", "w+") as err:
         proc = subprocess.Popen(args, cwd=REPO, stdout=out, stderr=err, text=True, start_new_session=True)
         deadline = time.monotonic() + 600
-        # both running jobs have logged a training step (metrics.jsonl exists from the start, with the step-0
-        # evaluation: a signal then would stop a job in its set-up, with nothing trained)
+        # both running jobs have logged a training step (not merely started: a signal then would stop a job in
+        # its set-up, with nothing trained)
         while sum('"reward/mean"' in p.read_text() for p in tmp_path.glob("*/metrics.jsonl")) < 2:
             assert proc.poll() is None and time.monotonic() < deadline, Path(err.name).read_text()[-3000:]
             time.sleep(0.1)
