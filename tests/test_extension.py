@@ -17,6 +17,9 @@ from dapo_exp.fixes.base import Fix, GroupFilter, Out
 from dapo_exp.train import train
 
 CALLS: dict[str, list] = {}
+# The evaluations no assertion here reads, shrunk: no evaluation of the base policy, the final one on 1 sample per
+# problem (conftest.SMALL's 8 x 8 was about half of a 2-step run's compute); the final evaluation still runs.
+CHEAP_EVAL = ("eval.before_training=false", "eval.final_samples=1")
 
 
 def _record(name, value):
@@ -143,7 +146,7 @@ def test_a_fix_of_each_slot_from_outside_the_package(tmp_path, small_cfg, extens
     assert {slot for _, _, slot, *_ in EXTENSIONS} == set(fixes.SLOTS)  # one fix per hook slot
     runs = tmp_path / "runs"
     for name, short, slot, _, metric in EXTENSIONS:
-        s = train(small_cfg(runs / name, "fixes=grpo", extensions.searchpath, f"+{name}=enabled"))
+        s = train(small_cfg(runs / name, "fixes=grpo", *CHEAP_EVAL, extensions.searchpath, f"+{name}=enabled"))
         assert s["status"] == "finished" and s["label"] == short, name
         assert s["switches"] == {k: k == name for k in fixes.FIXES}, name
         assert CALLS.get(slot), f"the {slot} hook of {name} was never called"
@@ -178,7 +181,7 @@ def test_a_fix_of_each_slot_from_outside_the_package(tmp_path, small_cfg, extens
             assert all(r["est/len_mean"] == pytest.approx(r["response_length/mean"], rel=1e-5) for r in trained)
         if slot == "loss_term":  # the entropy the term saw: per-token entropies of a few nats, > 0
             assert all(0 < r["actor/entropy_bonus"] < 20 for r in trained)
-    train(small_cfg(runs / "grpo", "fixes=grpo"))
+    train(small_cfg(runs / "grpo", "fixes=grpo", *CHEAP_EVAL))
     first = {name: next(r for r in _rows(runs / name) if "reward/mean" in r) for name in ("grpo", "entropy_bonus")}
     assert first["entropy_bonus"]["reward/mean"] == first["grpo"]["reward/mean"]  # step 1: the same rollouts
     assert first["entropy_bonus"]["actor/grad_norm"] != first["grpo"]["actor/grad_norm"]  # the bonus has a gradient
@@ -293,7 +296,7 @@ def test_a_fix_inside_the_package_is_its_module_its_config_group_and_one_default
     verl = subprocess.run([sys.executable, "-c", VERL_REFUSAL], cwd=repo, capture_output=True, text=True, timeout=300,
                           env={**os.environ, "PYTHONPATH": str(repo)})
     assert verl.returncode == 0 and "fix 'adv_clip'" in verl.stdout and "backend=native" in verl.stdout, verl.stderr
-    ok = run("fixes=grpo", "adv_clip=enabled", f"hydra.run.dir={tmp_path / 'run'}")
+    ok = run("fixes=grpo", "adv_clip=enabled", *CHEAP_EVAL, f"hydra.run.dir={tmp_path / 'run'}")
     assert ok.returncode == 0, ok.stderr[-3000:]
     summary = json.loads((tmp_path / "run" / rundir.SUMMARY).read_text())
     assert summary["switches"]["adv_clip"] and summary["label"] == "aclip"

@@ -33,6 +33,9 @@ def _example() -> str:
 
 
 ADV_CLIP = _example()
+# conftest.SMALL with the evaluations no assertion here reads shrunk: no evaluation of the base policy, the final one
+# on 1 sample per problem (SMALL's 8 x 8 was about half of a 2-step run's compute); the final evaluation still runs.
+SMALL_RUN = [*SMALL, "eval.before_training=false", "eval.final_samples=1"]
 
 
 def _run_py(args, *, cwd, env_extra, timeout=600):
@@ -62,7 +65,7 @@ def _check_clipped_run(run_dir: Path) -> None:
 def test_a_fix_in_a_users_file_trains_through_run_py_with_its_key_typed(tmp_path, warm_cache):
     (tmp_path / "adv_clip.py").write_text(ADV_CLIP)
     env = {base.MODULES_ENV: "adv_clip.py"}  # relative to the user's directory, as typed
-    common = ["fixes=grpo", *SMALL, f"model.cache_dir={warm_cache}"]
+    common = ["fixes=grpo", *SMALL_RUN, f"model.cache_dir={warm_cache}"]
     out = _run_py(["+adv_clip=enabled", f"hydra.run.dir={tmp_path / 'run'}", *common], cwd=tmp_path, env_extra=env)
     assert out.returncode == 0, out.stderr[-3000:]
     _check_clipped_run(tmp_path / "run")
@@ -90,7 +93,7 @@ def test_a_fix_from_an_installed_distributions_entry_point_trains_in_a_parallel_
     env = {"PYTHONPATH": os.pathsep.join([str(site), os.environ.get("PYTHONPATH", "")]).rstrip(os.pathsep)}
     sweep = tmp_path / "sweep"
     out = _run_py(["-m", "hydra/launcher=parallel", "hydra.launcher.jobs=2", "+adv_clip=disabled,enabled", "seed=0",
-                   "fixes=grpo", f"hydra.sweep.dir={sweep}", "~hydra.callbacks.analysis", *SMALL,
+                   "fixes=grpo", f"hydra.sweep.dir={sweep}", "~hydra.callbacks.analysis", *SMALL_RUN,
                    f"model.cache_dir={warm_cache}"], cwd=tmp_path, env_extra=env, timeout=900)
     assert out.returncode == 0, out.stderr[-3000:]
     jobs = {p.name: p for p in sweep.iterdir() if (p / rundir.SUMMARY).is_file()}

@@ -176,27 +176,35 @@ def _final_metrics(sweep: Path) -> dict[str, list[dict]]:
     return out
 
 
+# the sweep's two jobs (fixes=grpo,clip) and the overrides they share: 4 steps, a checkpoint after each (the kill
+# lands at the first one, step 1 of 4, leaving 3 to resume), an evaluation at steps 2 and 4 (one in the resumed
+# part), the final evaluation on 2 samples per problem (its 8 x 8 default was most of a job's compute)
+KILLED_JOBS = ("grpo", "clip")
+KILLED_SHARED = ["seed=0", "train.steps=4", "checkpoint.every=1", "train.prompts_per_step=4", "rollout.n=4",
+                 "train.mini_batch_size=16", "train.micro_batch_size=16", "eval.every=2", "eval.k=1",
+                 "eval.final_samples=2", "task.arith_n_eval=8"]
+
+
 @pytest.mark.slow
 def test_killed_local_job_resumes_from_its_checkpoint(tmp_path):
-    """submitit_local (local_gpus launcher, two CPU slots): a two-job sweep completes; the same
-    sweep SIGKILLed mid-run and launched again finishes from its checkpoints with the same metrics."""
+    """submitit_local (local_gpus launcher, two CPU slots): a two-job sweep SIGKILLed mid-run and launched
+    again finishes from its checkpoints with the metrics of each job trained uninterrupted.
+
+    The uninterrupted reference is each job trained here, in this process (train() on the job's config,
+    as tests/test_train.py's kill-and-resume tests do), not a third sweep: a launch of its own cost a launcher
+    and two job processes (their imports, ~7 CPU-s each) for metrics that are the same by construction."""
     psutil = pytest.importorskip("psutil")
     from dapo_exp import checkpoint
+    from dapo_exp.train import train
 
     def cmd(sweep: Path) -> list[str]:
         return [
             sys.executable, str(REPO / "run.py"), "-m", "hydra/launcher=local_gpus", "logger=none",
-            "fixes=grpo,clip", "seed=0", "train.steps=10", "checkpoint.every=1", "train.prompts_per_step=4",
-            "rollout.n=4", "train.mini_batch_size=16", "train.micro_batch_size=16", "eval.every=5",
-            "eval.k=1", "task.arith_n_eval=8", f"hydra.sweep.dir={sweep}", "hydra.callbacks={}",
+            f"fixes={','.join(KILLED_JOBS)}", *KILLED_SHARED, f"hydra.sweep.dir={sweep}",
+            "~hydra.callbacks.analysis",  # no table nor figures at the end (``hydra.callbacks={}`` left them on)
         ]
 
     env = dict(os.environ, DAPO_SLOT_DIR=str(tmp_path / "locks"), DAPO_SLOTS="a b", OMP_NUM_THREADS="1")
-    whole = subprocess.run(cmd(tmp_path / "whole"), cwd=REPO, env=env, capture_output=True, text=True, timeout=600)
-    assert whole.returncode == 0, whole.stderr[-3000:]
-    expected = _final_metrics(tmp_path / "whole")
-    assert len(expected) == 2 and all(rows[-1]["step"] == 10 for rows in expected.values())
-
     sweep = tmp_path / "killed"
     first = subprocess.Popen(cmd(sweep), cwd=REPO, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
     deadline, ckpts = time.time() + 300, []
@@ -214,13 +222,23 @@ def test_killed_local_job_resumes_from_its_checkpoint(tmp_path):
     finished = [p for p in sweep.glob("*/summary.json") if json.loads(p.read_text()).get("status") == "finished"]
     assert len(finished) < 2, "killed too late: both jobs had finished"
     killed_at = {c.parent.parent.name: int(c.name.split("_")[1]) for c in ckpts}
-    assert all(step < 10 for step in killed_at.values())
+    assert all(step < 4 for step in killed_at.values())
 
     done = subprocess.run(cmd(sweep), cwd=REPO, env=env, capture_output=True, text=True, timeout=600)
     assert done.returncode == 0, done.stderr[-3000:]
     logs = "\n".join(p.read_text(errors="replace") for ext in ("*.log", "*.out") for p in sweep.rglob(ext))
     assert "resum" in logs.lower(), "the second launch should report resuming from the checkpoint"
-    assert _final_metrics(sweep) == expected
+
+    got = _final_metrics(sweep)
+    assert len(got) == 2 and all(rows[-1]["step"] == 4 for rows in got.values())
+    for fix in KILLED_JOBS:
+        (job,) = [name for name in got if f"fixes={fix}," in f"{name},"]
+        register_resolvers()
+        with initialize_config_dir(config_dir=CONF, version_base="1.3"):
+            cfg = compose("config", overrides=["logger=none", f"fixes={fix}", *KILLED_SHARED,
+                                               f"out_dir={tmp_path / 'whole' / fix}"])
+        train(cfg)
+        assert got[job] == _final_metrics(tmp_path / "whole")[fix], f"{job}: resumed metrics differ"
 
 
 def test_cfg_job_dry_run_of_a_slurm_sweep_shows_the_slurm_settings():

@@ -24,6 +24,9 @@ pytest.importorskip("hydra_plugins.hydra_joblib_launcher", reason="pip install h
 from hydra_plugins.dapo_exp_launcher.parallel_launcher import Plan, plan  # noqa: E402
 
 REPO = Path(__file__).resolve().parents[1]
+# The evaluations no assertion here reads, shrunk: no evaluation of the base policy, the final one on 1 sample per
+# problem (conftest.SMALL's 8 x 8 was about half of a 2-step run's compute)
+CHEAP_EVAL = ["eval.before_training=false", "eval.final_samples=1"]
 
 
 @pytest.mark.parametrize("n_jobs, kwargs, expected", [
@@ -65,7 +68,7 @@ def test_parallel_sweep_runs_jobs_side_by_side_with_their_threads(tmp_path, warm
     small = [a for a in SMALL if not a.startswith("rollout.n=")]
     args = [sys.executable, "run.py", "-m", "hydra/launcher=parallel", "hydra.launcher.cores=2",
             "fixes=full", "rollout.n=1,2,4", "seed=0", f"hydra.sweep.dir={tmp_path}", "~hydra.callbacks.analysis", *small,
-            "train.mini_batch_size=8", "train.micro_batch_size=4", f"model.cache_dir={warm_cache}"]
+            "train.mini_batch_size=8", "train.micro_batch_size=4", *CHEAP_EVAL, f"model.cache_dir={warm_cache}"]
     out = subprocess.run(args, cwd=REPO, capture_output=True, text=True, timeout=900)
     # the failed job fails the sweep (exit 1, named), once the other two have finished
     assert out.returncode == 1, out.stderr[-3000:]
@@ -121,12 +124,12 @@ def test_ctrl_c_on_a_parallel_sweep_stops_each_job_after_its_step_with_a_checkpo
     small = [a for a in SMALL if not a.startswith("train.steps=")]
     args = [sys.executable, "run.py", "-m", "hydra/launcher=parallel", "hydra.launcher.jobs=2", "fixes=grpo",
             "seed=0,1,2", f"hydra.sweep.dir={tmp_path}", "~hydra.callbacks.analysis", *small, "train.steps=500",
-            "checkpoint.every=100", f"model.cache_dir={warm_cache}"]
+            "checkpoint.every=100", *CHEAP_EVAL, f"model.cache_dir={warm_cache}"]
     with open(tmp_path.parent / "ctrl_c.out", "w+") as out, open(tmp_path.parent / "ctrl_c.err", "w+") as err:
         proc = subprocess.Popen(args, cwd=REPO, stdout=out, stderr=err, text=True, start_new_session=True)
         deadline = time.monotonic() + 600
-        # both running jobs have logged a training step (metrics.jsonl exists from the start, with the step-0
-        # evaluation: a signal then would stop a job in its set-up, with nothing trained)
+        # both running jobs have logged a training step (not merely started: a signal then would stop a job in
+        # its set-up, with nothing trained)
         while sum('"reward/mean"' in p.read_text() for p in tmp_path.glob("*/metrics.jsonl")) < 2:
             assert proc.poll() is None and time.monotonic() < deadline, Path(err.name).read_text()[-3000:]
             time.sleep(0.1)

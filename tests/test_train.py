@@ -15,6 +15,11 @@ ROOT = Path(__file__).resolve().parents[1]
 PRESETS = sorted(p.stem for p in (ROOT / "conf" / "fixes").glob("*.yaml"))
 # wall-clock figures differ between identical runs; everything else must not
 VOLATILE = ("timing_s/", "perf/")
+# The evaluations a test does not assert on, shrunk: the final evaluation on 1 sample per problem (8 x 1 instead of
+# conftest.SMALL's 8 x 8, which was about half of a 2-step run's compute) and, where nothing reads step 0, no
+# evaluation of the base policy. The final evaluation itself still runs (the summary's final accuracy).
+FINAL_1 = "eval.final_samples=1"
+NO_BASE_EVAL = "eval.before_training=false"
 
 
 def metrics(run_dir):
@@ -25,7 +30,7 @@ def metrics(run_dir):
 @pytest.mark.slow
 @pytest.mark.parametrize("preset", PRESETS)
 def test_every_preset_trains_two_steps(preset, tmp_path, small_cfg):
-    s = train(small_cfg(tmp_path, f"fixes={preset}"))
+    s = train(small_cfg(tmp_path, f"fixes={preset}", FINAL_1, NO_BASE_EVAL))
     assert s["status"] == "finished" and s["steps_done"] == 2 and s["label"] == preset
     rows = metrics(tmp_path)
     steps = [r["step"] for r in rows if "reward/mean" in r]
@@ -38,9 +43,9 @@ def test_every_preset_trains_two_steps(preset, tmp_path, small_cfg):
 
 
 def test_same_seed_gives_identical_metrics_and_other_seed_differs(tmp_path, small_cfg):
-    train(small_cfg(tmp_path / "a", "seed=3"))
-    train(small_cfg(tmp_path / "b", "seed=3"))
-    train(small_cfg(tmp_path / "c", "seed=4"))
+    train(small_cfg(tmp_path / "a", "seed=3", FINAL_1))
+    train(small_cfg(tmp_path / "b", "seed=3", FINAL_1))
+    train(small_cfg(tmp_path / "c", "seed=4", FINAL_1))
     assert metrics(tmp_path / "a") == metrics(tmp_path / "b")
     assert metrics(tmp_path / "a") != metrics(tmp_path / "c")
 
@@ -53,7 +58,8 @@ RESUMED = {"full": (), "clip_cov": ("fixes=clip_cov", "algo.clip_cov_ratio=0.5",
 
 @pytest.mark.parametrize("recipe", sorted(RESUMED))
 def test_kill_and_resume_gives_identical_metrics(tmp_path, small_cfg, monkeypatch, recipe):
-    overrides = ("train.steps=4", "checkpoint.every=2", "eval.every=2", *RESUMED[recipe])
+    # the final evaluation on 2 samples per problem (conftest.SMALL's 8 would be 4x the samples compared)
+    overrides = ("train.steps=4", "checkpoint.every=2", "eval.every=2", "eval.final_samples=2", *RESUMED[recipe])
     train(small_cfg(tmp_path / "whole", *overrides))
 
     kill_during_step(monkeypatch, 3)
@@ -70,7 +76,7 @@ def test_kill_and_resume_gives_identical_metrics(tmp_path, small_cfg, monkeypatc
 
 
 def test_rerun_of_finished_run_is_skipped(tmp_path, small_cfg):
-    cfg = small_cfg(tmp_path)
+    cfg = small_cfg(tmp_path, FINAL_1)
     first = train(cfg)
     before = (tmp_path / rundir.METRICS).stat().st_mtime_ns
     again = train(cfg)
@@ -86,7 +92,7 @@ def test_overlong_filtering_masks_truncated_responses(tmp_path, small_cfg):
     from conftest import shipped_default_model
 
     common = ("rollout.max_response_len=6", "algo.overlong_cache_len=2", "train.steps=1",
-              f"model.path={shipped_default_model()}")
+              f"model.path={shipped_default_model()}", FINAL_1, NO_BASE_EVAL)
     train(small_cfg(tmp_path / "on", "fixes=paper_2_of", *common))
     train(small_cfg(tmp_path / "off", "fixes=grpo", *common))
     on = [r for r in metrics(tmp_path / "on") if "reward/mean" in r][0]
@@ -107,7 +113,7 @@ def test_user_sweep_writes_runs_wandb_and_table_and_rerun_skips(tmp_path, warm_c
     from conftest import SMALL
 
     args = [sys.executable, "run.py", "-m", "fixes=grpo,clip,clip_ds,full", "seed=0", f"hydra.sweep.dir={tmp_path}",
-            *[a for a in SMALL if a != "logger=none"], "train.steps=1", f"model.cache_dir={warm_cache}"]
+            *[a for a in SMALL if a != "logger=none"], "train.steps=1", FINAL_1, f"model.cache_dir={warm_cache}"]
     out = subprocess.run(args, cwd=ROOT, capture_output=True, text=True, timeout=900)
     assert out.returncode == 0, out.stderr[-3000:]
     runs = sorted(p.parent for p in tmp_path.glob("*/summary.json"))
@@ -119,7 +125,10 @@ def test_user_sweep_writes_runs_wandb_and_table_and_rerun_skips(tmp_path, warm_c
         assert json.loads((r / rundir.SUMMARY).read_text())["status"] == "finished"
         assert list((r / "wandb").glob("offline-run-*/run-*.wandb")), f"no offline W&B run in {r}"
     assert "grpo" in out.stdout and (tmp_path / "analysis" / "table.md").exists()
-    again = subprocess.run(args, cwd=ROOT, capture_output=True, text=True, timeout=600)
+    # the same sweep again, without the sweep-end analysis (Hydra's callbacks are no job's override: the same
+    # jobs): its table and figures, drawn again from the same runs, were most of this second launch's cost
+    again = subprocess.run([*args, "~hydra.callbacks.analysis"], cwd=ROOT, capture_output=True, text=True,
+                           timeout=600)
     assert again.returncode == 0 and again.stdout.count("already finished; skipping") == 4
     assert (again.stdout + again.stderr).count("already finished") == 4  # one line per skipped job, not two
 
@@ -131,7 +140,7 @@ def test_a_failed_job_does_not_take_down_the_sweep(tmp_path, warm_cache):
     # rollout.n=1 with dynamic sampling is rejected by validate(): that job fails, the other runs
     small = [a for a in SMALL if not a.startswith("rollout.n=")]
     args = [sys.executable, "run.py", "-m", "fixes=full", "rollout.n=1,4", "seed=0", f"hydra.sweep.dir={tmp_path}",
-            *small, "train.steps=1", "train.mini_batch_size=4", "train.micro_batch_size=4",
+            *small, "train.steps=1", "train.mini_batch_size=4", "train.micro_batch_size=4", FINAL_1, NO_BASE_EVAL,
             f"model.cache_dir={warm_cache}"]
     out = subprocess.run(args, cwd=ROOT, capture_output=True, text=True, timeout=900)
     # the other job finishes and the table is printed; the sweep then names the failed job and exits 1
@@ -149,7 +158,7 @@ def test_a_failed_job_does_not_take_down_the_sweep(tmp_path, warm_cache):
 
 def test_token_budget_micro_batches_give_the_same_update(tmp_path, small_cfg):
     """Packing micro-batches by a token budget changes speed, not the gradient (same pg loss, grad norm)."""
-    common = ("train.steps=1", "eval.before_training=false", "fixes=full")
+    common = ("train.steps=1", "eval.before_training=false", "fixes=full", FINAL_1)
     train(small_cfg(tmp_path / "fixed", *common))
     train(small_cfg(tmp_path / "budget", *common, "train.token_budget=120"))
     a = [r for r in metrics(tmp_path / "fixed") if "actor/pg_loss" in r][0]
@@ -163,7 +172,7 @@ def test_token_budget_micro_batches_give_the_same_update(tmp_path, small_cfg):
 def test_old_logprobs_from_the_update_forward_train_like_the_recompute(tmp_path, small_cfg, mini_batch_size):
     """The default (first mini-batch's old log-probs from its update forward) and
     train.recompute_old_logprobs=true give the same training metrics, step after step."""
-    common = ("fixes=full", "eval.before_training=false", f"train.mini_batch_size={mini_batch_size}")
+    common = ("fixes=full", "eval.before_training=false", f"train.mini_batch_size={mini_batch_size}", FINAL_1)
     train(small_cfg(tmp_path / "skip", *common))
     train(small_cfg(tmp_path / "recompute", *common, "train.recompute_old_logprobs=true"))
     a = [r for r in metrics(tmp_path / "skip") if "actor/pg_loss" in r]
@@ -179,7 +188,7 @@ def test_old_logprobs_from_the_update_forward_train_like_the_recompute(tmp_path,
 
 def test_resume_survives_a_half_written_jsonl_line(tmp_path, small_cfg, monkeypatch):
     """A kill in the middle of a write leaves a broken last line: resume drops it, never crashes on it."""
-    overrides = ("train.steps=3", "checkpoint.every=2")
+    overrides = ("train.steps=3", "checkpoint.every=2", "eval.final_samples=2")
     train(small_cfg(tmp_path / "whole", *overrides))
     cfg = small_cfg(tmp_path / "cut", *overrides)
     kill_during_step(monkeypatch, 3)
@@ -199,7 +208,7 @@ def test_the_run_records_the_environment_that_decides_its_numbers(tmp_path, smal
     import torch
     import transformers
 
-    s = train(small_cfg(tmp_path, "train.steps=1"))
+    s = train(small_cfg(tmp_path, "train.steps=1", FINAL_1, NO_BASE_EVAL))
     for record in (s, json.loads((tmp_path / rundir.CONFIG).read_text())):
         env = record["environment"]
         assert env["packages"]["torch"] == torch.__version__

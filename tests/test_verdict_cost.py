@@ -78,19 +78,31 @@ def test_late_mean_is_the_last_k_trained_evaluations():
 
 @pytest.mark.slow
 def test_smoke_run_prints_its_columns_and_reuses_finished_runs(tmp_path, capsys):
-    argv = ["--quick", "--settings", "keyed", "--fixes", "clip_higher", "--seeds", "1", "--steps", "1",
-            "--boot", "10", "--late-k", "1", "--out", str(tmp_path / "out"), "--runs", str(tmp_path / "runs")]
+    """The fast setting's two runs (off, clip_higher; one seed, one step) trained through ``run.py``, their
+    table and CSV; a second call trains nothing; a call naming another setting adds the fast one as its
+    reference (``--analyse-only`` on the same runs: the other setting's rows are printed, from no runs).
+    The other setting is not trained here: its two runs through ``run.py`` were half of this test's cost (two
+    more processes' imports); train.randomness=keyed trains in tests/test_keyed.py, a setting's overrides are
+    tests/test_verdict_cost.py::test_jobs_are_interleaved_and_settings_override_last's, and the comparison
+    with the fast setting (agrees_with_fast) is test_statistics_on_known_numbers's."""
+    common = ["--quick", "--fixes", "clip_higher", "--seeds", "1", "--steps", "1", "--boot", "10", "--late-k", "1",
+              "--out", str(tmp_path / "out"), "--runs", str(tmp_path / "runs")]
+    argv = [*common, "--settings", "fast"]
     assert vc.main(argv) == 0
     out = capsys.readouterr().out
-    assert HEADER in out
-    for setting in ("fast", "keyed"):
-        for metric in (vc.ACC, vc.LATE, "diag/style_step"):
-            assert f"| {setting} | clip_higher | {metric} | 1 |" in out
+    assert "[verdict_cost] 2 runs (0 finished already)" in out and HEADER in out
+    for metric in (vc.ACC, vc.LATE, "diag/style_step"):
+        assert f"| fast | clip_higher | {metric} | 1 |" in out
     with open(tmp_path / "out" / "verdict_cost.csv") as fh:
         rows = list(csv.DictReader(fh))
-    assert len(rows) == 6 and set(vc.COLUMNS) <= set(rows[0])
+    assert len(rows) == 3 and set(vc.COLUMNS) <= set(rows[0])
     assert vc.main(argv) == 0  # a second call trains nothing
-    assert capsys.readouterr().out.count(": reused") == 4
+    assert capsys.readouterr().out.count(": reused") == 2
+    assert vc.main([*common, "--settings", "keyed", "--analyse-only"]) == 0  # the fast reference added
+    out = capsys.readouterr().out
+    assert "[verdict_cost] 4 runs (2 finished already)" in out and HEADER in out
+    for metric in (vc.ACC, vc.LATE, "diag/style_step"):
+        assert f"| fast | clip_higher | {metric} | 1 |" in out and f"| keyed | clip_higher | {metric} | 0 |" in out
 
 
 def test_a_finished_run_is_reused_only_when_trained_from_the_same_overrides(tmp_path):
