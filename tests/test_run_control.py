@@ -18,6 +18,27 @@ from dapo_exp.train import RunStopped, train
 
 ROOT = Path(__file__).resolve().parents[1]
 VOLATILE = ("timing_s/", "perf/")
+# Each `python run.py` costs 6-10 CPU-s of start-up (torch, transformers, Hydra's composition, the model) before
+# its first step, a train() call here about 1.5: a subprocess is launched where the command line is what is
+# tested (its exit code, its one line, its log, a signal to it); a state to test a command on is made in this
+# process, or shared by the tests of this module (module fixtures, copied where a test changes it).
+
+
+def _compose(out_dir, warm_cache, *overrides):
+    """The config ``small_cfg(out_dir, *overrides)`` gives (conftest.py), for the module fixtures."""
+    from conftest import CONF, SMALL
+    from hydra import compose, initialize_config_dir
+
+    with initialize_config_dir(config_dir=CONF, version_base="1.3"):
+        return compose("config", overrides=[*SMALL, f"model.cache_dir={warm_cache}", f"out_dir={out_dir}", *overrides])
+
+
+def _copy(run_dir, to):
+    """A copy of a module fixture's run directory, for a test that changes it."""
+    import shutil
+
+    shutil.copytree(run_dir, to, symlinks=True)
+    return Path(to)
 
 
 def _metrics(run_dir):
@@ -99,42 +120,43 @@ def _snapshot(run_dir: Path) -> dict[str, tuple[bytes, int]]:
             for p in sorted(run_dir.rglob("*")) if p.is_file() and p.name != rundir.LOCK}
 
 
-def test_a_refused_second_writer_touches_no_file_of_the_live_run(tmp_path):
-    """Hydra writes nothing into the run directory before run.py has its lock: the live run's .hydra record
-    and log stay byte for byte (and mtime) as they were."""
-    run_dir = tmp_path / "run"
-    (run_dir / ".hydra").mkdir(parents=True)
-    for name in ("config.yaml", "overrides.yaml", "hydra.yaml"):
-        (run_dir / ".hydra" / name).write_text(f"# the live run's {name}\n")
-    (run_dir / "run.log").write_text("the live run's log\n")
-    holder = _hold_lock(run_dir)
-    try:
-        before = _snapshot(run_dir)
-        out = subprocess.run([sys.executable, "run.py", "logger=none", "optim.lr=1e-4", f"hydra.run.dir={run_dir}"],
-                             cwd=ROOT, capture_output=True, text=True, timeout=300)
-        after = _snapshot(run_dir)
-    finally:
-        holder.kill()
-        holder.wait()
-    lines = [ln for ln in out.stderr.splitlines() if ln.strip()]
-    assert out.returncode == 1 and len(lines) == 1, out.stderr
-    assert lines[0].startswith(f"error: {run_dir} is in use by pid {holder.pid}"), lines
-    assert after == before
-
-
 # --------------------------------------------------------------------------- #
 # one configuration per run directory                                           #
 # --------------------------------------------------------------------------- #
-@pytest.mark.slow
-def test_a_rerun_with_another_config_is_refused_before_anything_is_written(tmp_path, warm_cache):
+@pytest.fixture(scope="module")
+def resumable_run(tmp_path_factory, warm_cache):
+    """A 2-step ``python run.py`` whose summary is then gone (as if killed after its last checkpoint): what a re-run
+    resumes, so the state a wrong command could damage most, with the command's own .hydra record and run.log.
+    Its output goes to a file, as a non-interactive log's (test_run_py_to_a_file_prints_progress_lines reads it).
+    Returns (run directory, the command that made it, its output)."""
     from conftest import SMALL
 
-    run_dir = tmp_path / "run"
-    base = [sys.executable, "run.py", *SMALL, "train.steps=1", f"model.cache_dir={warm_cache}",
+    tmp = tmp_path_factory.mktemp("refusals")
+    run_dir, log = tmp / "run", tmp / "out.log"
+    base = [sys.executable, "run.py", *SMALL, "train.steps=2", "checkpoint.every=1", f"model.cache_dir={warm_cache}",
             f"hydra.run.dir={run_dir}"]
-    first = subprocess.run(base, cwd=ROOT, capture_output=True, text=True, timeout=600)
-    assert first.returncode == 0, first.stderr[-2000:]
-    (run_dir / rundir.SUMMARY).unlink()  # as if killed after its checkpoint: a re-run would resume it
+    with open(log, "w") as f:
+        rc = subprocess.run(base, cwd=ROOT, stdout=f, stderr=subprocess.STDOUT, timeout=600).returncode
+    text = log.read_text()
+    assert rc == 0, text[-2000:]
+    (run_dir / rundir.SUMMARY).unlink()
+    return run_dir, base, text
+
+
+@pytest.fixture(scope="module")
+def one_step_run(tmp_path_factory, warm_cache):
+    """A 1-step run trained in this process (``small_cfg(run, "train.steps=1")``), then its summary removed (as if
+    killed after its checkpoint: the same command resumes it). Tests copy it (_copy) before changing it.
+    Returns (run directory, the finished run's summary)."""
+    run_dir = tmp_path_factory.mktemp("one_step") / "run"
+    summary = train(_compose(run_dir, warm_cache, "train.steps=1"))
+    (run_dir / rundir.SUMMARY).unlink()
+    return run_dir, summary
+
+
+@pytest.mark.slow
+def test_a_rerun_with_another_config_is_refused_before_anything_is_written(resumable_run):
+    run_dir, base, _ = resumable_run  # its summary gone: a re-run of its command would resume it
     before = _snapshot(run_dir)
     out = subprocess.run([*base, "optim.lr=1e-4", "algo.eps_high=0.3"], cwd=ROOT, capture_output=True, text=True,
                          timeout=300)
@@ -148,18 +170,15 @@ def test_a_rerun_with_another_config_is_refused_before_anything_is_written(tmp_p
 
 
 @pytest.mark.slow
-def test_a_run_failure_is_one_line_naming_the_fix_with_its_traceback_in_run_log(tmp_path, warm_cache):
+def test_a_run_failure_is_one_line_naming_the_fix_with_its_traceback_in_run_log(tmp_path, one_step_run, warm_cache):
     """Issue 34: no usable checkpoint (and divergence, a collapsed policy, a full disk) printed 50-80 lines of
     traceback. Now one line on stderr, exit 3 (2: a refusal; 1: a bug), the traceback in the run's log."""
     from conftest import SMALL
 
-    run_dir = tmp_path / "run"
-    base = [sys.executable, "run.py", *SMALL, "train.steps=1", f"model.cache_dir={warm_cache}",
-            f"hydra.run.dir={run_dir}"]
-    assert subprocess.run(base, cwd=ROOT, capture_output=True, text=True, timeout=600).returncode == 0
-    (run_dir / rundir.SUMMARY).unlink()  # as if killed: a re-run resumes
+    run_dir = _copy(one_step_run[0], tmp_path / "run")  # as if killed after its checkpoint: a re-run resumes
     (run_dir / "checkpoints" / "step_0000001" / "manifest.json").unlink()  # its only checkpoint is damaged
-    out = subprocess.run([*base, "train.steps=2"], cwd=ROOT, capture_output=True, text=True, timeout=600)
+    out = subprocess.run([sys.executable, "run.py", *SMALL, "train.steps=2", f"model.cache_dir={warm_cache}",
+                          f"hydra.run.dir={run_dir}"], cwd=ROOT, capture_output=True, text=True, timeout=600)
     lines = [ln for ln in out.stderr.splitlines() if ln.strip()]
     assert out.returncode == 3 and len(lines) == 1, out.stderr[-3000:]
     assert lines[0].startswith(f"error: no usable checkpoint in {run_dir / 'checkpoints'}: step_0000001: ")
@@ -170,12 +189,10 @@ def test_a_run_failure_is_one_line_naming_the_fix_with_its_traceback_in_run_log(
 
 
 @pytest.mark.slow
-def test_restart_and_branch_are_explicit_and_a_longer_run_is_a_resume(tmp_path, small_cfg, capsys):
+def test_restart_and_branch_are_explicit_and_a_longer_run_is_a_resume(tmp_path, one_step_run, small_cfg, capsys):
     from dapo_exp.runner import ConfigChangedError
 
-    run_dir = tmp_path / "run"
-    train(small_cfg(run_dir, "train.steps=1"))
-    (run_dir / rundir.SUMMARY).unlink()  # resumable
+    run_dir = _copy(one_step_run[0], tmp_path / "run")  # a 1-step run, resumable
     before = _snapshot(run_dir)
     with pytest.raises(ConfigChangedError, match=r"\(optim.lr: 5e-05 -> 0.0001\)"):
         train(small_cfg(run_dir, "train.steps=1", "optim.lr=1e-4"))
@@ -216,15 +233,13 @@ def test_restart_and_branch_are_explicit_and_a_longer_run_is_a_resume(tmp_path, 
 
 @pytest.mark.slow
 @pytest.mark.parametrize("damage", ["deleted", "not JSON"])
-def test_with_config_json_lost_a_rerun_is_compared_with_the_checkpoints_own_config(tmp_path, small_cfg, capsys,
-                                                                                   damage):
+def test_with_config_json_lost_a_rerun_is_compared_with_the_checkpoints_own_config(tmp_path, one_step_run, small_cfg,
+                                                                                   capsys, damage):
     """Issue 34: config.json deleted or damaged used to skip the check, and a re-run with another optim.lr
     resumed the old checkpoint at the old rate while recording the new one."""
     from dapo_exp.runner import ConfigChangedError
 
-    run_dir = tmp_path / "run"
-    train(small_cfg(run_dir, "train.steps=1"))
-    (run_dir / rundir.SUMMARY).unlink()  # resumable
+    run_dir = _copy(one_step_run[0], tmp_path / "run")  # resumable
     if damage == "deleted":
         (run_dir / rundir.CONFIG).unlink()
     else:
@@ -242,12 +257,10 @@ def test_with_config_json_lost_a_rerun_is_compared_with_the_checkpoints_own_conf
 
 @pytest.mark.slow
 def test_a_sweep_job_in_a_directory_of_another_config_is_skipped_untouched_and_the_sweep_exits_1(
-        tmp_path, small_cfg, warm_cache):
+        tmp_path, one_step_run, warm_cache):
     from conftest import SMALL
 
-    job = tmp_path / "sweep" / "job"
-    train(small_cfg(job, "train.steps=1"))
-    (job / rundir.SUMMARY).unlink()  # resumable
+    job = _copy(one_step_run[0], tmp_path / "sweep" / "job")  # resumable
     before = _snapshot(job)
     out = subprocess.run([sys.executable, "run.py", "-m", *SMALL, "train.steps=1", "optim.lr=1e-4", "seed=0",
                           f"model.cache_dir={warm_cache}", f"hydra.sweep.dir={tmp_path / 'sweep'}",
@@ -260,21 +273,6 @@ def test_a_sweep_job_in_a_directory_of_another_config_is_skipped_untouched_and_t
     assert _snapshot(job) == before
 
 
-@pytest.fixture(scope="module")
-def resumable_run(tmp_path_factory, warm_cache):
-    """A 2-step run whose summary is gone (as if killed after its last checkpoint): what a re-run resumes,
-    so the state a wrong command could damage most. Returns (run directory, the command that made it)."""
-    from conftest import SMALL
-
-    run_dir = tmp_path_factory.mktemp("refusals") / "run"
-    base = [sys.executable, "run.py", *SMALL, "train.steps=2", "checkpoint.every=1", f"model.cache_dir={warm_cache}",
-            f"hydra.run.dir={run_dir}"]
-    made = subprocess.run(base, cwd=ROOT, capture_output=True, text=True, timeout=600)
-    assert made.returncode == 0, made.stderr[-2000:]
-    (run_dir / rundir.SUMMARY).unlink()
-    return run_dir, base
-
-
 # every way a command is refused (issue 34, item 3): (what is wrong, the overrides added, the exit code)
 REFUSALS = [
     ("an unknown key", ["+algo.no_such_key=1"], 2),
@@ -284,7 +282,7 @@ REFUSALS = [
     ("an unknown choice of run.on_config_change", ["run.on_config_change=merge"], 2),
     ("another result-changing config", ["optim.lr=1e-4"], 2),
     ("fewer steps than its checkpoint", ["train.steps=1"], 2),
-    ("another process running it", [], 1),
+    ("another process running it", ["optim.lr=1e-4"], 1),  # the lock before the config: exit 1, not 2
 ]
 
 
@@ -292,8 +290,10 @@ REFUSALS = [
 @pytest.mark.parametrize("why,extra,code", REFUSALS, ids=[r[0] for r in REFUSALS])
 def test_every_refusal_leaves_the_run_directory_byte_for_byte_as_it_was(resumable_run, why, extra, code):
     """Each refusal is one ``error:`` line with its exit code, and every file of the resumable run it was
-    aimed at keeps its bytes and its mtime (.hydra's record, config.json, metrics, checkpoints, the log)."""
-    run_dir, base = resumable_run
+    aimed at keeps its bytes and its mtime (.hydra's record, config.json, metrics, checkpoints, the log).
+    With another process running it, Hydra writes nothing into the run directory before run.py has its lock:
+    the live run's .hydra record and run.log stay as they were, and the line names the holder's pid."""
+    run_dir, base, _ = resumable_run
     before = _snapshot(run_dir)
     holder = _hold_lock(run_dir) if why == "another process running it" else None
     try:
@@ -304,6 +304,8 @@ def test_every_refusal_leaves_the_run_directory_byte_for_byte_as_it_was(resumabl
             holder.wait()
     lines = [ln for ln in out.stderr.splitlines() if ln.strip()]
     assert out.returncode == code and len(lines) == 1 and lines[0].startswith("error: "), out.stderr[-3000:]
+    if holder:
+        assert lines[0].startswith(f"error: {run_dir} is in use by pid {holder.pid}"), lines
     assert _snapshot(run_dir) == before, why
     assert len(before) > 10 and any(name.startswith("checkpoints/") for name in before)
 
@@ -341,16 +343,31 @@ def test_a_lock_left_by_a_dead_process_is_taken_over(tmp_path, capsys):
     assert "its last writer (pid 999999 on elsewhere) is gone" in capsys.readouterr().out
 
 
+@pytest.fixture(scope="module")
+def two_identical_commands(tmp_path_factory, warm_cache):
+    """The resubmitted-job case with two real processes: ``python run.py`` of 500 small steps; once its first step
+    is logged, the same command again (refused: the first holds the run's lock); then SIGTERM to the first. The
+    first is paused (SIGSTOP) while the second runs: a live process holding its lock all the same, it trains no
+    steps nobody reads meanwhile (it trained through the second's whole start-up, 5-30 s, before). Returns the
+    first's pid, exit code and output, the second's CompletedProcess and the run directory."""
+    first, run_dir, cmd = _long_run(tmp_path_factory.mktemp("two"), warm_cache, rows=2)
+    try:
+        first.send_signal(signal.SIGSTOP)
+        second = subprocess.run(cmd, cwd=ROOT, capture_output=True, text=True, timeout=300)
+    finally:
+        first.send_signal(signal.SIGCONT)
+        first.send_signal(signal.SIGTERM)
+        out_first = first.communicate(timeout=300)[0]
+    return first.pid, first.returncode, out_first, second, run_dir
+
+
 @pytest.mark.slow
-def test_two_identical_commands_one_writes_the_other_is_refused(tmp_path, warm_cache):
-    """The resubmitted-job case, with two real processes: the second exits naming the holder's pid
-    and writes nothing; the first's files have each row once (it is then stopped with SIGTERM)."""
-    first, run_dir, cmd = _long_run(tmp_path, warm_cache, rows=2)
-    second = subprocess.run(cmd, cwd=ROOT, capture_output=True, text=True, timeout=300)
-    assert second.returncode != 0 and f"in use by pid {first.pid}" in second.stdout + second.stderr
-    first.send_signal(signal.SIGTERM)
-    out_first = first.communicate(timeout=300)[0]
-    assert first.returncode == 128 + signal.SIGTERM, out_first[-2000:]
+def test_two_identical_commands_one_writes_the_other_is_refused(two_identical_commands):
+    """The second exits naming the holder's pid and writes nothing; the first's files have each row once (it
+    is then stopped with SIGTERM)."""
+    pid, code, out_first, second, run_dir = two_identical_commands
+    assert second.returncode != 0 and f"in use by pid {pid}" in second.stdout + second.stderr
+    assert code == 128 + signal.SIGTERM, out_first[-2000:]
     rows = rundir.read_jsonl(run_dir / rundir.METRICS)
     keys = [(r["step"], "reward/mean" in r) for r in rows]
     assert len(keys) == len(set(keys))
@@ -362,11 +379,22 @@ def test_two_identical_commands_one_writes_the_other_is_refused(tmp_path, warm_c
 # --------------------------------------------------------------------------- #
 # SIGTERM / SIGINT                                                              #
 # --------------------------------------------------------------------------- #
+STOPPED_RUN = ("train.steps=3", "checkpoint.every=10")  # no periodic checkpoint: only the stop writes one
+
+
+@pytest.fixture(scope="module")
+def uninterrupted(tmp_path_factory, warm_cache):
+    """The metrics of STOPPED_RUN uninterrupted: what each run stopped at step 2 and resumed must reproduce."""
+    run_dir = tmp_path_factory.mktemp("whole") / "whole"
+    train(_compose(run_dir, warm_cache, *STOPPED_RUN))
+    return _metrics(run_dir)
+
+
 @pytest.mark.slow
 @pytest.mark.parametrize("sig", [signal.SIGTERM, signal.SIGINT])
-def test_a_signal_stops_cleanly_and_the_rerun_resumes_to_the_same_metrics(sig, tmp_path, small_cfg, monkeypatch):
-    overrides = ("train.steps=4", "checkpoint.every=10")  # no periodic checkpoint before the end
-    train(small_cfg(tmp_path / "whole", *overrides))
+def test_a_signal_stops_cleanly_and_the_rerun_resumes_to_the_same_metrics(sig, tmp_path, small_cfg, monkeypatch,
+                                                                          uninterrupted):
+    overrides = STOPPED_RUN
     _at_step(monkeypatch, 2, lambda: os.kill(os.getpid(), sig))  # arrives during step 2
     with pytest.raises(RunStopped, match=signal.Signals(sig).name):
         train(small_cfg(tmp_path / "cut", *overrides))
@@ -377,8 +405,8 @@ def test_a_signal_stops_cleanly_and_the_rerun_resumes_to_the_same_metrics(sig, t
     assert signal.getsignal(signal.SIGTERM) is signal.SIG_DFL  # handlers restored
     monkeypatch.undo()
     s = train(small_cfg(tmp_path / "cut", *overrides))
-    assert s["status"] == "finished" and s["steps_done"] == 4
-    assert _metrics(tmp_path / "cut") == _metrics(tmp_path / "whole")
+    assert s["status"] == "finished" and s["steps_done"] == 3
+    assert _metrics(tmp_path / "cut") == uninterrupted
 
 
 class _SchedulerHandler:
@@ -396,12 +424,12 @@ class _SchedulerHandler:
 
 
 @pytest.mark.slow
-def test_the_time_limit_warning_checkpoints_the_step_then_lets_submitit_requeue(tmp_path, small_cfg, monkeypatch):
+def test_the_time_limit_warning_checkpoints_the_step_then_lets_submitit_requeue(tmp_path, small_cfg, monkeypatch,
+                                                                                uninterrupted):
     """SLURM's pre-timeout signal under submitit (SIGUSR2): the run ends its step, writes its checkpoint
     and a summary that says it is requeued, and only then calls submitit's handler (which requeues and
     exits); the requeued run resumes from that step, so no step is trained twice, to identical metrics."""
-    overrides = ("train.steps=4", "checkpoint.every=10")  # no periodic checkpoint: only the stop writes one
-    train(small_cfg(tmp_path / "whole", *overrides))
+    overrides = STOPPED_RUN
     handler = _SchedulerHandler(tmp_path / "cut")
     old = signal.signal(signal.SIGUSR2, handler)
     try:
@@ -417,8 +445,8 @@ def test_the_time_limit_warning_checkpoints_the_step_then_lets_submitit_requeue(
     assert "time-limit warning" in summary["error"] and "requeues the job" in summary["error"]
     monkeypatch.undo()
     s = train(small_cfg(tmp_path / "cut", *overrides))  # the requeued job: the same command
-    assert s["status"] == "finished" and s["steps_done"] == 4
-    assert _metrics(tmp_path / "cut") == _metrics(tmp_path / "whole")
+    assert s["status"] == "finished" and s["steps_done"] == 3
+    assert _metrics(tmp_path / "cut") == uninterrupted
 
 
 def test_a_refused_requeue_is_written_in_the_summary(tmp_path, small_cfg, monkeypatch):
@@ -447,11 +475,10 @@ def test_sigusr2_keeps_its_default_outside_a_scheduler():
 
 
 @pytest.mark.slow
-def test_sigterm_to_the_process_exits_143_with_a_stopped_summary(tmp_path, warm_cache):
-    proc, run_dir, _ = _long_run(tmp_path, warm_cache, rows=3)
-    proc.send_signal(signal.SIGTERM)
-    out = proc.communicate(timeout=300)[0]
-    assert proc.returncode == 128 + signal.SIGTERM, out[-2000:]
+def test_sigterm_to_the_process_exits_143_with_a_stopped_summary(two_identical_commands):
+    """SIGTERM to `python run.py` mid-run (the first of the two commands above, its rows checked there)."""
+    _, code, out, _, run_dir = two_identical_commands
+    assert code == 128 + signal.SIGTERM, out[-2000:]
     summary = rundir.read_summary(run_dir)
     assert summary["status"] == "stopped" and 1 <= summary["steps_done"] < 500
     assert (run_dir / rundir.CHECKPOINTS / f"step_{summary['steps_done']:07d}").is_dir()
@@ -462,34 +489,26 @@ def test_sigterm_to_the_process_exits_143_with_a_stopped_summary(tmp_path, warm_
 # what a log file shows                                                         #
 # --------------------------------------------------------------------------- #
 @pytest.mark.slow
-def test_run_py_to_a_file_prints_progress_lines(tmp_path, warm_cache):
-    from conftest import SMALL
-
-    log = tmp_path / "out.log"
-    with open(log, "w") as f:
-        rc = subprocess.run([sys.executable, "run.py", *SMALL, "train.steps=3", f"model.cache_dir={warm_cache}",
-                             f"hydra.run.dir={tmp_path / 'run'}"], cwd=ROOT, stdout=f, stderr=subprocess.STDOUT,
-                            timeout=600).returncode
-    text = log.read_text()
-    assert rc == 0, text[-2000:]
+def test_run_py_to_a_file_prints_progress_lines(resumable_run):
+    """`python run.py` with its output to a file (the 2-step run of resumable_run)."""
+    text = resumable_run[2]
     # the first and the last step always print (others at most every logger.progress_every_s)
-    for step in (1, 3):
-        assert f"step {step}/3 | reward " in text and " s/step, eta " in text
-    assert "finished 3 steps" in text
+    for step in (1, 2):
+        assert f"step {step}/2 | reward " in text and " s/step, eta " in text
+    assert "finished 2 steps" in text
 
 
 # --------------------------------------------------------------------------- #
 # damaged files, early interruption, a full disk                                #
 # --------------------------------------------------------------------------- #
 @pytest.mark.slow
-def test_resume_skips_json_lines_that_are_not_objects(tmp_path, small_cfg):
-    train(small_cfg(tmp_path, "train.steps=1"))
-    (tmp_path / rundir.SUMMARY).unlink()  # as if killed after its checkpoint
-    with open(tmp_path / rundir.METRICS, "a") as f:
+def test_resume_skips_json_lines_that_are_not_objects(tmp_path, one_step_run, small_cfg):
+    run_dir = _copy(one_step_run[0], tmp_path / "run")  # as if killed after its checkpoint
+    with open(run_dir / rundir.METRICS, "a") as f:
         f.write('42\n[1, 2]\n"text"\nnull\n{"step": 1, "torn": ')
-    s = train(small_cfg(tmp_path, "train.steps=2"))
+    s = train(small_cfg(run_dir, "train.steps=2"))
     assert s["status"] == "finished" and s["steps_done"] == 2
-    rows = rundir.read_jsonl(tmp_path / rundir.METRICS)
+    rows = rundir.read_jsonl(run_dir / rundir.METRICS)
     assert all(isinstance(r, dict) for r in rows) and "torn" not in json.dumps(rows)
 
 
@@ -773,25 +792,21 @@ def test_the_metric_rows_are_fsynced_before_their_checkpoint_is_published(tmp_pa
         assert synced and step in synced[-1], (step, synced)
 
 
-def _finished_then_resumable(tmp_path, small_cfg, steps=2):
-    train(small_cfg(tmp_path, f"train.steps={steps}"))
-    (tmp_path / rundir.SUMMARY).unlink()  # as if the machine died after its last checkpoint
-
-
 @pytest.mark.slow
-def test_rows_lost_before_a_checkpoint_are_reported_and_the_summary_records_the_gap(tmp_path, small_cfg, capsys):
-    _finished_then_resumable(tmp_path, small_cfg)
-    lines = (tmp_path / rundir.METRICS).read_text().splitlines(keepends=True)
+def test_rows_lost_before_a_checkpoint_are_reported_and_the_summary_records_the_gap(tmp_path, resumable_run,
+                                                                                    small_cfg, capsys):
+    run_dir = _copy(resumable_run[0], tmp_path / "run")  # 2 steps, as if the machine died after its last checkpoint
+    lines = (run_dir / rundir.METRICS).read_text().splitlines(keepends=True)
     assert [json.loads(x)["step"] for x in lines] == [0, 1, 2, 2]  # base eval, steps 1 and 2, step 2's eval
-    (tmp_path / rundir.METRICS).write_text("".join(lines[:2]))  # a power loss: step 2's rows never reached the disk
+    (run_dir / rundir.METRICS).write_text("".join(lines[:2]))  # a power loss: step 2's rows never reached the disk
     capsys.readouterr()
-    s = train(small_cfg(tmp_path, "train.steps=3"))
+    s = train(small_cfg(run_dir, "train.steps=3"))
     out = capsys.readouterr().out
-    assert f"warning: {tmp_path / rundir.METRICS} has no row for 1 of the 2 steps up to the checkpoint (step 2)" in out
+    assert f"warning: {run_dir / rundir.METRICS} has no row for 1 of the 2 steps up to the checkpoint (step 2)" in out
     assert s["status"] == "finished" and s["history_gap"] == [2]
-    assert rundir.read_summary(tmp_path)["history_gap"] == [2]
+    assert rundir.read_summary(run_dir)["history_gap"] == [2]
     assert "history gap: no metric row for step 2" in out
-    assert [r["step"] for r in _rows(tmp_path) if "reward/mean" in r] == [1, 3]
+    assert [r["step"] for r in _rows(run_dir) if "reward/mean" in r] == [1, 3]
 
 
 BAD_ROWS = {
@@ -803,18 +818,18 @@ BAD_ROWS = {
 
 @pytest.mark.slow
 @pytest.mark.parametrize("case", list(BAD_ROWS))
-def test_an_unusable_metric_row_is_skipped_with_a_warning_never_fatal(tmp_path, small_cfg, capsys, case):
+def test_an_unusable_metric_row_is_skipped_with_a_warning_never_fatal(tmp_path, one_step_run, small_cfg, capsys, case):
     text, why = BAD_ROWS[case]
-    _finished_then_resumable(tmp_path, small_cfg, steps=1)
-    with open(tmp_path / rundir.METRICS, "a") as f:
+    run_dir = _copy(one_step_run[0], tmp_path / "run")  # as if the machine died after its last checkpoint
+    with open(run_dir / rundir.METRICS, "a") as f:
         f.write(text)
     capsys.readouterr()
-    s = train(small_cfg(tmp_path, "train.steps=2"))
+    s = train(small_cfg(run_dir, "train.steps=2"))
     out = capsys.readouterr().out
-    assert f"[dapo-exp] warning: {tmp_path / rundir.METRICS} line 4: {why}" in out and "skipped" in out
+    assert f"[dapo-exp] warning: {run_dir / rundir.METRICS} line 4: {why}" in out and "skipped" in out
     assert s["status"] == "finished" and s["steps_done"] == 2 and s["history_gap"] == []
-    assert all(type(r["step"]) is int for r in _rows(tmp_path))
-    assert [r["step"] for r in _rows(tmp_path) if "reward/mean" in r] == [1, 2]
+    assert all(type(r["step"]) is int for r in _rows(run_dir))
+    assert [r["step"] for r in _rows(run_dir) if "reward/mean" in r] == [1, 2]
 
 
 # --------------------------------------------------------------------------- #
@@ -936,24 +951,23 @@ def test_runs_from_different_base_weights_are_never_pooled(tmp_path):
     assert any(n.startswith("the runs start from 2 different base weights") for n in notes), notes
 
 
-def test_a_finished_run_records_its_base_weights(tmp_path, small_cfg):
+def test_a_finished_run_records_its_base_weights(one_step_run):
     from dapo_exp.tasks.arith_warmstart import weights_sha256
 
-    s = train(small_cfg(tmp_path / "r", "train.steps=1"))
+    s = one_step_run[1]  # the summary of a finished 1-step run
     assert s["base_model"]["sha256"] == weights_sha256(s["model_path"]) and len(s["base_model"]["sha256"]) == 64
     assert len(s["base_model"]["files_sha256"]) == 64 and "tokenizer.json" in s["base_model"]["files"]
 
 
-def test_a_resumed_run_records_the_base_weights_it_started_from(tmp_path, small_cfg, monkeypatch):
+def test_a_resumed_run_records_the_base_weights_it_started_from(tmp_path, one_step_run, small_cfg, monkeypatch):
     """The base weights are recorded at the start and checkpointed: a resumed run reports the identity its
     checkpoint recorded, never one computed again at the end (a base whose files changed is refused at resume:
     the test below)."""
     from dapo_exp import runner
 
-    first = train(small_cfg(tmp_path / "r", "train.steps=1"))
-    (tmp_path / "r" / rundir.SUMMARY).unlink()  # an interrupted run, resumed from its step-1 checkpoint
-    monkeypatch.setattr(runner, "base_model", lambda path: {"path": path, "sha256": "f" * 64})
-    longer = train(small_cfg(tmp_path / "r", "train.steps=2"))
+    run_dir, first = _copy(one_step_run[0], tmp_path / "r"), one_step_run[1]  # an interrupted run, resumed from its
+    monkeypatch.setattr(runner, "base_model", lambda path: {"path": path, "sha256": "f" * 64})  # step-1 checkpoint
+    longer = train(small_cfg(run_dir, "train.steps=2"))
     assert longer["steps_done"] == 2 and longer["base_model"] == first["base_model"]
     assert train(small_cfg(tmp_path / "fresh", "train.steps=1"))["base_model"]["sha256"] == "f" * 64  # the check bites
 
@@ -996,15 +1010,13 @@ def test_a_file_the_base_model_loads_changed_under_a_killed_run_is_refused_namin
     assert train(small_cfg(run_dir, "train.steps=2", f"model.path={model}"))["steps_done"] == 2
 
 
-def test_a_run_never_writes_through_a_link_that_leaves_its_directory(tmp_path, small_cfg):
+def test_a_run_never_writes_through_a_link_that_leaves_its_directory(tmp_path, one_step_run, small_cfg):
     """Issue 48: with checkpoints/ replaced by a link to a folder outside the run, saves and pruning happened in the
     link's target. A link under the run directory that leads out of it (a dangling one too) is refused before
     anything is written, naming the link; links that stay inside (W&B's latest-run) are the run's own."""
     import shutil
 
-    run_dir, outside = tmp_path / "r", tmp_path / "elsewhere"
-    train(small_cfg(run_dir, "train.steps=1"))
-    (run_dir / rundir.SUMMARY).unlink()  # killed after its checkpoint: the same command resumes it
+    run_dir, outside = _copy(one_step_run[0], tmp_path / "r"), tmp_path / "elsewhere"  # killed after its checkpoint
     shutil.move(run_dir / rundir.CHECKPOINTS, outside)
     (run_dir / rundir.CHECKPOINTS).symlink_to(outside)
     before, theirs = _snapshot(run_dir), _snapshot(outside)
@@ -1089,26 +1101,34 @@ def test_a_run_failing_before_its_first_step_leaves_no_directory_for_data_and_mo
     assert not run_dir.exists()
 
 
-@pytest.mark.parametrize("what", ["data"])  # a model the hub cannot give is refused before any job: test_preflight.py
-def test_in_a_sweep_such_a_job_is_marked_failed_before_any_compute(tmp_path, what):
-    sweep = tmp_path / "sweep"
-    out = subprocess.run([sys.executable, "run.py", "-m", "logger=none", "seed=0", *OFFLINE_SOURCES[what],
-                          f"hydra.sweep.dir={sweep}"], cwd=ROOT, capture_output=True, text=True, timeout=300,
-                         env=_offline_env(tmp_path))
-    assert out.returncode == 1, out.stderr[-2000:]
-    (job,) = [p.parent for p in sweep.rglob(rundir.SUMMARY)]
-    summary = rundir.read_summary(job)
-    assert summary["status"] == "failed" and summary["error"]
-    assert rundir.nothing_computed(job)  # no metric row, no checkpoint, no sample: only the records of a start
-
-
-def test_a_sweep_whose_jobs_all_fail_alike_ends_in_one_line_counting_them_and_naming_the_command(tmp_path):
-    """No job finished: the closing line says so (not "the others finished"), gives the error they share once,
-    and the command to take them up again is the one given, every override and the launcher kept."""
-    sweep = tmp_path / "sweep"
+@pytest.fixture(scope="module")
+def offline_data_sweep(tmp_path_factory):
+    """``run.py -m`` of two jobs (seeds 0 and 1, the basic launcher named: it runs them in its process) whose data
+    set the hub cannot give offline. Returns (its argv, its sweep directory, the CompletedProcess)."""
+    tmp = tmp_path_factory.mktemp("offline_sweep")
+    sweep = tmp / "sweep"
     argv = ["-m", "logger=none", "hydra/launcher=basic", *OFFLINE_SOURCES["data"], "seed=0,1", f"hydra.sweep.dir={sweep}"]
     out = subprocess.run([sys.executable, "run.py", *argv], cwd=ROOT, capture_output=True, text=True, timeout=300,
-                         env=_offline_env(tmp_path))
+                         env=_offline_env(tmp))
+    return argv, sweep, out
+
+
+# a model the hub cannot give is refused before any job: test_preflight.py
+def test_in_a_sweep_such_a_job_is_marked_failed_before_any_compute(offline_data_sweep):
+    _, sweep, out = offline_data_sweep
+    assert out.returncode == 1, out.stderr[-2000:]
+    jobs = sorted(p.parent for p in sweep.rglob(rundir.SUMMARY))
+    assert len(jobs) == 2, jobs
+    for job in jobs:
+        summary = rundir.read_summary(job)
+        assert summary["status"] == "failed" and summary["error"]
+        assert rundir.nothing_computed(job)  # no metric row, no checkpoint, no sample: only the records of a start
+
+
+def test_a_sweep_whose_jobs_all_fail_alike_ends_in_one_line_counting_them_and_naming_the_command(offline_data_sweep):
+    """No job finished: the closing line says so (not "the others finished"), gives the error they share once,
+    and the command to take them up again is the one given, every override and the launcher kept."""
+    argv, _, out = offline_data_sweep
     assert out.returncode == 1, out.stderr[-2000:]
     last = out.stderr.strip().splitlines()[-1]
     assert last.startswith("error: 2 job(s) of the sweep failed, none finished, each with the same error: "), last
