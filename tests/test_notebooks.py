@@ -51,39 +51,6 @@ def test_notebook_is_stripped_and_only_calls_the_library(path):
     assert any("parameters" in c.metadata.get("tags", []) for c in nb.cells), "a parameters cell is expected"
 
 
-@pytest.mark.slow
-@pytest.mark.parametrize("path", NOTEBOOKS, ids=lambda p: p.stem)
-def test_notebook_executes(path, kernel, tmp_path, monkeypatch):
-    from nbclient import NotebookClient
-
-    sweep = tmp_path / "multirun" / "demo"
-    make_sweep(sweep, STANDARD_SWEEP)
-    monkeypatch.setenv("DAPO_SWEEP_DIR", str(sweep))
-    monkeypatch.setenv("DAPO_ANALYSIS_OUT", str(tmp_path / "out"))
-    monkeypatch.delenv("DAPO_WANDB", raising=False)
-    monkeypatch.setenv("MPLBACKEND", "Agg")
-    nb = nbformat.read(path, as_version=4)
-    # the kernel starts in notebooks/, as Jupyter starts it
-    resources = {"metadata": {"path": str(REPO / "notebooks")}}
-    client = NotebookClient(nb, kernel_name=kernel, timeout=300, resources=resources)
-    client.execute()
-    outputs = [o for c in nb.cells if c.cell_type == "code" for o in c.outputs]
-    assert not [o for o in outputs if o.output_type == "error"]
-    text = "\n".join(str(o.get("text", "")) + str(o.get("data", {}).get("text/plain", "")) for o in outputs)
-    if path.stem == "ablation_analysis":
-        images = [o for o in outputs if "image/png" in o.get("data", {})]
-        assert len(images) == 4, "three curve figures (step, rollouts, tokens) and the effects' forest plot"
-        md = "\n".join(o.get("data", {}).get("text/markdown", "") for o in outputs)
-        assert "paired t" in md and "Welch t" in md and "Student-t" in md
-        assert "**Effects.**" in md and "aliased with" in md
-        assert (tmp_path / "out" / "table.md").is_file()
-        assert f"wrote {tmp_path / 'out' / 'table.md'}" in text  # said, not silent (the sweep's own by default)
-    else:
-        assert "=== grpo ===" in text and "[truncated]" in text and "[longest]" in text
-    # the notebook on disk is untouched (outputs only in memory)
-    assert all(c.get("outputs", []) == [] for c in nbformat.read(path, as_version=4).cells if c.cell_type == "code")
-
-
 def _repo_copy(tmp_path: Path) -> Path:
     """A repository root: run.py and conf/ linked, the notebooks copied (so that running them leaves
     the real ones untouched)."""
@@ -97,20 +64,91 @@ def _repo_copy(tmp_path: Path) -> Path:
     return repo
 
 
-@pytest.mark.slow
-@pytest.mark.parametrize("command", NOTEBOOK_COMMANDS, ids=lambda c: c.split("/")[-1])
-def test_the_documented_notebook_command_runs_from_the_repository_root(command, kernel, tmp_path):
-    """The sweep path is relative to the repository root, though the kernel starts in notebooks/."""
-    repo = _repo_copy(tmp_path)
+@pytest.fixture(scope="module")
+def documented(kernel, tmp_path_factory):
+    """``documented(command)``: one of NOTEBOOK_COMMANDS run as written, once per module (a notebook's two
+    tests below read the one execution), in the root of a repository copy holding the synthetic sweep at
+    multirun/demo -> (the process, the executed notebook, the repository copy, its DAPO_ANALYSIS_OUT).
+    The executed notebook is kept beside the copy (``NbClientApp.output_base``, what ``jupyter execute
+    --output`` sets, from a Jupyter config file: the command stays as documented). The environment holds no
+    DAPO_* variable but DAPO_ANALYSIS_OUT, an absolute directory the ablation notebook writes its table to
+    (the default, the sweep's analysis/, is checked with no variable set in
+    test_the_headline_sweep_then_both_notebooks_with_no_variable_set)."""
+    base = tmp_path_factory.mktemp("documented")
+    repo = _repo_copy(base)
     make_sweep(repo / "multirun" / "demo", STANDARD_SWEEP)
+    config = base / "jupyter_config"
+    config.mkdir()
+    (config / "jupyter_execute_config.json").write_text(
+        json.dumps({"NbClientApp": {"output_base": "{notebook_name}_executed"}}))
+    out_dir = base / "out"
     env = {k: v for k, v in os.environ.items() if not k.startswith("DAPO_")}
     # `jupyter` of this environment first on the PATH, as after `pip install -e '.[notebook]'` in it
     env.update(PATH=f"{Path(sys.executable).parent}{os.pathsep}{env.get('PATH', '')}", MPLBACKEND="Agg",
-               OMP_NUM_THREADS="1")
-    out = subprocess.run(["bash", "-c", command], cwd=repo, env=env, capture_output=True, text=True, timeout=600)
+               OMP_NUM_THREADS="1", JUPYTER_CONFIG_PATH=str(config), DAPO_ANALYSIS_OUT=str(out_dir))
+    ran: dict[str, tuple] = {}
+
+    def run(command: str):
+        if command not in ran:
+            out = subprocess.run(["bash", "-c", command], cwd=repo, env=env, capture_output=True, text=True,
+                                 timeout=600)
+            executed = repo / "notebooks" / f"{Path(command.split()[-1]).stem}_executed.ipynb"
+            nb = nbformat.read(executed, as_version=4) if executed.is_file() else None
+            ran[command] = (out, nb, repo, out_dir)
+        return ran[command]
+
+    return run
+
+
+def _command_of(path: Path) -> str:
+    (command,) = [c for c in NOTEBOOK_COMMANDS if c.endswith(f"notebooks/{path.name}")]
+    return command
+
+
+def _text(nb) -> str:
+    return "\n".join(str(o.get("text", "")) + str(o.get("data", {}).get("text/plain", ""))
+                     for c in nb.cells if c.cell_type == "code" for o in c.outputs)
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("path", NOTEBOOKS, ids=lambda p: p.stem)
+def test_notebook_executes(path, documented):
+    """What the notebook shows on the synthetic sweep (read from its documented command's execution)."""
+    before = path.read_bytes()
+    out, nb, repo, out_dir = documented(_command_of(path))
     assert out.returncode == 0, (out.stdout + out.stderr)[-3000:]
-    if "ablation_analysis" in command:
-        assert (repo / "multirun" / "demo" / "analysis" / "table.md").is_file()
+    assert nb is not None, f"no executed copy of {path.name}: {(out.stdout + out.stderr)[-2000:]}"
+    outputs = [o for c in nb.cells if c.cell_type == "code" for o in c.outputs]
+    assert outputs and not [o for o in outputs if o.output_type == "error"]
+    text = _text(nb)
+    if path.stem == "ablation_analysis":
+        images = [o for o in outputs if "image/png" in o.get("data", {})]
+        assert len(images) == 4, "three curve figures (step, rollouts, tokens) and the effects' forest plot"
+        md = "\n".join(o.get("data", {}).get("text/markdown", "") for o in outputs)
+        assert "paired t" in md and "Welch t" in md and "Student-t" in md
+        assert "**Effects.**" in md and "aliased with" in md
+        assert (out_dir / "table.md").is_file()
+        assert f"wrote {out_dir / 'table.md'}" in text  # said, not silent (the sweep's own by default)
+        assert not (repo / "multirun" / "demo" / "analysis").exists()  # DAPO_ANALYSIS_OUT's, not the default
+    else:
+        assert "=== grpo ===" in text and "[truncated]" in text and "[longest]" in text
+    # the notebooks are untouched: the real one, and the copy the command ran (outputs went to the file beside)
+    assert path.read_bytes() == before
+    copy = nbformat.read(repo / "notebooks" / path.name, as_version=4)
+    assert all(c.get("outputs", []) == [] for c in copy.cells if c.cell_type == "code")
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("command", NOTEBOOK_COMMANDS, ids=lambda c: c.split("/")[-1])
+def test_the_documented_notebook_command_runs_from_the_repository_root(command, documented):
+    """The sweep path is relative to the repository root, though the kernel starts in notebooks/: the
+    notebook read multirun/demo (the synthetic sweep's labels are in its outputs) and wrote nothing under
+    notebooks/."""
+    out, nb, repo, _ = documented(command)
+    assert out.returncode == 0, (out.stdout + out.stderr)[-3000:]
+    assert nb is not None, (out.stdout + out.stderr)[-2000:]
+    text = _text(nb)
+    assert all(label in text for label in ("grpo", "clip")), text[-2000:]
     assert not (repo / "notebooks" / "multirun").exists()
 
 
@@ -136,6 +174,8 @@ def test_the_headline_sweep_then_both_notebooks_with_no_variable_set(kernel, tmp
             if ln.startswith("| ") and ln.split("|")[1].strip() in ("grpo", "clip", "clip_ds", "full")]
     assert len(rows) == 4 and all(r[2].strip() == "5" for r in rows)
     assert all(re.fullmatch(r"\s*\d+\.\d ± \d+\.\d\s*", r[3]) for r in rows), rows  # final acc: mean ± half-width
+    # the sweep's end analysis wrote it; the ablation notebook writes it again there (its default OUT_DIR)
+    (sweep / "analysis" / "table.md").unlink()
     for var in ("DAPO_SWEEP_DIR", "DAPO_ANALYSIS_OUT", "DAPO_WANDB"):
         monkeypatch.delenv(var, raising=False)
     monkeypatch.setenv("MPLBACKEND", "Agg")
@@ -145,4 +185,4 @@ def test_the_headline_sweep_then_both_notebooks_with_no_variable_set(kernel, tmp
                        resources={"metadata": {"path": str(repo / "notebooks")}}).execute()
         errors = [o for c in nb.cells if c.cell_type == "code" for o in c.outputs if o.output_type == "error"]
         assert not errors, (nb_path.name, errors)
-    assert (sweep / "analysis" / "table.md").is_file()
+    assert (sweep / "analysis" / "table.md").is_file()  # the notebook's, with no variable set
