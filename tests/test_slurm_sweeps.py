@@ -104,9 +104,9 @@ def _task_of(run: Path) -> str:
 # --------------------------------------------------------------------------- #
 def test_a_cancelled_job_is_named_the_others_finish_and_the_rerun_resumes_it(slurm, tmp_path, warm_cache):
     sweep = tmp_path / "sweep"
-    # 12 steps, the cancel after step 6 (a periodic checkpoint at 5 behind it, 6 steps of margin ahead of it):
-    # it lands mid-run, and the rerun has steps left to do
-    cmd = _sweep_cmd(sweep, warm_cache, "fixes=grpo,clip", "train.steps=12", "checkpoint.every=5")
+    # 40 steps, the cancel after step 6: it must land mid-run, and a toy step alone on the node takes 0.3 s (12
+    # steps, tried 2026-11-29, finished both jobs before the cancel arrived)
+    cmd = _sweep_cmd(sweep, warm_cache, "fixes=grpo,clip", "train.steps=40", "checkpoint.every=5")
     deadline = time.monotonic() + 600
     first = subprocess.Popen(cmd, cwd=tmp_path, env=slurm, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
                              text=True)
@@ -123,12 +123,12 @@ def test_a_cancelled_job_is_named_the_others_finish_and_the_rerun_resumes_it(slu
     counted = _table_rows(sweep)  # the table counts what finished: the cancelled run is not in its n
     assert "[analysis]" in out and counted["grpo"] == 1 and counted.get("clip", 0) == 0, counted
     stopped_at = _steps_logged(clip)
-    assert 6 <= stopped_at < 12
+    assert 6 <= stopped_at < 40
 
     again = subprocess.run(cmd, cwd=tmp_path, env=slurm, capture_output=True, text=True,
                            timeout=max(1, deadline - time.monotonic()))
     assert again.returncode == 0, again.stdout[-4000:] + again.stderr[-3000:]
-    assert rundir.read_summary(clip)["status"] == "finished" and rundir.read_summary(clip)["steps_done"] == 12
+    assert rundir.read_summary(clip)["status"] == "finished" and rundir.read_summary(clip)["steps_done"] == 40
     assert f"resuming {clip.name} from its checkpoint at step {stopped_at}" in _job_logs(sweep)
     assert "already finished; skipping" in _job_logs(sweep)  # grpo's job
     assert _table_rows(sweep) == {"grpo": 1, "clip": 1}
@@ -141,9 +141,10 @@ def test_requeue_and_time_limit_warning_resume_to_the_uninterrupted_metrics(slur
     """Three copies of one run (``+notes.copy`` changes the folder, not the training): one left alone, one
     requeued with ``scontrol requeue``, one sent SLURM's time-limit warning (SIGUSR2). No periodic checkpoint
     (``checkpoint.every=0``: only the end's and a stop's), so a resume mid-run is from the checkpoint the stop
-    wrote; 12 steps, the signals after step 4: they land mid-run, with steps left after them."""
+    wrote; 30 steps, the signals after step 4: they must land mid-run (12 steps, tried 2026-11-29, ended before
+    the signals at 0.3 s a step)."""
     sweep = tmp_path / "sweep"
-    cmd = _sweep_cmd(sweep, warm_cache, "fixes=full", "+notes.copy=ref,term,usr2", "train.steps=12",
+    cmd = _sweep_cmd(sweep, warm_cache, "fixes=full", "+notes.copy=ref,term,usr2", "train.steps=30",
                      "checkpoint.every=0", "hydra.launcher.array_parallelism=3")
     deadline = time.monotonic() + 600
     proc = subprocess.Popen(cmd, cwd=tmp_path, env=slurm, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
@@ -163,7 +164,7 @@ def test_requeue_and_time_limit_warning_resume_to_the_uninterrupted_metrics(slur
     stop = re.search(rf"{re.escape(usr2.name)}: stopped after step (\d+); the scheduler requeues", logs)
     assert stop, logs[-3000:]
     step = int(stop.group(1))
-    assert 4 <= step < 12  # mid-run, with no periodic checkpoint (checkpoint.every=0): the stop wrote its own
+    assert 4 <= step < 30  # mid-run, with no periodic checkpoint (checkpoint.every=0): the stop wrote its own
     assert f"resuming {usr2.name} from its checkpoint at step {step}\n" in logs  # nothing discarded, nothing twice
 
 
