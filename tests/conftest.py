@@ -1,6 +1,7 @@
 """Shared fixtures: a small, fast config of the toy and a warm-start cache for the session."""
 
 import contextlib
+import functools
 import os
 from pathlib import Path
 
@@ -91,14 +92,14 @@ def warm_cache():
 @pytest.fixture
 def small_cfg(warm_cache):
     """``small_cfg(out_dir, *overrides)`` -> a composed, shrunken config."""
+    return functools.partial(compose_small, warm_cache=warm_cache)
 
-    def make(out_dir, *overrides):
-        with initialize_config_dir(config_dir=CONF, version_base="1.3"):
-            return compose(
-                "config", overrides=[*SMALL, f"model.cache_dir={warm_cache}", f"out_dir={out_dir}", *overrides]
-            )
 
-    return make
+def compose_small(out_dir, *overrides, warm_cache):
+    """The shrunken config of ``small_cfg`` (SMALL, the warm-start cache, ``out_dir``), callable where the
+    function-scoped fixture is not (a module fixture)."""
+    with initialize_config_dir(config_dir=CONF, version_base="1.3"):
+        return compose("config", overrides=[*SMALL, f"model.cache_dir={warm_cache}", f"out_dir={out_dir}", *overrides])
 
 
 

@@ -11,6 +11,7 @@ import time
 from pathlib import Path
 
 import pytest
+from conftest import compose_small
 
 from dapo_exp import rundir
 from dapo_exp.rundir import RunLock, RunLockedError
@@ -22,15 +23,6 @@ VOLATILE = ("timing_s/", "perf/")
 # its first step, a train() call here about 1.5: a subprocess is launched where the command line is what is
 # tested (its exit code, its one line, its log, a signal to it); a state to test a command on is made in this
 # process, or shared by the tests of this module (module fixtures, copied where a test changes it).
-
-
-def _compose(out_dir, warm_cache, *overrides):
-    """The config ``small_cfg(out_dir, *overrides)`` gives (conftest.py), for the module fixtures."""
-    from conftest import CONF, SMALL
-    from hydra import compose, initialize_config_dir
-
-    with initialize_config_dir(config_dir=CONF, version_base="1.3"):
-        return compose("config", overrides=[*SMALL, f"model.cache_dir={warm_cache}", f"out_dir={out_dir}", *overrides])
 
 
 def _copy(run_dir, to):
@@ -149,7 +141,7 @@ def one_step_run(tmp_path_factory, warm_cache):
     killed after its checkpoint: the same command resumes it). Tests copy it (_copy) before changing it.
     Returns (run directory, the finished run's summary)."""
     run_dir = tmp_path_factory.mktemp("one_step") / "run"
-    summary = train(_compose(run_dir, warm_cache, "train.steps=1"))
+    summary = train(compose_small(run_dir, "train.steps=1", warm_cache=warm_cache))
     (run_dir / rundir.SUMMARY).unlink()
     return run_dir, summary
 
@@ -386,7 +378,7 @@ STOPPED_RUN = ("train.steps=3", "checkpoint.every=10")  # no periodic checkpoint
 def uninterrupted(tmp_path_factory, warm_cache):
     """The metrics of STOPPED_RUN uninterrupted: what each run stopped at step 2 and resumed must reproduce."""
     run_dir = tmp_path_factory.mktemp("whole") / "whole"
-    train(_compose(run_dir, warm_cache, *STOPPED_RUN))
+    train(compose_small(run_dir, *STOPPED_RUN, warm_cache=warm_cache))
     return _metrics(run_dir)
 
 
