@@ -268,3 +268,32 @@ def test_cross_engine_comparison_pairs_arms_within_an_engine_and_not_across(tmp_
     across = welch_difference(pd.Series(acc[("verl", "grpo")]) * 100, pd.Series(acc[("native", "grpo")]) * 100)
     assert mod._ci(across) in (tmp_path / "out" / "engines.md").read_text()
     assert (tmp_path / "out" / "curves.png").stat().st_size > 10_000
+
+
+def test_the_clean_smollm2_cross_engine_result_is_what_its_command_computes_from_the_recorded_runs(tmp_path):
+    """sweeps/results/2026-11-29-smollm2_cross_engine_clean: cross_engine.py on the two committed results'
+    runs.csv (the native re-run at a clean commit, the cross-engine result's verl rows) writes exactly the
+    committed tables, every run from a clean commit; a file lacking an arm is refused by name."""
+    import importlib.util
+
+    import pandas as pd
+
+    results = SWEEPS / "results"
+    committed = results / "2026-11-29-smollm2_cross_engine_clean"
+    spec = importlib.util.spec_from_file_location("cross_engine", SWEEPS / "checks" / "cross_engine.py")
+    mod = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(mod)
+    native = str(results / "2026-11-29-smollm2_clip" / "runs.csv")
+    verl = str(results / "2026-11-29-smollm2_cross_engine" / "runs.csv")
+    assert mod.main([native, verl, str(tmp_path / "out"), "--arms", "grpo,clip"]) == 0
+    for name in ("arms.md", "effects.md", "engines.md"):
+        assert (tmp_path / "out" / name).read_text() == (committed / name).read_text(), name
+    assert not (tmp_path / "out" / "curves.png").exists()  # no per-step histories in a runs.csv
+    runs = pd.read_csv(tmp_path / "out" / "runs.csv")
+    assert runs.groupby("engine").size().to_dict() == {"native": 10, "verl": 4}
+    assert runs.git_commit.str.fullmatch(r"[0-9a-f]{40}").all()
+    assert pd.read_csv(committed / "runs.csv").equals(runs)
+    grpo_only = tmp_path / "grpo_only.csv"
+    runs[runs.label == "grpo"].to_csv(grpo_only, index=False)
+    with pytest.raises(SystemExit, match=r"grpo_only.csv holds no verl run of the arm\(s\) \['clip'\]"):
+        mod.main([native, str(grpo_only), str(tmp_path / "bad"), "--arms", "grpo,clip"])

@@ -18,12 +18,7 @@ RESULTS = ROOT / "sweeps" / "results"
 BASE_COLUMN = "config.model.base_sha256"  # dapo_exp.analysis.runs.BASE_WEIGHTS, written out independently
 # Results that record their runs but cannot hold the rule yet, each with the reason (a new entry is a decision
 # to be read in review, not a way round the test).
-EXCEPTIONS = {
-    "2026-11-29-smollm2_cross_engine": "its native half is 2026-11-28-smollm2_clip's 10 runs (dirty trees; re-run at a "
-                                       "clean commit as 2026-11-29-smollm2_clip, the same endpoints); its 4 verl runs "
-                                       "are at clean commits, but their run directories are not kept, so its "
-                                       "comparison is not recomputed with the clean native runs",
-}
+EXCEPTIONS: dict[str, str] = {}
 
 
 def _rows(result: Path) -> list[dict[str, str]]:

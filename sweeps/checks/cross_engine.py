@@ -3,6 +3,12 @@
     python sweeps/checks/cross_engine.py multirun/cross_engine_native multirun/cross_engine_verl OUT
     python sweeps/checks/cross_engine.py multirun/smollm2_clip multirun/smollm2_clip_verl OUT --arms grpo,clip \
         --title "GRPO vs + Clip-Higher on SmolLM2-135M-Instruct (experiment=smollm2_add2)"
+    python sweeps/checks/cross_engine.py NATIVE/runs.csv VERL/runs.csv OUT --arms grpo,clip
+
+With two committed results' ``runs.csv`` instead of two sweeps (each engine's half from the result that recorded
+it: a sweep's ``table``'s runs, or a cross-engine result's rows of that engine), the endpoint tables and
+``runs.csv`` are recomputed from the runs' recorded endpoints; ``timing.md`` and ``curves.png`` need the
+per-step histories of the run directories and are not written.
 
 Reads the two sweeps of ``sweeps/cross_engine.sh`` (the same study, one trained by dapo-exp's trainer,
 one by verl's) through the analysis' own reader (:func:`dapo_exp.analysis.runs.load_runs`: a verl run's
@@ -74,6 +80,24 @@ def load(native: str, verl: str, arms: tuple[str, str] = (OFF, ON)):
     runs = pd.concat(runs, ignore_index=True)
     runs = runs[runs.label.isin(arms)]
     return runs, pd.concat(hist, ignore_index=True)
+
+
+def load_recorded(native_csv: str, verl_csv: str, arms: tuple[str, str] = (OFF, ON)) -> pd.DataFrame:
+    """The runs of the two ``arms`` as two committed results recorded them (their ``runs.csv``: one row per run, its
+    endpoints, commit and base identity), ``engine`` set per file; a cross-engine result's file (its ``engine``
+    column naming the trainers, not a sweep's rollout engine) gives only its rows of that engine. A file with no run of an arm is refused (a wrong file, not an empty arm)."""
+    parts = []
+    for engine, path in (("native", native_csv), ("verl", verl_csv)):
+        rs = pd.read_csv(path)
+        if "engine" in rs and rs.engine.isin(["native", "verl"]).all():
+            rs = rs[rs.engine == engine]
+        rs = rs.assign(engine=engine)
+        missing = [a for a in arms if not (rs.label == a).any()]
+        if missing:
+            raise SystemExit(f"error: {path} holds no {engine} run of the arm(s) {missing}")
+        parts.append(rs)
+    runs = pd.concat(parts, ignore_index=True)
+    return runs[runs.label.isin(arms)]
 
 
 def _values(runs: pd.DataFrame, engine: str, label: str, col: str) -> pd.Series:
@@ -165,16 +189,22 @@ def main(argv: list[str]) -> int:
         ap.error("--arms takes two labels, fix off first")
     out = args.out
     os.makedirs(out, exist_ok=True)
-    runs, hist = load(args.native, args.verl, arms)
+    recorded = args.native.endswith(".csv") and args.verl.endswith(".csv")
+    runs, hist = (load_recorded(args.native, args.verl, arms), None) if recorded else load(args.native, args.verl, arms)
     cols = ["engine", "label", "seed", *[c for c in ENDPOINTS if c in runs], "wall_time_s", "git_commit", BASE_WEIGHTS,
             "run"]
     runs[[c for c in cols if c in runs]].sort_values(["engine", "label", "seed"]).to_csv(out / "runs.csv", index=False)
     parts = {"arms.md": arms_table(runs, arms), "effects.md": effects_table(runs, arms),
-             "engines.md": engines_table(runs, arms), "timing.md": timing_table(runs, hist)}
+             "engines.md": engines_table(runs, arms)}
+    if hist is not None:
+        parts["timing.md"] = timing_table(runs, hist)
     for name, text in parts.items():
         (out / name).write_text(text + "\n")
         print(f"## {name}\n{text}\n")
-    curves(hist, out / "curves.png", arms, args.title)
+    if hist is None:
+        print("(recorded runs: timing.md and curves.png need the run directories' per-step histories: not written)")
+    else:
+        curves(hist, out / "curves.png", arms, args.title)
     print(f"written to {out}")
     return 0
 
