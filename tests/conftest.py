@@ -204,7 +204,9 @@ def smollm2_dir():
 # With DAPO_TEST_CPU_LOG=<file>, each test appends one tab-separated line: the test id, its wall seconds and the
 # CPU seconds (user + system) of its worker process and of the child processes it waited for (python run.py,
 # pip, verl's driver; not daemons such as SLURM's or Ray's), setup and teardown included (a module fixture's cost
-# lands on its module's first test); docs/explanation/tests.md sums it per module.
+# lands on its module's first test), then the xdist worker (gw0, ...; "main" without xdist) and the Unix time the
+# test started, so that one log shows each worker's timeline (which module ran alone at the end);
+# docs/explanation/tests.md sums it per module.
 @pytest.hookimpl(hookwrapper=True)
 def pytest_runtest_protocol(item, nextitem):
     log = os.environ.get("DAPO_TEST_CPU_LOG")
@@ -218,8 +220,9 @@ def pytest_runtest_protocol(item, nextitem):
         own, kids = resource.getrusage(resource.RUSAGE_SELF), resource.getrusage(resource.RUSAGE_CHILDREN)
         return own.ru_utime + own.ru_stime + kids.ru_utime + kids.ru_stime
 
-    wall, used = time.monotonic(), cpu()
+    wall, used, started = time.monotonic(), cpu(), time.time()
     yield
-    line = f"{item.nodeid}\t{time.monotonic() - wall:.2f}\t{cpu() - used:.2f}\n"
+    worker = os.environ.get("PYTEST_XDIST_WORKER", "main")
+    line = f"{item.nodeid}\t{time.monotonic() - wall:.2f}\t{cpu() - used:.2f}\t{worker}\t{started:.0f}\n"
     with open(log, "a") as f:  # one short write per line: the xdist workers' lines do not interleave
         f.write(line)
