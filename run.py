@@ -59,7 +59,6 @@ from dapo_exp.rundir import RunDirError, RunLockedError, record_failure, remove_
 
 CONFIG_DIR = os.path.join(os.path.dirname(os.path.abspath(__file__)), "conf")
 register_resolvers()
-SKIPPED: list[str] = []  # jobs of a sweep (run in this process) refused: another config, an unwritable directory
 log = logging.getLogger("run")
 
 
@@ -95,7 +94,7 @@ def main(cfg: DictConfig) -> float | None:
             print(f"error: {' '.join(str(exc).split())}", file=sys.stderr)
             raise SystemExit(1 if isinstance(exc, RunLockedError) else 2) from None
         print(f"[dapo-exp] job {cfg.out_dir} skipped: {exc}", file=sys.stderr, flush=True)  # not its log file
-        SKIPPED.append(str(cfg.out_dir))
+        rundir.note_refused_job(str(cfg.out_dir))
         return None
     except Exception as exc:
         if not multirun:
@@ -224,15 +223,16 @@ if __name__ == "__main__":
                 from dapo_exp.train import RunStopped
 
                 started = time.time()
-                try:
-                    main()
-                except RunStopped as stop:  # SIGTERM / SIGINT: checkpointed and recorded; exit as the signal asks
-                    import signal
+                with rundir.command_state() as state:  # this command's stop, sweeps, lost and refused jobs
+                    try:
+                        main()
+                    except RunStopped as stop:  # SIGTERM / SIGINT: checkpointed and recorded; exit as the signal asks
+                        import signal
 
-                    sys.exit(128 + int(getattr(signal, stop.signame)))
-                if line := sweep_end_line(failed=failed_sweep_jobs(started), lost=rundir.lost_jobs(), refused=SKIPPED,
-                                          finished=finished_sweep_jobs(), rerun=as_given(sys.argv[1:])):
-                    print(line, file=sys.stderr)
-                    sys.exit(1)
+                        sys.exit(128 + int(getattr(signal, stop.signame)))
+                    if line := sweep_end_line(failed=failed_sweep_jobs(started), lost=state.lost, refused=state.refused,
+                                              finished=finished_sweep_jobs(), rerun=as_given(sys.argv[1:])):
+                        print(line, file=sys.stderr)
+                        sys.exit(1)
     except KeyboardInterrupt as exc:
         sys.exit(interrupted(exc))

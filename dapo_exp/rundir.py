@@ -7,6 +7,13 @@ runner before each checkpoint), and the reader skips a line torn by a kill and a
 that is not a JSON object (on resume, also a row whose ``step`` is not an int, with a
 warning: :func:`read_rows`). Imports nothing of the project.
 
+It also holds the state of the command under way, which belongs to no run (:class:`CommandState`: the stop
+signal received and the run watching for one, the sweeps run, their jobs that ended without a result or were
+refused), in one holder with an explicit lifetime: ``run.py`` opens a fresh one for its command
+(:func:`command_state`) and reads it at the end; outside every command (a library user calling
+``train()``, a parallel sweep's worker process, a test) the functions read and write the process's own
+state, which lasts as long as the process.
+
 Run directory layout::
 
     <run>/config.json          written at the start: {"config": <resolved config>, "git_commit",
@@ -45,6 +52,7 @@ import json
 import os
 import subprocess
 from collections.abc import Iterator
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -538,8 +546,6 @@ class RunStopped(BaseException):
         self.signame = signame
 
 
-_stop_source: Any = None  # the signal watcher of the run under way in this process (its .signame)
-_received: str | None = None  # the first stop signal this process received (a sweep's worker starts no job after it)
 # a parallel sweep's stop file (its path, set by hydra/launcher=parallel for its workers): written by the sweep's
 # own process on its first SIGINT / SIGTERM, so a job stops after its step even when the signal reached only that
 # process (``kill <pid>``, not the process group) and no job starts after it
@@ -547,24 +553,80 @@ SWEEP_STOP_ENV = "DAPO_SWEEP_STOP"
 QUIET_STOP_ENV = "DAPO_QUIET_STOP"  # "1" in a sweep's workers: the sweep's own process says the one line
 
 
-_lost: list[tuple[str, str]] = []  # jobs of a scheduler's sweep (run in this process) that ended without a result
+# --------------------------------------------------------------------------- #
+# The command's state                                                           #
+# --------------------------------------------------------------------------- #
+@dataclass(eq=False)
+class CommandState:
+    """What one command (one ``python run.py``) learns as it goes and that belongs to no run: the stop under
+    way, and the jobs of its sweeps that ended without a result or were refused. ``run.py`` reads it at the
+    end for its closing line and exit code. Opened by :func:`command_state`, read whole by
+    :func:`current_state`, and through the functions below field by field."""
+
+    # the signal watcher of the run under way (dapo_exp.runner.StopRequest, read for its .signame); None between runs
+    stop_source: Any = None
+    # the first stop signal received (SIGINT, SIGTERM): a parallel sweep's worker starts no job after it
+    received: str | None = None
+    # (run directory, why) of each job of a scheduler's sweep (hydra/launcher=slurm) that ended without a result
+    lost: list[tuple[str, str]] = field(default_factory=list)
+    # the sweep directories run, in order: where run.py looks for the failed and the finished jobs at the end
+    sweeps: list[str] = field(default_factory=list)
+    # the run directories of the sweep jobs refused in this process (another config, an unwritable directory)
+    refused: list[str] = field(default_factory=list)
+
+
+# The one holder of the state, swapped by command_state(). Outside every command it holds the process's own
+# state, which lasts as long as the process: a parallel sweep's worker (a loky process, which runs jobs but no
+# command) keeps there a signal received between two jobs, so the next one does not start. A plain holder,
+# not a ContextVar: a signal handler and any thread of the process see the command's state as it is.
+_current = CommandState()
+
+
+@contextlib.contextmanager
+def command_state() -> Iterator[CommandState]:
+    """A fresh :class:`CommandState` for one command: what the functions below read and write until it
+    closes, when the state before it is back (the process's own outside every command). ``run.py`` opens one
+    per command; a test running several commands in one process opens one for each, so that none of them
+    sees another's stop, lost, refused jobs or sweeps."""
+    global _current
+    before, state = _current, CommandState()
+    _current = state
+    try:
+        yield state
+    finally:
+        _current = before
+
+
+def current_state() -> CommandState:
+    """The state of the command under way (:func:`command_state`), else the process's own."""
+    return _current
 
 
 def note_lost_job(where: str, why: str) -> None:
     """Record that a job of the sweep under way ended without a result (``hydra/launcher=slurm``: cancelled,
     killed, lost with its node); ``run.py`` names them at the end and exits 1."""
-    _lost.append((where, why))
+    _current.lost.append((where, why))
 
 
 def lost_jobs() -> list[tuple[str, str]]:
-    """``(run directory, why)`` of the jobs noted by :func:`note_lost_job` in this process."""
-    return list(_lost)
+    """``(run directory, why)`` of the jobs noted by :func:`note_lost_job` in the command under way."""
+    return list(_current.lost)
+
+
+def note_refused_job(where: str) -> None:
+    """Record that a job of the sweep under way was refused and did not run (another config in its directory,
+    an unwritable directory); ``run.py`` names them at the end and exits 1."""
+    _current.refused.append(where)
+
+
+def refused_jobs() -> list[str]:
+    """The run directories of the jobs noted by :func:`note_refused_job` in the command under way."""
+    return list(_current.refused)
 
 
 def note_signal(signame: str) -> None:
     """Record that this process received ``signame`` (the first one is kept)."""
-    global _received
-    _received = _received or signame
+    _current.received = _current.received or signame
 
 
 def sweep_stop() -> str | None:
@@ -574,8 +636,8 @@ def sweep_stop() -> str | None:
     path = os.environ.get(SWEEP_STOP_ENV)
     if not path:
         return None
-    if _received:
-        return _received
+    if _current.received:
+        return _current.received
     try:
         return Path(path).read_text().strip() or "SIGINT"
     except OSError:
@@ -584,14 +646,13 @@ def sweep_stop() -> str | None:
 
 def watch_stop(source: Any) -> None:
     """Register the run's signal watcher (None: the run is over); :func:`stop_requested` reads it."""
-    global _stop_source
-    _stop_source = source
+    _current.stop_source = source
 
 
 def stop_requested() -> str | None:
     """The signal (``"SIGINT"``, ``"SIGTERM"``) that asked the run under way in this process to stop, or
     None. Long work outside the loop (the warm start) polls it and raises :class:`RunStopped`."""
-    return getattr(_stop_source, "signame", None)
+    return getattr(_current.stop_source, "signame", None)
 
 
 # --------------------------------------------------------------------------- #

@@ -163,13 +163,13 @@ def test_ctrl_c_on_a_parallel_sweep_stops_each_job_after_its_step_with_a_checkpo
 def test_a_sweeps_stop_is_seen_only_in_a_sweeps_worker(monkeypatch, tmp_path):
     """A signal this process noted stops later runs only in a parallel sweep's worker: a test process (or any
     process running runs one after another) that once got a SIGTERM must not stop every later run."""
-    monkeypatch.setattr(rundir, "_received", None)
     monkeypatch.delenv(rundir.SWEEP_STOP_ENV, raising=False)
-    rundir.note_signal("SIGTERM")
-    assert rundir.sweep_stop() is None
-    monkeypatch.setenv(rundir.SWEEP_STOP_ENV, str(tmp_path / ".stop"))
-    assert rundir.sweep_stop() == "SIGTERM"  # this worker's own signal
-    monkeypatch.setattr(rundir, "_received", None)
-    assert rundir.sweep_stop() is None  # no signal, no stop file
-    (tmp_path / ".stop").write_text("SIGINT")
-    assert rundir.sweep_stop() == "SIGINT"  # the sweep's process got it (kill <pid>, not the group)
+    with rundir.command_state():  # its own state, none of another test's signals
+        rundir.note_signal("SIGTERM")
+        assert rundir.sweep_stop() is None
+        monkeypatch.setenv(rundir.SWEEP_STOP_ENV, str(tmp_path / ".stop"))
+        assert rundir.sweep_stop() == "SIGTERM"  # this worker's own signal
+    with rundir.command_state():
+        assert rundir.sweep_stop() is None  # no signal, no stop file
+        (tmp_path / ".stop").write_text("SIGINT")
+        assert rundir.sweep_stop() == "SIGINT"  # the sweep's process got it (kill <pid>, not the group)

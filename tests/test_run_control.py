@@ -1143,6 +1143,62 @@ def test_the_closing_line_of_a_sweep_counts_each_kind_of_job(tmp_path):
     assert ", none finished: d " in end(failed=[], lost=[], refused=["d"], finished=0, rerun=rerun)
 
 
+def _note_everything(where: str) -> None:
+    """What a command notes as it goes, each through the function its writer calls: the sweep (run.py's job
+    function, the callback, the parallel launcher), a job lost (the SLURM launcher), a job refused (run.py),
+    a signal (the stop watcher) and the run under way's watcher."""
+    from dapo_exp.analysis.callback import note_sweep
+
+    note_sweep(f"{where}/sweep")
+    rundir.note_lost_job(f"{where}/lost", "CANCELLED")
+    rundir.note_refused_job(f"{where}/refused")
+    rundir.note_signal("SIGTERM")
+    rundir.watch_stop(type("Watcher", (), {"signame": "SIGTERM"})())
+
+
+def test_two_commands_in_one_process_see_nothing_of_each_other(monkeypatch, tmp_path):
+    """Each command (``python run.py``, which opens rundir.command_state()) has its own stop, sweeps, lost and
+    refused jobs: a second command in the same process (a test running several) sees none of the first's,
+    where module globals made the second name the first's lost and refused jobs and count its sweep."""
+    from dapo_exp.analysis.callback import noted_sweeps
+
+    monkeypatch.setenv(rundir.SWEEP_STOP_ENV, str(tmp_path / ".stop"))  # where sweep_stop reads the signal noted
+    with rundir.command_state() as first:
+        _note_everything("a")
+        assert (noted_sweeps(), rundir.lost_jobs(), rundir.refused_jobs()) == (["a/sweep"], [("a/lost", "CANCELLED")],
+                                                                               ["a/refused"])
+        assert rundir.sweep_stop() == rundir.stop_requested() == "SIGTERM"
+        assert rundir.current_state() is first and first.refused == ["a/refused"]  # what run.py reads at the end
+    with rundir.command_state() as second:
+        assert second is not first and rundir.current_state() is second
+        assert (noted_sweeps(), rundir.lost_jobs(), rundir.refused_jobs()) == ([], [], [])
+        assert rundir.sweep_stop() is None and rundir.stop_requested() is None
+        _note_everything("b")
+        assert (noted_sweeps(), rundir.lost_jobs(), rundir.refused_jobs()) == (["b/sweep"], [("b/lost", "CANCELLED")],
+                                                                               ["b/refused"])
+    assert first.lost == [("a/lost", "CANCELLED")] and first.sweeps == ["a/sweep"]  # the first's own, untouched
+
+
+def test_outside_a_command_the_process_keeps_its_own_state(monkeypatch, tmp_path):
+    """With no command open (a library user calling train(), a parallel sweep's worker process, a test), the
+    functions read and write the process's own state, which lasts as long as the process: a signal a worker
+    received between two jobs is still there for the next job's sweep_stop. A command opened meanwhile does
+    not see it, and it is back when the command closes."""
+    from dapo_exp.analysis.callback import noted_sweeps
+
+    monkeypatch.setattr(rundir, "_current", rundir.CommandState())  # this test's process state, restored after
+    monkeypatch.setenv(rundir.SWEEP_STOP_ENV, str(tmp_path / ".stop"))
+    process = rundir.current_state()
+    rundir.note_signal("SIGINT")  # a worker's handler between jobs
+    rundir.note_lost_job("x", "TIMEOUT")
+    assert rundir.current_state() is process and rundir.sweep_stop() == "SIGINT"  # the next call still sees it
+    with rundir.command_state():
+        assert rundir.sweep_stop() is None and rundir.lost_jobs() == [] and noted_sweeps() == []
+        rundir.note_signal("SIGTERM")
+    assert rundir.current_state() is process and rundir.sweep_stop() == "SIGINT"
+    assert rundir.lost_jobs() == [("x", "TIMEOUT")]
+
+
 # --------------------------------------------------------------------------- #
 # the busy-machine benchmark runs (its figures are measured by hand)             #
 # --------------------------------------------------------------------------- #

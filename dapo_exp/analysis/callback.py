@@ -40,17 +40,22 @@ from typing import Any
 
 from hydra.experimental.callback import Callback
 
-_SWEEPS: list[str] = []  # the sweep directories this process ran (note_sweep), in order
-
 
 def note_sweep(sweep_dir: Any) -> None:
-    """Remember that this process runs a sweep into ``sweep_dir`` (for :func:`noted_sweeps`)."""
-    if sweep_dir is not None and str(sweep_dir) not in _SWEEPS:
-        _SWEEPS.append(str(sweep_dir))
+    """Remember that the command under way runs a sweep into ``sweep_dir`` (for :func:`noted_sweeps`; kept in
+    its :class:`dapo_exp.rundir.CommandState`)."""
+    from dapo_exp import rundir
+
+    sweeps = rundir.current_state().sweeps
+    if sweep_dir is not None and str(sweep_dir) not in sweeps:
+        sweeps.append(str(sweep_dir))
 
 
 def noted_sweeps() -> list[str]:
-    return list(_SWEEPS)
+    """The sweep directories noted by :func:`note_sweep` in the command under way, in order."""
+    from dapo_exp import rundir
+
+    return list(rundir.current_state().sweeps)
 
 
 class AnalysisCallback(Callback):
