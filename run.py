@@ -63,7 +63,7 @@ log = logging.getLogger("run")
 
 
 @hydra.main(version_base="1.3", config_path="conf", config_name="config")
-def main(cfg: DictConfig) -> float | None:
+def main(cfg: DictConfig) -> float | rundir.RefusedJob | None:
     from hydra.core.hydra_config import HydraConfig
     from hydra.types import RunMode
 
@@ -94,8 +94,8 @@ def main(cfg: DictConfig) -> float | None:
             print(f"error: {' '.join(str(exc).split())}", file=sys.stderr)
             raise SystemExit(1 if isinstance(exc, RunLockedError) else 2) from None
         print(f"[dapo-exp] job {cfg.out_dir} skipped: {exc}", file=sys.stderr, flush=True)  # not its log file
-        rundir.note_refused_job(str(cfg.out_dir))
-        return None
+        rundir.note_refused_job(str(cfg.out_dir))  # this process's command: the jobs of an in-process launcher
+        return rundir.RefusedJob(str(cfg.out_dir))  # a launcher whose jobs run elsewhere notes it from here
     except Exception as exc:
         if not multirun:
             remove_if_nothing_computed(cfg.out_dir)  # failed before its first step: no run directory

@@ -615,8 +615,27 @@ def lost_jobs() -> list[tuple[str, str]]:
 
 def note_refused_job(where: str) -> None:
     """Record that a job of the sweep under way was refused and did not run (another config in its directory,
-    an unwritable directory); ``run.py`` names them at the end and exits 1."""
-    _current.refused.append(where)
+    an unwritable directory); ``run.py`` names them at the end and exits 1. Once per job: a launcher that ran
+    the job in this process (joblib runs a single job in its caller) notes it again from its return."""
+    if where not in _current.refused:
+        _current.refused.append(where)
+
+
+@dataclass(frozen=True)
+class RefusedJob:
+    """What a sweep job that was refused returns (``run.py``'s job function): where it is. A launcher whose jobs
+    run in other processes (``hydra/launcher=parallel``'s workers, a SLURM job) notes it in the command's state
+    from the job's return (:func:`note_refused_returns`), since the job's own note stays in its process."""
+
+    where: str
+
+
+def note_refused_returns(returns: Any) -> None:
+    """Note (:func:`note_refused_job`) each job of ``returns`` (Hydra's ``JobReturn`` objects) that was refused: its
+    return value is a :class:`RefusedJob`. Jobs that raised are not read (their ``return_value`` re-raises)."""
+    for r in returns:
+        if getattr(getattr(r, "status", None), "name", "") == "COMPLETED" and isinstance(r.return_value, RefusedJob):
+            note_refused_job(r.return_value.where)
 
 
 def refused_jobs() -> list[str]:

@@ -248,21 +248,28 @@ def test_with_config_json_lost_a_rerun_is_compared_with_the_checkpoints_own_conf
 
 
 @pytest.mark.slow
+@pytest.mark.parametrize("launcher", ["basic", "parallel"])
 def test_a_sweep_job_in_a_directory_of_another_config_is_skipped_untouched_and_the_sweep_exits_1(
-        tmp_path, one_step_run, warm_cache):
+        tmp_path, one_step_run, warm_cache, launcher):
+    """Two jobs, each in a directory holding a run of another config. In-process jobs (basic) and jobs in the
+    parallel launcher's worker processes (two at once on two cores: the refusal comes back as the job's return,
+    rundir.RefusedJob, the worker's own note staying in the worker) end the same way: named, once each."""
     from conftest import SMALL
 
-    job = _copy(one_step_run[0], tmp_path / "sweep" / "job")  # resumable
-    before = _snapshot(job)
-    out = subprocess.run([sys.executable, "run.py", "-m", *SMALL, "train.steps=1", "optim.lr=1e-4", "seed=0",
+    jobs = [_copy(one_step_run[0], tmp_path / "sweep" / f"job{seed}") for seed in (0, 1)]  # resumable
+    before = [_snapshot(job) for job in jobs]
+    out = subprocess.run([sys.executable, "run.py", "-m", *SMALL, "train.steps=1", "optim.lr=1e-4", "seed=0,1",
                           f"model.cache_dir={warm_cache}", f"hydra.sweep.dir={tmp_path / 'sweep'}",
-                          "hydra.sweep.subdir=job", "hydra.callbacks={}"], cwd=ROOT, capture_output=True, text=True,
-                         timeout=300)
+                          "hydra.sweep.subdir=job${seed}", "hydra.callbacks={}", f"hydra/launcher={launcher}",
+                          *(["hydra.launcher.jobs=2"] if launcher == "parallel" else [])], cwd=ROOT,
+                         capture_output=True, text=True, timeout=300)
     assert out.returncode == 1, out.stderr[-2000:]
-    assert f"[dapo-exp] job {job} skipped: {job} holds a run of another configuration (optim.lr: 5e-05 -> 0.0001)" \
+    assert f"[dapo-exp] job {jobs[0]} skipped: {jobs[0]} holds a run of another configuration (optim.lr: 5e-05 -> " \
+           "0.0001)" in out.stderr
+    assert f"[dapo-exp] job {jobs[1]} skipped: {jobs[1]} holds a run of another configuration (" in out.stderr
+    assert f"error: 2 job(s) of the sweep were refused and did not run, none finished: {jobs[0]}, {jobs[1]}" \
         in out.stderr
-    assert f"error: 1 job(s) of the sweep were refused and did not run, none finished: {job}" in out.stderr
-    assert _snapshot(job) == before
+    assert [_snapshot(job) for job in jobs] == before
 
 
 # every way a command is refused (issue 34, item 3): (what is wrong, the overrides added, the exit code)

@@ -205,9 +205,10 @@ class ParallelLauncher(Launcher):
         with worker_environ(worker_threads(p.threads) | worker_env(sweep_dir / STOP_FILE)), \
                 SweepStop(str(sweep_dir)) as stop:
             returns = pool.launch(job_overrides, initial_job_idx)
-        if stop.signame:
-            from dapo_exp import rundir
+        from dapo_exp import rundir
 
+        rundir.note_refused_returns(returns)  # a worker's own note stays in the worker: run.py's closing line reads ours
+        if stop.signame:
             told = [r.return_value if r.status.name == "COMPLETED" else None for r in returns]
             print(f"[dapo-exp] sweep stopped by {stop.signame}: {told.count(STOPPED)} job(s) stopped with a "
                   f"checkpoint, {told.count(NOT_STARTED)} not started; re-run the same command to resume",
