@@ -1,5 +1,6 @@
-"""Hydra glue: the resolvers the config tree uses, the job's output directory, the
-sweep dry run, and the run label (which needs the presets as Hydra composes them).
+"""Hydra glue: the resolvers the config tree uses, the job's output directory, a sweep's jobs and
+their directory names (Hydra's basic sweeper and ``override_dirname``, from its public override API),
+the sweep dry run, and the run label (which needs the presets as Hydra composes them).
 
 Importing :mod:`dapo_exp.config` registers the typed schema in Hydra's ConfigStore.
 """
@@ -8,13 +9,17 @@ from __future__ import annotations
 
 import functools
 import os
+from collections.abc import Iterable, Mapping
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from omegaconf import DictConfig, OmegaConf
 
 import dapo_exp.config  # noqa: F401  (registers the `schema` node)
 from dapo_exp import fixes
+
+if TYPE_CHECKING:
+    from hydra.core.override_parser.types import Override
 
 # the config tree of this checkout (run.py's config_path)
 CONFIG_DIR = str(Path(__file__).resolve().parent.parent / "conf")
@@ -66,6 +71,57 @@ def job_output_dir() -> str:
     return os.getcwd()
 
 
+# --------------------------------------------------------------------------- #
+# a sweep's jobs and their directory names, from Hydra's public override API    #
+# --------------------------------------------------------------------------- #
+def expand_sweep(overrides: Iterable[Override]) -> list[list[str]]:
+    """The jobs of a sweep as Hydra's basic sweeper runs them: the cartesian product of the parsed
+    ``overrides`` (``a=1,2``, ``range(...)``, ``choice(...)``; ``glob(...)`` where the parser was given a
+    config loader), each job as its list of ``key=value`` overrides, the first override varying slowest.
+    A key given twice keeps the place of its first mention and the value of its last, so that a command's
+    ``seed=`` replaces the sweeper's default seeds where they stood. ``interval(...)`` is refused as the
+    basic sweeper refuses it (it has no list of values to run).
+
+    The preflight, the dry run, the analysis and the sequential sweeper must list the jobs the launched
+    sweep will run; this is the basic sweeper's expansion written against Hydra's public ``Override``
+    (the sweeper itself is internal to Hydra; tests/test_hydra_setup.py checks the two agree)."""
+    import itertools
+
+    from hydra.errors import HydraException
+
+    choices: dict[str, list[str]] = {}
+    for override in overrides:
+        key = override.get_key_element()  # with its +, ~ or @package: ``+a=1`` and ``a=1`` are two keys
+        if not override.is_sweep_override():
+            choices[key] = [f"{key}={override.get_value_element_as_str()}"]
+        elif override.is_discrete_sweep():
+            choices[key] = [f"{key}={value}" for value in override.sweep_string_iterator()]
+        else:
+            raise HydraException(f"BasicSweeper does not support sweep type : {override.value_type.name}")
+    return [list(job) for job in itertools.product(*choices.values())]
+
+
+def sweep_jobs(overrides: Iterable[str], params: Mapping[str, Any] | None = None) -> list[list[str]]:
+    """The jobs of a sweep command's ``overrides`` (:func:`expand_sweep`), the sweeper's ``params``
+    (``hydra.sweeper.params``: the default seeds) applied first, as the basic sweeper applies them, so
+    that the command's own ``seed=`` replaces them."""
+    from hydra.core.override_parser.overrides_parser import OverridesParser
+
+    args = [f"{k}={v}" for k, v in (params or {}).items()] + list(overrides)
+    return expand_sweep(OverridesParser.create().parse_overrides(args))
+
+
+def overrides_dirname(overrides: Iterable[Override], exclude_keys: Iterable[str] = (), item_sep: str = ",",
+                      kv_sep: str = "=") -> str:
+    """``hydra.job.override_dirname`` of a job with the parsed ``overrides``, as Hydra computes it: the
+    overrides as typed, those of an excluded key left out (``hydra.job.config.override_dirname.exclude_keys``,
+    the key without its ``+``/``~``), sorted, joined with ``item_sep``, every ``=`` written ``kv_sep``.
+    Where a sweep's jobs will write (a re-run skips the finished ones) must be known before they start."""
+    exclude = set(exclude_keys)
+    lines = sorted(str(o.input_line) for o in overrides if o.key_or_group not in exclude)
+    return item_sep.join(lines).replace("=", kv_sep)
+
+
 def dry_run_sweep(argv: list[str], config_dir: str) -> bool:
     """Print the config of every job of a sweep: ``run.py -m --cfg job|hydra|all [overrides]``.
 
@@ -73,8 +129,8 @@ def dry_run_sweep(argv: list[str], config_dir: str) -> bool:
     (SLURM partition, GPUs, time, ...) are printed once before the jobs.
 
     Hydra itself refuses ``--multirun`` together with ``--cfg``. This expands the
-    sweep with Hydra's own override parser and its basic sweeper's cartesian
-    product, composes each job's config exactly as a run would, and prints it
+    sweep with Hydra's own override parser and the basic sweeper's cartesian
+    product (:func:`sweep_jobs`), composes each job's config exactly as a run would, and prints it
     under a ``#i : overrides`` header. Returns False when ``argv`` is not such a call, so the
     caller goes on to ``@hydra.main`` (``run.py`` checks the run or sweep first:
     :func:`dapo_exp.preflight.precheck`).
@@ -83,7 +139,6 @@ def dry_run_sweep(argv: list[str], config_dir: str) -> bool:
     if not flags_m & set(argv) or not any(a == "--cfg" or a.startswith("--cfg=") or a == "-c" for a in argv):
         return False
     from hydra import compose, initialize_config_dir
-    from hydra._internal.core_plugins.basic_sweeper import BasicSweeper
     from hydra.core.override_parser.overrides_parser import OverridesParser
 
     rest, what, i = [], "job", 0
@@ -103,13 +158,11 @@ def dry_run_sweep(argv: list[str], config_dir: str) -> bool:
     if what not in ("job", "hydra", "all"):
         raise SystemExit(f"--cfg must be one of job, hydra, all; got {what!r}")
     register_resolvers()
-    parser = OverridesParser.create()
-    jobs = BasicSweeper.split_arguments(parser.parse_overrides(rest), None)[0]
+    jobs = expand_sweep(OverridesParser.create().parse_overrides(rest))
     with initialize_config_dir(config_dir=config_dir, version_base="1.3"):
         # the sweeper's own parameters (the default seeds) come first, as the basic sweeper applies them
         params = compose("config", overrides=jobs[0], return_hydra_config=True).hydra.sweeper.get("params") or {}
-        jobs = BasicSweeper.split_arguments(parser.parse_overrides([f"{k}={v}" for k, v in params.items()] + rest),
-                                            None)[0]
+        jobs = sweep_jobs(rest, params)
         print(f"[dry run] {len(jobs)} jobs")
         if what == "job" and any(a.startswith(("hydra/launcher=", "hydra.launcher.")) for a in rest):
             # the launcher is what a sweep dry run is usually checked for: show its settings once

@@ -218,21 +218,13 @@ def _check_sequential(first: Any, jobs: list[list[str]]) -> None:
         raise ConfigError(ONE_CONFIGURATION)
 
 
-def sweep_jobs(overrides: Iterable[str], params: dict[str, Any]) -> list[list[str]]:
-    """The jobs of a sweep command's ``overrides``, each as its list of overrides: the sweeper's ``params``
-    (``hydra.sweeper.params``: the default seeds) applied first, then the command's, as the basic sweeper does."""
-    from hydra._internal.core_plugins.basic_sweeper import BasicSweeper
-    from hydra.core.override_parser.overrides_parser import OverridesParser
-
-    parsed = OverridesParser.create().parse_overrides([f"{k}={v}" for k, v in params.items()] + list(overrides))
-    return BasicSweeper.split_arguments(parsed, None)[0]
-
-
 def sweep_configurations(overrides: Iterable[str], params: dict[str, Any], exclude: Iterable[str]) -> set[tuple[str, ...]]:
     """The configurations a sweep runs, seeds aside: each job of the command's ``overrides`` (the sweeper's
     ``params`` applied first, as the basic sweeper does) as its sorted overrides, without ``seed`` and the keys
     its run directory's name leaves out (``exclude``: ``hydra.job.config.override_dirname.exclude_keys``, which
     change no result: the sweep's name, the logger, the launcher, ...) and Hydra's own (``hydra.sweep.dir=``)."""
+    from dapo_exp.hydra_setup import sweep_jobs
+
     def kept(override: str) -> bool:
         key = override.split("=", 1)[0].lstrip("+~")
         return key not in drop and key.split(".", 1)[0].split("/", 1)[0] != "hydra"  # Hydra's own: not the job's
@@ -281,18 +273,16 @@ def check_one_sweep(first: Any, overrides: list[str]) -> None:
 
 def _precheck(rest: list[str], multirun: bool, config_dir: str, launch: bool, machine: bool) -> None:
     from hydra import compose, initialize_config_dir
-    from hydra._internal.core_plugins.basic_sweeper import BasicSweeper
     from hydra.core.override_parser.overrides_parser import OverridesParser
     from omegaconf import open_dict
 
     from dapo_exp.cli_errors import check_known_keys
     from dapo_exp.config import ConfigError, validate
-    from dapo_exp.hydra_setup import register_resolvers
+    from dapo_exp.hydra_setup import expand_sweep, register_resolvers, sweep_jobs
 
     register_resolvers()
-    parser = OverridesParser.create()
-    parsed = parser.parse_overrides(rest)  # an unparsable override: OverrideParseException naming it
-    jobs = BasicSweeper.split_arguments(parsed, None)[0] if multirun else [rest]
+    parsed = OverridesParser.create().parse_overrides(rest)  # an unparsable override: OverrideParseException naming it
+    jobs = expand_sweep(parsed) if multirun else [rest]
     def seedless(job: list[str]) -> tuple[str, ...]:
         return tuple(o for o in job if o.split("=", 1)[0].lstrip("+~") != "seed")
 

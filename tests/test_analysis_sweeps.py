@@ -1,7 +1,8 @@
 """The committed sweep recipes (sweeps/*.sh) expand to the runs their headers promise.
 
 Each recipe's `"$PY" run.py -m ...` line is expanded with Hydra's own override
-parser and basic sweeper (as the dry run `run.py -m --cfg job` does), and every
+parser and the basic sweeper's product (`dapo_exp.hydra_setup.sweep_jobs`, as the dry run
+`run.py -m --cfg job` does; tests/test_hydra_setup.py holds it to Hydra's own), and every
 distinct configuration is composed, so a renamed preset or group breaks this test
 instead of a sweep on a cluster.
 """
@@ -61,11 +62,9 @@ def test_every_recipe_is_checked():
 @pytest.mark.parametrize("name", sorted(set(EXPECTED_LABELS) - LOOPED))
 def test_recipe_expands_and_composes(name):
     from hydra import compose, initialize_config_dir
-    from hydra._internal.core_plugins.basic_sweeper import BasicSweeper
-    from hydra.core.override_parser.overrides_parser import OverridesParser
 
     from dapo_exp.fixes import switches as fix_switches
-    from dapo_exp.hydra_setup import register_resolvers, run_label
+    from dapo_exp.hydra_setup import register_resolvers, run_label, sweep_jobs
 
     script = SWEEPS / name
     text = script.read_text()
@@ -73,7 +72,7 @@ def test_recipe_expands_and_composes(name):
         assert field in text, f"{name}: header lacks {field!r}"
     assert text.rstrip().endswith('"$@"'), f"{name}: extra overrides must pass through"
     overrides, runs = _command(script)
-    jobs = BasicSweeper.split_arguments(OverridesParser.create().parse_overrides(overrides), None)[0]
+    jobs = sweep_jobs(overrides)
     assert len(jobs) == runs, f"{name}: header says {runs} runs, the command expands to {len(jobs)}"
     sweep = next(o for o in overrides if o.startswith("sweep="))
     assert sweep == f"sweep={name[:-3]}"
@@ -129,12 +128,10 @@ def test_toy_studies_recipe_runs_each_study_as_its_sweep():
     """sweeps/toy_studies.sh runs, per study, the command of dapo_exp.analysis.studies.STUDIES: 2 arms
     x the seeds, composing, differing in the study's switch alone, then the study's analysis."""
     from hydra import compose, initialize_config_dir
-    from hydra._internal.core_plugins.basic_sweeper import BasicSweeper
-    from hydra.core.override_parser.overrides_parser import OverridesParser
 
     from dapo_exp.analysis.studies import STUDIES
     from dapo_exp.fixes import switches as fix_switches
-    from dapo_exp.hydra_setup import register_resolvers
+    from dapo_exp.hydra_setup import register_resolvers, sweep_jobs
 
     text = (SWEEPS / "toy_studies.sh").read_text()
     for field in ("# Question:", "# Runs:", "# Cost:", "# Usage:"):
@@ -147,7 +144,7 @@ def test_toy_studies_recipe_runs_each_study_as_its_sweep():
         args = shlex.split(study.command(seeds))
         assert args[:3] == ["python", "run.py", "-m"] and f"sweep={study.sweep}" in args
         assert study.sweep == f"{study.experiment}_{study.fix}"
-        jobs = BasicSweeper.split_arguments(OverridesParser.create().parse_overrides(args[3:]), None)[0]
+        jobs = sweep_jobs(args[3:])
         assert len(jobs) == 2 * len(seeds.split(","))
         states = set()
         with initialize_config_dir(config_dir=str(REPO / "conf"), version_base="1.3"):
@@ -162,12 +159,10 @@ def test_cross_engine_recipe_runs_the_same_study_on_both_engines():
     the seeds) run by the native trainer and by verl with the same overrides, the verl half translating to
     verl's CPU mode, then sweeps/checks/cross_engine.py on the two sweeps."""
     from hydra import compose, initialize_config_dir
-    from hydra._internal.core_plugins.basic_sweeper import BasicSweeper
-    from hydra.core.override_parser.overrides_parser import OverridesParser
 
     from dapo_exp.backends import verl as vb
     from dapo_exp.fixes.verl_rules import OB
-    from dapo_exp.hydra_setup import register_resolvers, run_label
+    from dapo_exp.hydra_setup import register_resolvers, run_label, sweep_jobs
 
     text = (SWEEPS / "cross_engine.sh").read_text()
     for field in ("# Question:", "# Runs:", "# Cost:", "# SLURM:", "hydra/launcher=slurm", "estimate"):
@@ -184,7 +179,7 @@ def test_cross_engine_recipe_runs_the_same_study_on_both_engines():
         args = shlex.split(line.replace('"${STUDY[@]}"', shlex.join(study)).replace('"$SEEDS"', seeds)
                            .replace('"$@"', ""))
         assert f"sweep=cross_engine_{engine}" in args and ("backend=verl" in args) == (engine == "verl")
-        jobs = BasicSweeper.split_arguments(OverridesParser.create().parse_overrides(args[3:]), None)[0]
+        jobs = sweep_jobs(args[3:])
         arms = sorted({tuple(o for o in job if not o.startswith(("seed=", "hydra/"))) for job in jobs})
         with initialize_config_dir(config_dir=str(REPO / "conf"), version_base="1.3"):
             cfgs = {arm: compose("config", overrides=[*arm, "seed=0"]) for arm in arms}
@@ -205,11 +200,9 @@ def test_the_real_models_cross_engine_recipe_runs_the_native_studys_arms_on_verl
     backend=verl train.device=cpu, the converted model directory as verl's model, then the comparison with the
     native sweep on those two arms."""
     from hydra import compose, initialize_config_dir
-    from hydra._internal.core_plugins.basic_sweeper import BasicSweeper
-    from hydra.core.override_parser.overrides_parser import OverridesParser
 
     from dapo_exp.backends import verl as vb
-    from dapo_exp.hydra_setup import register_resolvers, run_label
+    from dapo_exp.hydra_setup import register_resolvers, run_label, sweep_jobs
     from dapo_exp.packaged_models import SMOLLM2_135M
 
     text = (SWEEPS / "smollm2_cross_engine.sh").read_text()
@@ -221,7 +214,7 @@ def test_the_real_models_cross_engine_recipe_runs_the_native_studys_arms_on_verl
     joined = text.replace("\\\n", " ")
     line = next(l.strip() for l in joined.splitlines() if l.strip().startswith(RUN))
     args = _expanded(line, text)
-    jobs = BasicSweeper.split_arguments(OverridesParser.create().parse_overrides(args[3:]), None)[0]
+    jobs = sweep_jobs(args[3:])
     assert len(jobs) == int(re.search(r"^# Runs:\s+(\d+)", text, re.M).group(1))
     register_resolvers()
     with initialize_config_dir(config_dir=str(REPO / "conf"), version_base="1.3"):

@@ -20,10 +20,10 @@ import subprocess
 import sys
 import time
 from pathlib import Path
+from typing import Any
 
 import pytest
 from hydra import compose, initialize_config_dir
-from omegaconf import OmegaConf
 
 from dapo_exp.hydra_setup import dry_run_sweep, register_resolvers
 
@@ -40,22 +40,18 @@ def launcher_cfg(overrides, config_dir=CONF):
 
 
 def sbatch_text(launcher_node, folder, monkeypatch) -> str:
-    """The sbatch script submitit would submit, built as ``BaseSubmititLauncher.launch`` does."""
+    """The sbatch script submitit would submit, from the executor our launcher builds (its settings:
+    ``executor_settings``, checked against the plugin's own launch below), submitit's files in ``folder``."""
     import submitit
     from hydra.utils import instantiate
     from submitit.slurm.slurm import SlurmExecutor
 
-    from hydra_plugins.hydra_submitit_launcher.config import BaseQueueConf
+    from hydra_plugins.dapo_exp_launcher.slurm_launcher import executor_settings
 
     monkeypatch.setattr(SlurmExecutor, "affinity", classmethod(lambda cls: 2))  # pretend srun exists
-    launcher = instantiate(launcher_node)
-    params = dict(launcher.params)
-    params.pop("submitit_folder")
-    executor = submitit.AutoExecutor(
-        cluster="slurm", folder=folder, slurm_max_num_timeout=params.pop("max_num_timeout")
-    )
-    base = set(OmegaConf.structured(BaseQueueConf).keys())
-    executor.update_parameters(**{k if k in base else f"slurm_{k}": v for k, v in params.items()})
+    init, update = executor_settings(instantiate(launcher_node).params)
+    executor = submitit.AutoExecutor(cluster="slurm", **{**init, "folder": folder})
+    executor.update_parameters(**update)
     return executor._executor._make_submission_file_text("python -u -m submitit.core._submit", "uid")
 
 
@@ -106,6 +102,99 @@ def test_slurm_checkpoint_resubmits_the_same_job():
     launcher = instantiate(launcher_cfg(["hydra/launcher=slurm"]).hydra.launcher)
     delayed = launcher.checkpoint(["seed=1"], "hydra.sweep.dir", 3, "job_id_for_3", {})
     assert delayed.function is launcher and delayed.args == (["seed=1"], "hydra.sweep.dir", 3, "job_id_for_3", {})
+
+
+class _FakeJob:
+    def __init__(self, value: Any = None, lost: bool = False) -> None:
+        self.value, self.lost, self.job_id, self.state = value, lost, "7_1", "CANCELLED"
+
+    def results(self) -> list[Any]:
+        from submitit.core.utils import UncompletedJobError
+
+        if self.lost:
+            raise UncompletedJobError("Job 7_1 (task: 0) with path /x\nhas not produced any output (state: CANCELLED)")
+        return [self.value]
+
+
+class _FakeExecutor:
+    """Stands in for ``submitit.AutoExecutor``: records how it was built, its parameters and the calls it was
+    given; each job's result is its index (``lost``: the indices whose job ends without a result)."""
+
+    made: list[_FakeExecutor] = []
+    lost: set[int] = set()
+
+    def __init__(self, cluster: str, **init: Any) -> None:
+        self.cluster, self.init, self.update, self.calls = cluster, init, None, None
+        _FakeExecutor.made.append(self)
+
+    def update_parameters(self, **update: Any) -> None:
+        self.update = update
+
+    def map_array(self, fn: Any, *iterables: Any) -> list[_FakeJob]:
+        self.fn, self.calls = fn, list(zip(*iterables))
+        return [_FakeJob(call[2], lost=call[2] in self.lost) for call in self.calls]
+
+
+def _launchers(tmp_path, overrides):
+    """Ours and the plugin's ``SlurmLauncher`` for the same ``hydra.launcher`` settings, set up for one sweep."""
+    from hydra.utils import instantiate
+
+    from hydra_plugins.hydra_submitit_launcher.submitit_launcher import SlurmLauncher as PluginLauncher
+
+    cfg = launcher_cfg([f"hydra.sweep.dir={tmp_path / 'sweep'}", *overrides])
+    ours = instantiate(cfg.hydra.launcher)
+    theirs = PluginLauncher(**ours.params)
+    for launcher in (ours, theirs):
+        launcher.setup(hydra_context=None, task_function=lambda c: None, config=cfg)
+    return ours, theirs
+
+
+@pytest.mark.parametrize("overrides", [
+    ["hydra/launcher=slurm"],
+    ["hydra/launcher=slurm_local", "hydra.launcher.array_parallelism=3"],
+    ["hydra/launcher=slurm", "hydra.launcher.partition=gpu", "hydra.launcher.account=dapo",
+     "hydra.launcher.max_num_timeout=7", "hydra.launcher.setup=[module load cuda]",
+     "+hydra.launcher.additional_parameters.mail-type=END"],
+])
+def test_the_launcher_submits_what_the_plugin_would(tmp_path, monkeypatch, overrides):
+    """Our launch builds submitit's executor and submits the array job itself: the executor's settings, its
+    parameters and the jobs' arguments are the plugin's launch's for the same settings, and each job's result
+    comes back in order."""
+    import submitit
+
+    monkeypatch.setattr(submitit, "AutoExecutor", _FakeExecutor)
+    monkeypatch.setattr(_FakeExecutor, "made", [])
+    ours, theirs = _launchers(tmp_path, overrides)
+    jobs = [["fixes=grpo", "seed=0"], ["fixes=clip", "seed=0"], ["fixes=clip", "seed=1"]]
+    assert list(ours.launch(jobs, initial_job_idx=4)) == [4, 5, 6]
+    assert list(theirs.launch(jobs, initial_job_idx=4)) == [4, 5, 6]
+    mine, plugin = _FakeExecutor.made
+    assert (mine.cluster, mine.init, mine.update) == (plugin.cluster, plugin.init, plugin.update)
+    assert mine.update and "slurm_max_num_timeout" in mine.init and "folder" in mine.init
+    assert mine.fn is ours and plugin.fn is theirs
+    # the jobs' arguments; the last, Hydra's singletons' state, a fresh copy per job in both
+    assert [c[:4] for c in mine.calls] == [c[:4] for c in plugin.calls] == [
+        (job, "hydra.sweep.dir", i, f"job_id_for_{i}") for i, job in enumerate(jobs, start=4)]
+    assert [sorted(c[4]) for c in mine.calls] == [sorted(c[4]) for c in plugin.calls]
+    assert (tmp_path / "sweep").is_dir()
+
+
+def test_a_lost_job_is_named_and_the_others_results_come_back(tmp_path, monkeypatch):
+    """A job that ends without a result (cancelled) is an empty completed return, noted as lost with its
+    SLURM job and state; the next job's result still comes back (the plugin's launch raised at the first)."""
+    import submitit
+
+    from dapo_exp import rundir
+
+    noted: list[tuple[str, str]] = []
+    monkeypatch.setattr(submitit, "AutoExecutor", _FakeExecutor)
+    monkeypatch.setattr(_FakeExecutor, "lost", {0})
+    monkeypatch.setattr(rundir, "note_lost_job", lambda where, why: noted.append((where, why)))
+    monkeypatch.setattr(_FakeExecutor, "made", [])
+    ours, _ = _launchers(tmp_path, ["hydra/launcher=slurm"])
+    lost, kept = ours.launch([["fixes=grpo"], ["fixes=clip"]], initial_job_idx=0)
+    assert lost.return_value is None and lost.overrides == ["fixes=grpo"] and kept == 1
+    assert len(noted) == 1 and "SLURM job 7_1 ended CANCELLED without a result" in noted[0][1]
 
 
 def test_dry_run_prints_the_launcher_of_every_job():

@@ -167,16 +167,15 @@ def _one_writer(out: str) -> Iterator[None]:
 
 
 def sweep_jobs(config: Any) -> list[list[str]]:
-    """The jobs of the multirun ``config`` belongs to, as Hydra's basic sweeper expands them: the
-    command line's overrides after ``hydra.sweeper.params`` (so ``seed=`` given there replaces the
-    default seeds)."""
-    from hydra._internal.core_plugins.basic_sweeper import BasicSweeper
-    from hydra.core.override_parser.overrides_parser import OverridesParser
+    """The jobs of the multirun ``config`` belongs to, as Hydra's basic sweeper expands them
+    (:func:`dapo_exp.hydra_setup.sweep_jobs`): the command line's overrides after ``hydra.sweeper.params``
+    (so ``seed=`` given there replaces the default seeds)."""
     from omegaconf import OmegaConf
 
+    from dapo_exp.hydra_setup import sweep_jobs as expanded
+
     params = OmegaConf.select(config, "hydra.sweeper.params", default=None) or {}
-    args = [f"{k}={v}" for k, v in params.items()] + list(config.hydra.overrides.task)
-    return BasicSweeper.split_arguments(OverridesParser.create().parse_overrides(args), None)[0]
+    return expanded(config.hydra.overrides.task, params)
 
 
 # A sweep whose estimated cost is above this many GPU-hours and that would run several seeds per
@@ -222,15 +221,15 @@ def run_cost_line(config: Any, *, cores: int | None = None, load: float | None =
 def job_dir(config: Any, job: list[str]) -> Path:
     """The directory Hydra gives the job with overrides ``job`` in the sweep of ``config``:
     ``hydra.sweep.dir`` / its ``override_dirname`` (the excluded keys left out, sorted) as
-    ``hydra.sweep.subdir`` names it (:func:`dapo_exp.hydra_setup._dirname`)."""
-    from hydra._internal.config_loader_impl import get_overrides_dirname
+    ``hydra.sweep.subdir`` names it (:func:`dapo_exp.hydra_setup.overrides_dirname`, then
+    :func:`dapo_exp.hydra_setup._dirname`)."""
     from hydra.core.override_parser.overrides_parser import OverridesParser
 
-    from dapo_exp.hydra_setup import _dirname
+    from dapo_exp.hydra_setup import _dirname, overrides_dirname
 
     spec = config.hydra.job.config.override_dirname
-    name = get_overrides_dirname(OverridesParser.create().parse_overrides(job), list(spec.exclude_keys),
-                                 spec.item_sep, spec.kv_sep)
+    name = overrides_dirname(OverridesParser.create().parse_overrides(job), spec.exclude_keys, spec.item_sep,
+                             spec.kv_sep)
     return Path(str(config.hydra.sweep.dir)) / _dirname(name)
 
 

@@ -56,16 +56,19 @@ class SequentialSweeper(Sweeper):
                                                                 task_function=task_function, config=config)
 
     def _configurations(self, arguments: list[str]) -> list[list[str]]:
-        from hydra._internal.core_plugins.basic_sweeper import BasicSweeper
+        """The configurations the command's ``arguments`` (after the sweeper's ``params``) expand to, as the
+        basic sweeper would expand them (:func:`dapo_exp.hydra_setup.expand_sweep`; ``glob(...)`` resolved
+        against the config tree); seeds are the sweeper's to add, and one configuration compares nothing."""
         from hydra.core.override_parser.overrides_parser import OverridesParser
 
         from dapo_exp.analysis.sequential_sweep import ONE_CONFIGURATION, SEEDS_REFUSED
+        from dapo_exp.hydra_setup import expand_sweep
 
         parser = OverridesParser.create(config_loader=self.hydra_context.config_loader)
         overrides = parser.parse_overrides([f"{k}={v}" for k, v in self.params.items()] + list(arguments))
         if any(o.get_key_element().lstrip("+~") == "seed" for o in overrides):
             raise HydraException(SEEDS_REFUSED)
-        configs = BasicSweeper.split_arguments(overrides, None)[0]
+        configs = expand_sweep(overrides)
         if len(configs) < 2:
             raise HydraException(ONE_CONFIGURATION)
         return configs
