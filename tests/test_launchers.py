@@ -197,6 +197,31 @@ def test_a_lost_job_is_named_and_the_others_results_come_back(tmp_path, monkeypa
     assert len(noted) == 1 and "SLURM job 7_1 ended CANCELLED without a result" in noted[0][1]
 
 
+def test_a_job_refused_in_its_slurm_process_is_noted_in_the_command(tmp_path, monkeypatch):
+    """run.py's job function, refused in a SLURM job (another config in its directory), returns
+    rundir.RefusedJob: the launcher notes it in the command under way, for run.py's closing line."""
+    import submitit
+    from hydra.core.utils import JobReturn, JobStatus
+
+    from dapo_exp import rundir
+
+    class _Refusing(_FakeExecutor):
+        def map_array(self, fn: Any, *iterables: Any) -> list[_FakeJob]:
+            super().map_array(fn, *iterables)
+            returns = [JobReturn(overrides=call[0], status=JobStatus.COMPLETED,
+                                 _return_value=rundir.RefusedJob(f"/runs/{i}") if i == 1 else 0.5)
+                       for i, call in enumerate(self.calls)]
+            return [_FakeJob(r) for r in returns]
+
+    monkeypatch.setattr(submitit, "AutoExecutor", _Refusing)
+    monkeypatch.setattr(_FakeExecutor, "made", [])
+    ours, _ = _launchers(tmp_path, ["hydra/launcher=slurm"])
+    with rundir.command_state() as state:
+        returns = ours.launch([["fixes=grpo"], ["fixes=clip"]], initial_job_idx=0)
+    assert [r.return_value for r in returns] == [0.5, rundir.RefusedJob("/runs/1")]
+    assert state.refused == ["/runs/1"] and state.lost == []
+
+
 def test_dry_run_prints_the_launcher_of_every_job():
     out = io.StringIO()
     with contextlib.redirect_stdout(out):

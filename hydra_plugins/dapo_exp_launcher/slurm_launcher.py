@@ -74,6 +74,8 @@ class SlurmLauncher(_PluginLauncher or _Missing):  # type: ignore[misc]
         from hydra.core.singleton import Singleton
         from hydra.core.utils import filter_overrides
 
+        from dapo_exp import rundir
+
         if not job_overrides:  # nothing to submit: no executor, no sweep directory, no submitit warning
             return []
         init, update = executor_settings(self.params, self._EXECUTOR)
@@ -86,7 +88,9 @@ class SlurmLauncher(_PluginLauncher or _Missing):  # type: ignore[misc]
             # the arguments of the inherited __call__ (and of checkpoint's resubmission), in its order
             calls.append((list(overrides), "hydra.sweep.dir", idx, f"job_id_for_{idx}", Singleton.get_state()))
         jobs = executor.map_array(self, *zip(*calls))
-        return [self._result(job, list(overrides)) for job, overrides in zip(jobs, job_overrides)]
+        returns = [self._result(job, list(overrides)) for job, overrides in zip(jobs, job_overrides)]
+        rundir.note_refused_returns(returns)  # a job refused in its SLURM job's process: named by run.py at the end
+        return returns
 
     def _make_sweep_dir(self) -> None:
         """Create the sweep directory before the jobs start (each job writes its run directory inside it, and
