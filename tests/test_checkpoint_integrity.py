@@ -248,7 +248,7 @@ def test_every_file_a_shipped_warm_start_loads_is_held_by_the_code():
 
 
 def _shipped_copy(tmp_path, monkeypatch):
-    from conftest import shipped_default_model
+    from helpers import shipped_default_model
 
     import dapo_exp.tasks.arith_warmstart as W
 
@@ -451,7 +451,7 @@ def test_a_checkpoint_shaped_for_another_model_is_skipped_before_anything_is_loa
 def test_resume_past_a_rehashed_damaged_checkpoint_gives_the_uninterrupted_metrics(tmp_path, small_cfg, caplog,
                                                                                    monkeypatch, damage):
     """The run-level cases of issue 34: each used to diverge, crash in 80 lines or re-train steps."""
-    from conftest import whole_and_killed
+    from helpers import whole_and_killed
     from test_train import metrics
 
     from dapo_exp import rundir

@@ -329,7 +329,7 @@ def test_a_key_in_the_wrong_section_suggests_where_it_lives(tmp_path, override):
 
 @pytest.mark.slow
 def test_a_single_run_prints_its_output_directory_last(tmp_path, warm_cache):
-    from conftest import SMALL
+    from helpers import SMALL
 
     run_dir = tmp_path / "outputs" / "one_run"
     out = _run_py(*SMALL, f"model.cache_dir={warm_cache}", f"hydra.run.dir={run_dir}", timeout=600)

@@ -133,8 +133,8 @@ def test_the_tutorial_is_the_ablation_of_the_readme():
 @pytest.mark.slow
 def test_the_tutorials_commands_run_at_reduced_size(tmp_path, warm_cache):
     """Every command of the tutorial, in order, in a scratch checkout, with the runs shrunk
-    (conftest.SMALL): each exits 0 and the files the tutorial shows are there."""
-    from conftest import SMALL
+    (helpers.SMALL): each exits 0 and the files the tutorial shows are there."""
+    from helpers import SMALL
 
     repo = tmp_path / "repo"
     repo.mkdir()

@@ -9,7 +9,7 @@ from types import SimpleNamespace
 
 import pytest
 import torch
-from conftest import SMALL
+from helpers import SMALL
 
 from dapo_exp import fixes, objective, rundir
 from dapo_exp.config import ConfigError
@@ -18,7 +18,7 @@ from dapo_exp.train import train
 
 CALLS: dict[str, list] = {}
 # The evaluations no assertion here reads, shrunk: no evaluation of the base policy, the final one on 1 sample per
-# problem (conftest.SMALL's 8 x 8 was about half of a 2-step run's compute); the final evaluation still runs.
+# problem (helpers.SMALL's 8 x 8 was about half of a 2-step run's compute); the final evaluation still runs.
 CHEAP_EVAL = ("eval.before_training=false", "eval.final_samples=1")
 
 

@@ -13,7 +13,7 @@ import textwrap
 from pathlib import Path
 
 import pytest
-from conftest import SMALL
+from helpers import SMALL
 
 from dapo_exp import rundir
 from dapo_exp.fixes import base
@@ -33,7 +33,7 @@ def _example() -> str:
 
 
 ADV_CLIP = _example()
-# conftest.SMALL with the evaluations no assertion here reads shrunk: no evaluation of the base policy, the final one
+# helpers.SMALL with the evaluations no assertion here reads shrunk: no evaluation of the base policy, the final one
 # on 1 sample per problem (SMALL's 8 x 8 was about half of a 2-step run's compute); the final evaluation still runs.
 SMALL_RUN = [*SMALL, "eval.before_training=false", "eval.final_samples=1"]
 

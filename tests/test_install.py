@@ -355,13 +355,25 @@ def test_test_command_ends_with_the_verdict_of_everything_it_ran_whatever_fails(
     assert rc == 1 and "environment: failed (exit 1) | main suite: not run" in last
 
 
+def _held(lock) -> bool:
+    """Whether another process holds ``lock`` (flock), as a background install of ``.ci/test-env`` does."""
+    import fcntl
+
+    with open(lock) as f:
+        try:
+            fcntl.flock(f, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError:
+            return True
+    return False
+
+
 def test_test_env_leaves_verl_installing_beside_the_tests_and_they_wait_for_it(tmp_path):
-    """``.ci/test-env PY --verl-background`` (the whole suite) returns while .venv-verl still installs, its pid in
-    ``.ci/.install-verl.pending`` until it ends; ``wait_for_verl_install`` blocks until then."""
+    """``.ci/test-env PY --verl-background`` (the whole suite) returns while .venv-verl still installs, holding the
+    lock ``.ci/.install-verl.lock`` until it ends; ``wait_for_verl_install`` blocks until then."""
     import threading
     import time
 
-    from conftest import wait_for_verl_install
+    from helpers import wait_for_verl_install
 
     ci = tmp_path / ".ci"
     ci.mkdir()
@@ -371,16 +383,22 @@ def test_test_env_leaves_verl_installing_beside_the_tests_and_they_wait_for_it(t
     out = subprocess.run(["bash", ".ci/test-env", sys.executable, "--verl-background"], cwd=tmp_path, env=env,
                          capture_output=True, text=True, timeout=300)
     assert out.returncode == 0 and ".venv-verl installs beside the tests" in out.stderr, out.stderr
-    pending = ci / ".install-verl.pending"
-    os.kill(int(pending.read_text()), 0)  # the install goes on
-    waiter = threading.Thread(target=wait_for_verl_install, kwargs={"timeout": 120, "pending": pending})
+    lock = ci / ".install-verl.lock"
+    assert _held(lock)  # the install goes on
+    waiter = threading.Thread(target=wait_for_verl_install, kwargs={"timeout": 120, "lock": lock})
     waiter.start()
     time.sleep(1.0)
     assert waiter.is_alive()
     (tmp_path / "release").touch()
     waiter.join(60)
-    assert not waiter.is_alive() and not pending.exists()
+    assert not waiter.is_alive() and not _held(lock)
     assert (ci / ".install-verl.log").read_text().split() == ["installing", "installed"]
+    import fcntl
+
+    with open(lock) as holder:  # a lock held past the timeout is named (flock: per open file, this process too)
+        fcntl.flock(holder, fcntl.LOCK_EX)
+        with pytest.raises(TimeoutError, match="did not end within"):
+            wait_for_verl_install(timeout=0.1, lock=lock)
 
 
 def test_a_prefetched_verl_install_is_waited_for_not_started_twice(tmp_path):
@@ -397,17 +415,16 @@ def test_a_prefetched_verl_install_is_waited_for_not_started_twice(tmp_path):
     out = subprocess.run(["bash", ".ci/test-env", "--prefetch"], cwd=tmp_path, env=env, capture_output=True,
                          text=True, timeout=60)
     assert out.returncode == 0, out.stderr
-    pending = ci / ".install-verl.pending"
-    first = int(pending.read_text())
-    os.kill(first, 0)  # under way: the prefetch returned without waiting for it (it waits for `release`)
+    lock = ci / ".install-verl.lock"
+    assert _held(lock)  # under way: the prefetch returned without waiting for it (it waits for `release`)
     out = subprocess.run(["bash", ".ci/test-env", sys.executable, "--verl-background"], cwd=tmp_path, env=env,
                          capture_output=True, text=True, timeout=300)
-    assert out.returncode == 0 and int(pending.read_text()) == first, out.stderr  # the same install, not a second
+    assert out.returncode == 0, out.stderr  # (no second install: the log below holds one)
     waiting = subprocess.Popen(["bash", ".ci/test-env", sys.executable], cwd=tmp_path, env=env,
                                stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
     time.sleep(2.0)
     assert waiting.poll() is None  # it waits for the prefetched install
     (tmp_path / "release").touch()
     assert waiting.wait(timeout=120) == 0
-    assert not pending.exists()
+    assert not _held(lock)
     assert (ci / ".install-verl.log").read_text().split() == ["installing", "installed"]  # one install, logged once

@@ -156,7 +156,7 @@ def test_the_documented_notebook_command_runs_from_the_repository_root(command, 
 def test_the_headline_sweep_then_both_notebooks_with_no_variable_set(kernel, tmp_path, monkeypatch, warm_cache):
     """README's headline command, then the notebooks as a user opens them: no DAPO_* variable, the
     default path (the newest sweep under multirun/)."""
-    from conftest import SMALL
+    from helpers import SMALL
     from nbclient import NotebookClient
 
     repo = _repo_copy(tmp_path)

@@ -25,7 +25,7 @@ from hydra_plugins.dapo_exp_launcher.parallel_launcher import Plan, plan  # noqa
 
 REPO = Path(__file__).resolve().parents[1]
 # The evaluations no assertion here reads, shrunk: no evaluation of the base policy, the final one on 1 sample per
-# problem (conftest.SMALL's 8 x 8 was about half of a 2-step run's compute)
+# problem (helpers.SMALL's 8 x 8 was about half of a 2-step run's compute)
 CHEAP_EVAL = ["eval.before_training=false", "eval.final_samples=1"]
 
 
@@ -63,7 +63,7 @@ def test_parallel_launcher_composes():
 def test_parallel_sweep_runs_jobs_side_by_side_with_their_threads(tmp_path, warm_cache):
     """Three jobs, two at a time with one thread each (cores=2): rollout.n=1 fails in validation
     (dynamic sampling needs groups of 2), the other two train, overlapping in time."""
-    from conftest import SMALL
+    from helpers import SMALL
 
     small = [a for a in SMALL if not a.startswith("rollout.n=")]
     args = [sys.executable, "run.py", "-m", "hydra/launcher=parallel", "hydra.launcher.cores=2",
@@ -119,7 +119,7 @@ def test_ctrl_c_on_a_parallel_sweep_stops_each_job_after_its_step_with_a_checkpo
     import signal
     import time
 
-    from conftest import SMALL
+    from helpers import SMALL
 
     small = [a for a in SMALL if not a.startswith("train.steps=")]
     args = [sys.executable, "run.py", "-m", "hydra/launcher=parallel", "hydra.launcher.jobs=2", "fixes=grpo",

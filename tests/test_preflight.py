@@ -144,7 +144,7 @@ def test_a_second_different_sweep_into_a_sweep_directory_is_refused_naming_the_f
     directory holds one sweep: another set of configurations is refused before any job, in one line naming the
     first sweep's command; the same command again, more seeds of the same configurations (given in another order,
     with another launcher or logger) are accepted."""
-    from conftest import CONF, SMALL
+    from helpers import CONF, SMALL
 
     sweep = tmp_path / "sweep"
     common = [*SMALL, "train.steps=1", f"model.cache_dir={warm_cache}", f"hydra.sweep.dir={sweep}"]

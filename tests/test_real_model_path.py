@@ -213,7 +213,7 @@ def test_damaged_weights_in_a_model_directory_are_one_line_naming_the_file(tmp_p
     import subprocess
     import sys
 
-    from conftest import shipped_default_model
+    from helpers import shipped_default_model
 
     shipped = shipped_default_model()
     model = tmp_path / "model"
@@ -237,7 +237,7 @@ def test_a_model_directory_holding_only_a_pickled_model_is_one_line_naming_the_f
     import sys
 
     import torch
-    from conftest import shipped_default_model
+    from helpers import shipped_default_model
     from transformers import AutoModelForCausalLM
 
     model = tmp_path / "model"

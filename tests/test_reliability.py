@@ -241,7 +241,7 @@ def test_after_a_fallback_the_abandoned_newer_checkpoint_is_removed_at_the_next_
 @pytest.mark.slow
 def test_resume_past_a_corrupt_newest_checkpoint_gives_the_uninterrupted_metrics(tmp_path, small_cfg, monkeypatch,
                                                                                 caplog):
-    from conftest import whole_and_killed
+    from helpers import whole_and_killed
     from test_train import metrics
 
     from dapo_exp.train import train

@@ -11,7 +11,7 @@ import time
 from pathlib import Path
 
 import pytest
-from conftest import compose_small
+from helpers import compose_small
 
 from dapo_exp import rundir
 from dapo_exp.rundir import RunLock, RunLockedError
@@ -57,7 +57,7 @@ def _long_run(tmp_path, warm_cache, rows: int):
     """``python run.py`` of 500 small steps in a subprocess, returned once ``rows`` metric rows are logged."""
     import time
 
-    from conftest import SMALL
+    from helpers import SMALL
 
     run_dir = tmp_path / "run"
     cmd = [sys.executable, "run.py", *SMALL, "train.steps=500", "checkpoint.every=100",
@@ -121,7 +121,7 @@ def resumable_run(tmp_path_factory, warm_cache):
     resumes, so the state a wrong command could damage most, with the command's own .hydra record and run.log.
     Its output goes to a file, as a non-interactive log's (test_run_py_to_a_file_prints_progress_lines reads it).
     Returns (run directory, the command that made it, its output)."""
-    from conftest import SMALL
+    from helpers import SMALL
 
     tmp = tmp_path_factory.mktemp("refusals")
     run_dir, log = tmp / "run", tmp / "out.log"
@@ -165,7 +165,7 @@ def test_a_rerun_with_another_config_is_refused_before_anything_is_written(resum
 def test_a_run_failure_is_one_line_naming_the_fix_with_its_traceback_in_run_log(tmp_path, one_step_run, warm_cache):
     """Issue 34: no usable checkpoint (and divergence, a collapsed policy, a full disk) printed 50-80 lines of
     traceback. Now one line on stderr, exit 3 (2: a refusal; 1: a bug), the traceback in the run's log."""
-    from conftest import SMALL
+    from helpers import SMALL
 
     run_dir = _copy(one_step_run[0], tmp_path / "run")  # as if killed after its checkpoint: a re-run resumes
     (run_dir / "checkpoints" / "step_0000001" / "manifest.json").unlink()  # its only checkpoint is damaged
@@ -254,7 +254,7 @@ def test_a_sweep_job_in_a_directory_of_another_config_is_skipped_untouched_and_t
     """Two jobs, each in a directory holding a run of another config. In-process jobs (basic) and jobs in the
     parallel launcher's worker processes (two at once on two cores: the refusal comes back as the job's return,
     rundir.RefusedJob, the worker's own note staying in the worker) end the same way: named, once each."""
-    from conftest import SMALL
+    from helpers import SMALL
 
     jobs = [_copy(one_step_run[0], tmp_path / "sweep" / f"job{seed}") for seed in (0, 1)]  # resumable
     before = [_snapshot(job) for job in jobs]
@@ -691,7 +691,7 @@ def test_a_completely_full_disk_is_one_line_whichever_file_it_stops(tmp_path, sp
     """A disk with no space left stops the run at its first write, whichever file that is: one ``error:`` line
     naming the file and the cause, no traceback, the exit code of its kind (1: the run directory cannot be
     locked, as a read-only one; 3: a run failure)."""
-    from conftest import SMALL
+    from helpers import SMALL
 
     run_dir = tmp_path / "run"
     argv = ["run.py", *SMALL, "train.steps=1", f"hydra.run.dir={run_dir}"]
@@ -978,7 +978,7 @@ def test_a_file_the_base_model_loads_changed_under_a_killed_run_is_refused_namin
     how to start over, before anything is written; the file restored, the run resumes."""
     import shutil
 
-    from conftest import shipped_default_model
+    from helpers import shipped_default_model
 
     from dapo_exp.runner import ConfigChangedError
 
@@ -1045,7 +1045,7 @@ def test_a_signal_during_the_warm_start_stops_it_within_seconds(tmp_path, sig):
     the run recorded as stopped and nothing of the build left to trust."""
     import time
 
-    from conftest import SMALL
+    from helpers import SMALL
 
     from dapo_exp.tasks.arith_warmstart import cache_problem
 
@@ -1250,7 +1250,7 @@ def test_the_busy_machine_benchmark_prints_its_figures_in_quick_mode(warm_cache)
 def test_the_toy_run_benchmark_prints_its_table_at_minimal_size(tmp_path):
     """toy_run from an empty cache: the default run starts from the shipped warm start, builds none, and the
     benchmark says so instead of failing on a missing warm-start record."""
-    from conftest import SMALL
+    from helpers import SMALL
 
     small = [o for o in SMALL if not o.startswith(("logger=", "checkpoint."))] + ["train.steps=1"]
     out = subprocess.run([sys.executable, "-m", "dapo_exp.benchmarks.toy_run", "--seeds", "0", *small], cwd=ROOT,

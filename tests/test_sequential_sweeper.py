@@ -242,7 +242,7 @@ def test_the_toy_sweep_runs_rounds_and_resumes_after_kill_9_without_rerunning_a_
     """The acceptance command at the toy's smallest size: rounds until decided or out of budget, one line per
     comparison per round; killed (-9) in its first round, the same command finishes it, running no finished
     run again."""
-    from conftest import SMALL
+    from helpers import SMALL
 
     sweep = tmp_path / "sweep"
     cmd = [sys.executable, "run.py", "-m", "fixes=grpo,clip", "hydra/sweeper=sequential", "experiment=toy_fast",

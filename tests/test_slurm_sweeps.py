@@ -28,7 +28,7 @@ import time
 from pathlib import Path
 
 import pytest
-from conftest import SMALL, ray_to_itself
+from helpers import SMALL, ray_to_itself
 
 from dapo_exp import rundir
 
@@ -197,7 +197,7 @@ def test_a_verl_job_runs_to_its_end_under_slurm_and_reaches_the_table(slurm, tmp
     summary and checkpoints come home and reach the analysis table (issue 35). CISPO's row (GRPO with CISPO's
     surrogate, no DAPO fix): the family's surrogate as verl's own loss, and, from the same outputs, the contrast
     of tests/test_verl_run.py's DAPO row (each fix shown there, none here)."""
-    from conftest import wait_for_verl_install
+    from helpers import wait_for_verl_install
 
     wait_for_verl_install()  # .ci/test may be installing it beside the tests
     verl_python = ROOT / ".venv-verl" / "bin" / "python"
@@ -210,7 +210,7 @@ def test_a_verl_job_runs_to_its_end_under_slurm_and_reaches_the_table(slurm, tmp
            "algo.overlong_cache_len=8", "task.arith_n_eval=16", "eval.k=2", "logger=none", "seed=0",
            "backend.nnodes=1", "backend.gpus_per_node=1", "backend.slurm.time=00:20:00", f"hydra.run.dir={run}"]
     env = {**slurm, "PYTHONPATH": str(ROOT)}
-    with ray_to_itself():  # no other test's Ray cluster beside this job's (conftest)
+    with ray_to_itself():  # no other test's Ray cluster beside this job's (helpers)
         out = subprocess.run(cmd, cwd=tmp_path, env=env, capture_output=True, text=True, timeout=300)
         assert out.returncode == 0 and "as SLURM job" in out.stdout, out.stdout[-3000:] + out.stderr[-3000:]
         job = re.search(r"as SLURM job (\d+)", out.stdout).group(1)

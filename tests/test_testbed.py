@@ -14,7 +14,7 @@ from types import SimpleNamespace
 
 import pytest
 import torch
-from conftest import CONF
+from helpers import CONF
 from hydra import compose, initialize_config_dir
 
 from dapo_exp.analysis.studies import STUDIES, study_table

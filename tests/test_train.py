@@ -1,4 +1,4 @@
-"""End-to-end runs of the training loop on the toy (shrunken; see conftest.SMALL)."""
+"""End-to-end runs of the training loop on the toy (shrunken; see helpers.SMALL)."""
 
 import json
 import subprocess
@@ -6,7 +6,7 @@ import sys
 from pathlib import Path
 
 import pytest
-from conftest import kill_during_step
+from helpers import kill_during_step
 
 from dapo_exp import rundir
 from dapo_exp.train import train
@@ -16,7 +16,7 @@ PRESETS = sorted(p.stem for p in (ROOT / "conf" / "fixes").glob("*.yaml"))
 # wall-clock figures differ between identical runs; everything else must not
 VOLATILE = ("timing_s/", "perf/")
 # The evaluations a test does not assert on, shrunk: the final evaluation on 1 sample per problem (8 x 1 instead of
-# conftest.SMALL's 8 x 8, which was about half of a 2-step run's compute) and, where nothing reads step 0, no
+# helpers.SMALL's 8 x 8, which was about half of a 2-step run's compute) and, where nothing reads step 0, no
 # evaluation of the base policy. The final evaluation itself still runs (the summary's final accuracy).
 FINAL_1 = "eval.final_samples=1"
 NO_BASE_EVAL = "eval.before_training=false"
@@ -58,7 +58,7 @@ RESUMED = {"full": (), "clip_cov": ("fixes=clip_cov", "algo.clip_cov_ratio=0.5",
 
 @pytest.mark.parametrize("recipe", sorted(RESUMED))
 def test_kill_and_resume_gives_identical_metrics(tmp_path, small_cfg, monkeypatch, recipe):
-    # the final evaluation on 2 samples per problem (conftest.SMALL's 8 would be 4x the samples compared)
+    # the final evaluation on 2 samples per problem (helpers.SMALL's 8 would be 4x the samples compared)
     overrides = ("train.steps=4", "checkpoint.every=2", "eval.every=2", "eval.final_samples=2", *RESUMED[recipe])
     train(small_cfg(tmp_path / "whole", *overrides))
 
@@ -89,7 +89,7 @@ def test_overlong_filtering_masks_truncated_responses(tmp_path, small_cfg):
     # no token is left in the loss, so the gradient is exactly zero. The policy is the shipped default warm
     # start, loaded as a model directory: model.path=tiny would build another warm start for a 6-token cap
     # (the cap is part of its key), 1.5-5 minutes of CI
-    from conftest import shipped_default_model
+    from helpers import shipped_default_model
 
     common = ("rollout.max_response_len=6", "algo.overlong_cache_len=2", "train.steps=1",
               f"model.path={shipped_default_model()}", FINAL_1, NO_BASE_EVAL)
@@ -110,7 +110,7 @@ def test_config_error_before_compute_and_missing_model_path(tmp_path, small_cfg)
 @pytest.mark.slow
 def test_user_sweep_writes_runs_wandb_and_table_and_rerun_skips(tmp_path, warm_cache):
     """`python run.py -m fixes=grpo,clip,clip_ds,full` (shrunken): 4 jobs, W&B offline, table at the end."""
-    from conftest import SMALL
+    from helpers import SMALL
 
     args = [sys.executable, "run.py", "-m", "fixes=grpo,clip,clip_ds,full", "seed=0", f"hydra.sweep.dir={tmp_path}",
             *[a for a in SMALL if a != "logger=none"], "train.steps=1", FINAL_1, f"model.cache_dir={warm_cache}"]
@@ -135,7 +135,7 @@ def test_user_sweep_writes_runs_wandb_and_table_and_rerun_skips(tmp_path, warm_c
 
 @pytest.mark.slow
 def test_a_failed_job_does_not_take_down_the_sweep(tmp_path, warm_cache):
-    from conftest import SMALL
+    from helpers import SMALL
 
     # rollout.n=1 with dynamic sampling is rejected by validate(): that job fails, the other runs
     small = [a for a in SMALL if not a.startswith("rollout.n=")]

@@ -29,7 +29,7 @@ import time
 from pathlib import Path
 
 import pytest
-from conftest import ray_to_itself
+from helpers import ray_to_itself
 from omegaconf import OmegaConf
 
 from dapo_exp import rundir
@@ -49,7 +49,7 @@ pytestmark = pytest.mark.slow
 
 def _verl_with_vllm() -> str | None:
     """Why verl's CPU mode cannot run here, or None (after the install .ci/test runs beside the tests, if any)."""
-    from conftest import wait_for_verl_install
+    from helpers import wait_for_verl_install
 
     wait_for_verl_install()
     if not VERL_PYTHON.exists():
@@ -80,7 +80,7 @@ def _kill_verl_of(run: Path) -> None:
 def sweep(tmp_path_factory):
     if why := _verl_with_vllm():
         pytest.skip(why)
-    with ray_to_itself():  # no other test's Ray cluster beside this one (conftest)
+    with ray_to_itself():  # no other test's Ray cluster beside this one (helpers)
         return _killed_and_rerun(tmp_path_factory.mktemp("verl_sweep"))
 
 

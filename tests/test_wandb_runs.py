@@ -13,7 +13,7 @@ import sys
 from pathlib import Path
 
 import pytest
-from conftest import SMALL, kill_during_step
+from helpers import SMALL, kill_during_step
 
 from dapo_exp import rundir
 from dapo_exp.analysis.wandb_reader import parse_wandb_file

@@ -4,7 +4,7 @@
 ``accton on`` before the work, ``accton off`` after; ``dump-acct`` prints its records) and prints two markdown
 tables: CPU seconds (user + system) per group of commands (Ray's and vLLM's processes of the verl runs, Python
 processes, SLURM's daemons and commands, W&B's service, compilers, the rest), then per command name (the 15
-characters the kernel keeps). Unlike the test command's per-test log (``DAPO_TEST_CPU_LOG``, tests/conftest.py),
+characters the kernel keeps). Unlike the test command's per-test log (``DAPO_TEST_CPU_LOG``, tests/suite_hooks.py),
 which counts a test's worker and the children it waited for, this counts every process that ended while
 accounting was on: Ray's actors, vLLM's engine, SLURM's jobs and daemons, installs.
 """
