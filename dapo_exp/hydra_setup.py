@@ -36,7 +36,7 @@ def _short(name: str) -> str:
     return f"{name[:MAX_DIRNAME - 10]}~{hashlib.sha1(name.encode()).hexdigest()[:8]}"
 
 
-def _dirname(override_dirname: str) -> str:
+def run_dirname(override_dirname: str) -> str:
     """A job's directory name from its overrides: empty -> ``default``; ``/`` (which would nest
     directories, ``hydra/launcher=...``) -> ``~``; the backslashes of Hydra's escapes (a sweep's job
     writes ``backend.slurm.time=00\\:30\\:00``) dropped, since ``sbatch`` strips them from the
@@ -59,7 +59,7 @@ def default_sweep_name(argv: list[str]) -> str | None:
 def register_resolvers() -> None:
     """Register ``${dirname:...}`` (idempotent)."""
     if not OmegaConf.has_resolver("dirname"):
-        OmegaConf.register_new_resolver("dirname", _dirname)
+        OmegaConf.register_new_resolver("dirname", run_dirname)
 
 
 def job_output_dir() -> str:

@@ -173,10 +173,10 @@ def precheck(argv: list[str], config_dir: str, *, launch: bool = True, machine: 
     option or type, :func:`dapo_exp.cli_errors.check_known_keys`, :func:`dapo_exp.config.validate`),
     and a sweep's estimated cost is checked (:func:`dapo_exp.analysis.callback.cost_refusal`: above
     its GPU-hour threshold a sweep names its seeds), then what the jobs need from this machine, once
-    (:func:`check`: vLLM, verl's environment, a reachable or cached hub model, a math task's data). Raises the error ``run.py`` prints as one line
-    (:func:`dapo_exp.cli_errors.describe`). A sweep in which some jobs fail validation and others do
-    not is let through: those jobs fail and are recorded, as documented. A command with a flag other
-    than ``-m`` (``--help``, ``--cfg``, ...) and any error that is not a config error are left to
+    (:func:`check`: vLLM, verl's environment, a reachable or cached hub model, a math task's data). Raises the
+    error ``run.py`` prints as one line (:func:`dapo_exp.cli_errors.describe`). A sweep in which some jobs fail
+    validation and others do not is let through: those jobs fail and are recorded, as documented. A command with
+    a flag other than ``-m`` (``--help``, ``--cfg``, ...) and any error that is not a config error are left to
     Hydra and the run, as before. ``launch=False`` (the flags' arguments already taken out: a dry
     run's config) leaves the cost and the machine out: nothing is launched; ``machine=False`` leaves out
     only what this machine has (a documented command checked as text, for any machine)."""
@@ -218,7 +218,8 @@ def _check_sequential(first: Any, jobs: list[list[str]]) -> None:
         raise ConfigError(ONE_CONFIGURATION)
 
 
-def sweep_configurations(overrides: Iterable[str], params: dict[str, Any], exclude: Iterable[str]) -> set[tuple[str, ...]]:
+def sweep_configurations(overrides: Iterable[str], params: dict[str, Any],
+                         exclude: Iterable[str]) -> set[tuple[str, ...]]:
     """The configurations a sweep runs, seeds aside: each job of the command's ``overrides`` (the sweeper's
     ``params`` applied first, as the basic sweeper does) as its sorted overrides, without ``seed`` and the keys
     its run directory's name leaves out (``exclude``: ``hydra.job.config.override_dirname.exclude_keys``, which

@@ -604,8 +604,10 @@ def current_state() -> CommandState:
 
 def note_lost_job(where: str, why: str) -> None:
     """Record that a job of the sweep under way ended without a result (``hydra/launcher=slurm``: cancelled,
-    killed, lost with its node); ``run.py`` names them at the end and exits 1."""
-    _current.lost.append((where, why))
+    killed, lost with its node); ``run.py`` names them at the end and exits 1. Once per job, as
+    :func:`note_refused_job`."""
+    if all(where != seen for seen, _ in _current.lost):
+        _current.lost.append((where, why))
 
 
 def lost_jobs() -> list[tuple[str, str]]:

@@ -375,8 +375,8 @@ def test_cfg_job_dry_run_of_a_slurm_sweep_shows_the_slurm_settings():
 def test_job_directory_names_carry_no_hydra_escapes():
     """A sweep's job directory is named from Hydra's escaped overrides (``00\\:30\\:00``); sbatch strips the
     backslashes from the #SBATCH --chdir / --output lines that name it, and the job then fails to start."""
-    from dapo_exp.hydra_setup import _dirname
+    from dapo_exp.hydra_setup import run_dirname
 
-    assert _dirname(r"backend.slurm.time=00\:30\:00,fixes=grpo,hydra/launcher=slurm") == \
+    assert run_dirname(r"backend.slurm.time=00\:30\:00,fixes=grpo,hydra/launcher=slurm") == \
         "backend.slurm.time=00:30:00,fixes=grpo,hydra~launcher=slurm"
-    assert _dirname("") == "default"
+    assert run_dirname("") == "default"

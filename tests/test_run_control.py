@@ -1198,6 +1198,7 @@ def test_outside_a_command_the_process_keeps_its_own_state(monkeypatch, tmp_path
     process = rundir.current_state()
     rundir.note_signal("SIGINT")  # a worker's handler between jobs
     rundir.note_lost_job("x", "TIMEOUT")
+    rundir.note_lost_job("x", "CANCELLED")  # noted once per job
     assert rundir.current_state() is process and rundir.sweep_stop() == "SIGINT"  # the next call still sees it
     with rundir.command_state():
         assert rundir.sweep_stop() is None and rundir.lost_jobs() == [] and noted_sweeps() == []

@@ -222,15 +222,15 @@ def job_dir(config: Any, job: list[str]) -> Path:
     """The directory Hydra gives the job with overrides ``job`` in the sweep of ``config``:
     ``hydra.sweep.dir`` / its ``override_dirname`` (the excluded keys left out, sorted) as
     ``hydra.sweep.subdir`` names it (:func:`dapo_exp.hydra_setup.overrides_dirname`, then
-    :func:`dapo_exp.hydra_setup._dirname`)."""
+    :func:`dapo_exp.hydra_setup.run_dirname`)."""
     from hydra.core.override_parser.overrides_parser import OverridesParser
 
-    from dapo_exp.hydra_setup import _dirname, overrides_dirname
+    from dapo_exp.hydra_setup import overrides_dirname, run_dirname
 
     spec = config.hydra.job.config.override_dirname
     name = overrides_dirname(OverridesParser.create().parse_overrides(job), spec.exclude_keys, spec.item_sep,
                              spec.kv_sep)
-    return Path(str(config.hydra.sweep.dir)) / _dirname(name)
+    return Path(str(config.hydra.sweep.dir)) / run_dirname(name)
 
 
 def finished_jobs(config: Any, jobs: list[list[str]]) -> list[list[str]]:
