@@ -170,10 +170,11 @@ class Progress:
     back to ``start_step``) and the tracker. Frozen like the run: the state, the sampler and the writers change
     in place, none is bound again.
 
-    The tracker lives here, beside the writers, because :meth:`log` writes a metric row to both; :func:`resume`
-    binds a :class:`dapo_exp.tracking.NullTracker` and the lifecycle's :func:`dapo_exp.runner.start_tracking`
-    starts the real one once the resumed state holds its W&B id (``dataclasses.replace``). The lifecycle
-    (:class:`dapo_exp.runner.Life`) registers its ``finish`` among what a failure closes."""
+    The tracker lives here, beside the writers, not on the lifecycle's :class:`dapo_exp.runner.Life`, because
+    :meth:`log` writes each metric row to both. :func:`dapo_exp.runner.resume` binds a
+    :class:`dapo_exp.tracking.NullTracker` (the benchmarks, which log nothing, keep it);
+    :func:`dapo_exp.runner.start_tracking`, once the resumed state holds the run's W&B id, returns a copy with the
+    real one (``dataclasses.replace``) and registers its ``finish`` among what a failure closes."""
 
     state: RunState
     start_step: int  # the checkpoint's step (0: a fresh run); the loop trains start_step + 1 onwards
