@@ -1,8 +1,10 @@
 """A run's pieces, built from its config: device, policy, prompts, reference, engine, optimizer.
 
 :func:`build_run` is the set-up half of the composition (the other half, the fixes' plan,
-is :mod:`dapo_exp.compose`); :class:`Run` is everything the loop (:mod:`dapo_exp.train`)
-holds for one run. Old log-probs are the trainer's (``ResponseForward``); master weights stay
+is :mod:`dapo_exp.compose`); :class:`Run` is what the loop (:mod:`dapo_exp.train`) holds for one
+run as it was built (frozen), :class:`Progress` where it stands (the checkpointed :class:`RunState`,
+the step it resumed at, the prompt sampler, the log writers and the tracker: bound by
+:func:`dapo_exp.runner.resume`). Old log-probs are the trainer's (``ResponseForward``); master weights stay
 float32 whatever ``model.dtype`` says (at the paper's lr 1e-6 an AdamW update is far below
 bfloat16's resolution and would round away): ``model.dtype`` is the compute dtype.
 """
@@ -24,6 +26,7 @@ from omegaconf import DictConfig
 from dapo_exp import rundir
 from dapo_exp.compose import Plan
 from dapo_exp.logprobs import ResponseForward
+from dapo_exp.tracking import NullTracker
 
 log = logging.getLogger(__name__)
 
@@ -159,9 +162,37 @@ class RunState:
         return state
 
 
-@dataclass
+@dataclass(frozen=True)
+class Progress:
+    """Where a built :class:`Run` stands, bound by :func:`dapo_exp.runner.resume` (from the newest checkpoint, or
+    fresh) and advanced by the loop: the checkpointed :class:`RunState`, the step it starts after, the sampler at
+    the state's position, the open writers of the run's logs (``metrics.jsonl`` and the two sample files, cut
+    back to ``start_step``) and the tracker. Frozen like the run: the state, the sampler and the writers change
+    in place, none is bound again.
+
+    The tracker lives here, beside the writers, not on the lifecycle's :class:`dapo_exp.runner.Life`, because
+    :meth:`log` writes each metric row to both. :func:`dapo_exp.runner.resume` binds a
+    :class:`dapo_exp.tracking.NullTracker` (the benchmarks, which log nothing, keep it);
+    :func:`dapo_exp.runner.start_tracking`, once the resumed state holds the run's W&B id, returns a copy with the
+    real one (``dataclasses.replace``) and registers its ``finish`` among what a failure closes."""
+
+    state: RunState
+    start_step: int  # the checkpoint's step (0: a fresh run); the loop trains start_step + 1 onwards
+    sampler: PromptSampler
+    writers: dict[str, rundir.JsonlWriter]  # rundir.METRICS, EVAL_SAMPLES, TRAIN_SAMPLES
+    tracker: Any = field(default_factory=NullTracker)  # a tracking.NullTracker or WandbTracker
+
+    def log(self, step: int, metrics: dict[str, float]) -> None:
+        """One row of ``metrics.jsonl`` and of the tracker."""
+        self.writers[rundir.METRICS].write({"step": step, **metrics})
+        self.tracker.log(metrics, step)
+
+
+@dataclass(frozen=True)
 class Run:
-    """Everything the loop holds for one run."""
+    """What a run is built from (:func:`build_run`), frozen: no field is bound again once it is built. The
+    objects inside still change as the run trains (the model's weights, the optimizer's and the scheduler's
+    state, the engine's); what the run carries from step to step and across a resume is its :class:`Progress`."""
 
     cfg: DictConfig
     plan: Plan  # the fixes composed into the run's pipeline (dapo_exp.compose)
@@ -181,16 +212,6 @@ class Run:
     optimizer: torch.optim.Optimizer
     scheduler: Any
     fwd: ResponseForward
-    state: RunState = field(default_factory=RunState)
-    start_step: int = 0
-    tracker: Any = None
-    sampler: PromptSampler | None = None
-    writers: dict[str, rundir.JsonlWriter] = field(default_factory=dict)
-
-    def log(self, step: int, metrics: dict[str, float]) -> None:
-        """One row of ``metrics.jsonl`` and of the tracker."""
-        self.writers[rundir.METRICS].write({"step": step, **metrics})
-        self.tracker.log(metrics, step)
 
 
 def _render_prompts(problems: list, tokenizer: Any, use_chat: bool, max_len: int, what: str) -> list[list[int]]:

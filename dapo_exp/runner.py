@@ -1,8 +1,8 @@
 """A run's lifecycle around the loop: lock, records, signals, resume, tracking, checkpoints, summary.
 
 :func:`open_run` opens a run and hands :func:`dapo_exp.train.train`'s loop a :class:`RunContext`
-(the run built, resumed and tracked, and the lifecycle's points: checkpoint, stop, finish); the loop
-is the trainer's alone, nothing here calls back into it:
+(the run built, its :class:`dapo_exp.build.Progress` resumed and tracked, and the lifecycle's points:
+checkpoint, stop, finish); the loop is the trainer's alone, nothing here calls back into it:
 
 - one process at a time writes a run directory (:class:`dapo_exp.rundir.RunLock`), and one
   configuration: a re-run whose result-changing config differs from the one recorded in the
@@ -44,14 +44,14 @@ import threading
 import time
 import traceback
 from collections.abc import Callable, Iterator
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
 from omegaconf import DictConfig, OmegaConf
 
 from dapo_exp import checkpoint, fixes, rundir
-from dapo_exp.build import PromptSampler, Run, RunState, build_run
+from dapo_exp.build import Progress, PromptSampler, Run, RunState, build_run
 from dapo_exp.compose import Plan
 from dapo_exp.steps import TrainingDiverged  # noqa: F401 - the lifecycle records it as a failure (run.py, tests)
 
@@ -166,7 +166,8 @@ stop_requested = rundir.stop_requested
 
 @dataclass
 class Life:
-    """What the lifecycle holds for one run besides the run's own pieces."""
+    """What the lifecycle holds for one run besides the run's own pieces (:class:`dapo_exp.build.Run`) and where
+    it stands (:class:`dapo_exp.build.Progress`, which holds the tracker, beside the metric writer it logs with)."""
 
     out: Path
     label: str
@@ -181,11 +182,13 @@ class Life:
 
 @dataclass
 class RunContext:
-    """What the lifecycle hands the loop: the run (built, resumed from its newest checkpoint, its sampler at its
-    position, tracking started) and the lifecycle's points, which the loop calls; ``finished``: the summary of a
-    run the directory already holds finished (then ``run`` is None and the loop does not start)."""
+    """What the lifecycle hands the loop: the run (built, frozen), its progress (resumed from its newest checkpoint,
+    its sampler at its position, its writers open, tracking started) and the lifecycle's points, which the loop
+    calls; ``finished``: the summary of a run the directory already holds finished (then ``run``, ``progress`` and
+    ``life`` are None and the loop does not start)."""
 
     run: Run | None
+    progress: Progress | None
     life: Life | None
     finished: dict[str, Any] | None = None
 
@@ -199,13 +202,13 @@ class RunContext:
         self.life.stop.phase = "loop"
 
     def checkpoint(self, step: int) -> None:
-        save_checkpoint(self.run, self.life, step)
+        save_checkpoint(self.run, self.progress, self.life, step)
 
     def stopped(self, step: int) -> None:
-        stopped(self.run, self.life, step)
+        stopped(self.run, self.progress, self.life, step)
 
     def finish(self, step: int) -> dict[str, Any]:
-        return finish(self.run, self.life, step)
+        return finish(self.run, self.progress, self.life, step)
 
 
 @contextlib.contextmanager
@@ -223,15 +226,12 @@ def open_run(cfg: DictConfig, plan: Plan, t_start: float) -> Iterator[RunContext
                     "run in another directory (on the command line train.steps= names its own)"
                     if done < int(cfg.train.steps) else "")
             print(f"[dapo-exp] {out} already finished; skipping (delete summary.json to re-run){more}")
-            yield RunContext(run=None, life=None, finished=previous)
+            yield RunContext(run=None, progress=None, life=None, finished=previous)
             return
         with _lifecycle(cfg, out, t_start) as life:
             run = build_run(cfg, plan, life.out, life.label, life.cleanup)
-            resume(run)
-            run.sampler = PromptSampler(len(run.train_prompts), cfg.seed, run.state.sampler_position,
-                                        keyed=cfg.train.randomness == "keyed")
-            start_tracking(run, life)
-            yield RunContext(run=run, life=life)
+            progress = start_tracking(run, resume(run), life)
+            yield RunContext(run=run, progress=progress, life=life)
 
 
 # --------------------------------------------------------------------------- #
@@ -476,35 +476,41 @@ def check_steps(out: Path, checkpointed: int, steps: int) -> None:
             f"{steps}-step run. Ask for train.steps>={checkpointed}, or run the shorter run in another directory")
 
 
-def resume(run: Run) -> None:
-    """Load the newest checkpoint (or start fresh), cut the logs back to it, open the writers."""
-    run.state = RunState()
+def resume(run: Run) -> Progress:
+    """Load the newest checkpoint into the run's model, optimizer and scheduler (or start fresh), cut the logs
+    back to it, open the writers; returns where the run stands: the checkpoint's state and step (a fresh
+    :class:`RunState` and 0 without one), the prompt sampler at the state's position, the writers. Its tracker is
+    a no-op until :func:`start_tracking`."""
+    state, start_step = RunState(), 0
     logs = (rundir.METRICS, rundir.EVAL_SAMPLES, rundir.TRAIN_SAMPLES)
     last = checkpoint.latest(run.out / rundir.CHECKPOINTS,
                              fits=lambda p: checkpoint.check_fits(p, run.model, run.optimizer))
     rows = logged_rows(run.out / rundir.METRICS)
     logged = [row["step"] for row in rows]
     if last is not None:
-        run.start_step, saved = checkpoint.load(last, run.model, run.optimizer, run.scheduler)
-        run.state = RunState.from_checkpoint(saved)
-        check_steps(run.out, run.start_step, run.cfg.train.steps)
+        start_step, saved = checkpoint.load(last, run.model, run.optimizer, run.scheduler)
+        state = RunState.from_checkpoint(saved)
+        check_steps(run.out, start_step, run.cfg.train.steps)
         run.engine.sync_weights(run.model)
-        later = sum(st > run.start_step for st in logged)
-        log.info("resumed from %s (step %d)", last, run.start_step)
-        print(f"[dapo-exp] resuming {run.out.name} from its checkpoint at step {run.start_step}"
+        later = sum(st > start_step for st in logged)
+        log.info("resumed from %s (step %d)", last, start_step)
+        print(f"[dapo-exp] resuming {run.out.name} from its checkpoint at step {start_step}"
               + (f"; discarding {later} metric rows logged after it" if later else ""), flush=True)
-        record_gap(run, rows)
+        record_gap(run, state, start_step, rows)
     else:
         # the weights this run starts from, recorded now and checkpointed: a resumed run reports these
-        run.state.base_model = base_model(run.model_path)
+        state.base_model = base_model(run.model_path)
         if logged:
             print(f"[dapo-exp] {run.out.name}: no checkpoint, starting over (discarding the {len(logged)} metric rows "
                   f"of an earlier attempt, up to step {max(logged)})", flush=True)
         for f in logs:
             (run.out / f).unlink(missing_ok=True)
     for f in logs:
-        rundir.truncate_jsonl(run.out / f, run.start_step)
-    run.writers = {f: rundir.JsonlWriter(run.out / f) for f in logs}
+        rundir.truncate_jsonl(run.out / f, start_step)
+    sampler = PromptSampler(len(run.train_prompts), run.cfg.seed, state.sampler_position,
+                            keyed=run.cfg.train.randomness == "keyed")
+    return Progress(state=state, start_step=start_step, sampler=sampler,
+                    writers={f: rundir.JsonlWriter(run.out / f) for f in logs})
 
 
 def logged_rows(path: Path, show: int = 5) -> list[dict[str, Any]]:
@@ -518,15 +524,15 @@ def logged_rows(path: Path, show: int = 5) -> list[dict[str, Any]]:
     return rows
 
 
-def record_gap(run: Run, rows: list[dict[str, Any]]) -> None:
-    """Steps up to the checkpoint without their training row (lost: a power loss before the rows
-    were synced, a damaged file) are reported and kept in ``run.state.history_gap`` (the summary's)."""
+def record_gap(run: Run, state: RunState, start_step: int, rows: list[dict[str, Any]]) -> None:
+    """Steps up to the checkpoint (at ``start_step``) without their training row (lost: a power loss before the
+    rows were synced, a damaged file) are reported and kept in ``state.history_gap`` (the summary's)."""
     trained = {row["step"] for row in rows if rundir.CUM_ROLLOUTS in row}
-    missing = [s for s in range(1, run.start_step + 1) if s not in trained]
+    missing = [s for s in range(1, start_step + 1) if s not in trained]
     if not missing:
         return
-    run.state.history_gap = sorted(set(run.state.history_gap) | set(missing))
-    print(f"[dapo-exp] warning: {run.out / rundir.METRICS} has no row for {len(missing)} of the {run.start_step} "
+    state.history_gap = sorted(set(state.history_gap) | set(missing))
+    print(f"[dapo-exp] warning: {run.out / rundir.METRICS} has no row for {len(missing)} of the {start_step} "
           f"steps up to the checkpoint ({_steps_text(missing)}): they were lost (a power loss or a damaged file). "
           f"Training goes on from the checkpoint; summary.json records history_gap", flush=True)
 
@@ -536,8 +542,9 @@ def _steps_text(steps: list[int]) -> str:
     return f"step {shown}" if len(steps) == 1 else f"steps {shown}" + (", ..." if len(steps) > 10 else "")
 
 
-def start_tracking(run: Run, life: Life) -> None:
-    """A W&B run or a no-op (the loop never branches on it), and one line saying where it writes.
+def start_tracking(run: Run, progress: Progress, life: Life) -> Progress:
+    """A W&B run or a no-op (the loop never branches on it), and one line saying where it writes; returns
+    ``progress`` with it as its tracker (its finish registered in ``life.cleanup``).
 
     The W&B name is ``<label>-s<seed>-<8 hex of the run directory>``: readable, and unique per run
     directory (so across sweeps and across a sweep's jobs that differ by another override). The id,
@@ -546,11 +553,11 @@ def start_tracking(run: Run, life: Life) -> None:
     ones, the metric rows kept by :func:`resume` replayed into it)."""
     from dapo_exp.tracking import start_tracker
 
-    cfg, st = run.cfg, run.state
+    cfg, st = run.cfg, progress.state
     # stable across processes (Python's hash() is salted), so a restarted run continues its W&B run
     name = f"{run.label}-s{cfg.seed}-{hashlib.sha1(str(run.out).encode()).hexdigest()[:8]}"
     st.wandb_id = st.wandb_id or name
-    run.tracker = start_tracker(
+    tracker = start_tracker(
         cfg.logger.backend, out_dir=str(run.out), config={**life.resolved, "git_commit": life.commit, "label": run.label},
         # the W&B group is the sweep (never one shared group for unrelated single runs)
         project=cfg.logger.project, group=cfg.logger.group or (None if cfg.sweep == "default" else cfg.sweep),
@@ -562,45 +569,47 @@ def start_tracking(run: Run, life: Life) -> None:
         # back to the checkpoint); unused online, where the server continues the run
         history=rundir.read_rows(run.out / rundir.METRICS)[0] if cfg.logger.backend != "none" else None,
     )
-    if line := run.tracker.describe():
+    if line := tracker.describe():
         print(f"[dapo-exp] {line}", flush=True)
-    life.cleanup.append(lambda: run.tracker.finish(exit_code=1))
+    life.cleanup.append(lambda: tracker.finish(exit_code=1))
+    return replace(progress, tracker=tracker)
 
 
-def save_checkpoint(run: Run, life: Life, step: int) -> None:
+def save_checkpoint(run: Run, progress: Progress, life: Life, step: int) -> None:
     """Checkpoint after ``step``, the wall time so far in the state. The log rows written so far are
     made durable first, so a checkpoint never outlives the rows before it."""
-    for writer in run.writers.values():
+    st = progress.state
+    for writer in progress.writers.values():
         writer.sync()
-    run.state.wall_time_s += time.perf_counter() - life.t_start
+    st.wall_time_s += time.perf_counter() - life.t_start
     life.t_start = time.perf_counter()
     # the config the checkpoint's weights were trained under: a re-run compares with it when config.json is lost
-    run.state.config_json = json.dumps(life.resolved, default=str)
+    st.config_json = json.dumps(life.resolved, default=str)
     checkpoint.save(run.out / rundir.CHECKPOINTS, step, run.model, run.optimizer, run.scheduler,
-                    run.state.to_checkpoint(),
+                    st.to_checkpoint(),
                     run.cfg.checkpoint.keep)
 
 
-def stopped(run: Run, life: Life, step: int) -> None:
+def stopped(run: Run, progress: Progress, life: Life, step: int) -> None:
     """A clean stop after ``step`` (its checkpoint written, unless nothing was trained yet): summary
     ``stopped``, close, raise :class:`RunStopped`."""
     requeued = "the scheduler requeues the job and it resumes from this checkpoint"
-    life.summary.update(status=rundir.STATUS_STOPPED, steps_done=step, wall_time_s=run.state.wall_time_s,
+    life.summary.update(status=rundir.STATUS_STOPPED, steps_done=step, wall_time_s=progress.state.wall_time_s,
                         load_avg_end=rundir.load_average(),
-                        history_gap=list(run.state.history_gap),
+                        history_gap=list(progress.state.history_gap),
                         **_stop_record(life.stop, f"after step {step}", requeued))
     rundir.write_json(run.out / rundir.SUMMARY, life.summary)
-    run.tracker.finish(exit_code=1)
+    progress.tracker.finish(exit_code=1)
     run.engine.close()
     print(f"[dapo-exp] {run.out.name}: stopped after step {step}; {_next(life.stop, requeued)}", flush=True)
     raise RunStopped(life.stop.signame)
 
 
-def finish(run: Run, life: Life, step: int) -> dict[str, Any]:
+def finish(run: Run, progress: Progress, life: Life, step: int) -> dict[str, Any]:
     """Write the summary (final, best, base evaluations), close tracking and the engine. The log rows
     are made durable first: a ``finished`` summary never outlives them."""
-    st, summary = run.state, life.summary
-    for writer in run.writers.values():
+    st, summary = progress.state, life.summary
+    for writer in progress.writers.values():
         writer.sync()
     st.wall_time_s += time.perf_counter() - life.t_start
     evals = dict(st.evals)
@@ -620,9 +629,9 @@ def finish(run: Run, life: Life, step: int) -> dict[str, Any]:
         endpoint=_endpoint(run, evals, final_step),
     )
     rundir.write_json(run.out / rundir.SUMMARY, summary)
-    run.tracker.summary({k: v for k, v in summary.items() if k not in ("config", "traceback")}
-                        | {"final/" + k: v for k, v in summary["final"].items()})
-    run.tracker.finish()
+    progress.tracker.summary({k: v for k, v in summary.items() if k not in ("config", "traceback")}
+                             | {"final/" + k: v for k, v in summary["final"].items()})
+    progress.tracker.finish()
     run.engine.close()
     print_summary(summary, run.out)
     return summary

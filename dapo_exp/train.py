@@ -12,7 +12,9 @@ One rollout step, each line a named function (:mod:`dapo_exp.steps` unless noted
 The fixes act only through the plan :mod:`dapo_exp.compose` binds once per run (``run.plan``);
 the run's lifecycle (lock, records, signals, resume, tracking, summary) is :mod:`dapo_exp.runner`'s:
 ``runner.open_run`` hands this loop a :class:`dapo_exp.runner.RunContext` and the loop calls its points
-(checkpoint, stop, finish); the run's pieces are :mod:`dapo_exp.build`'s.
+(checkpoint, stop, finish); the run's pieces are :mod:`dapo_exp.build`'s: the frozen ``Run`` it was built
+from, and its ``Progress`` (the checkpointed state, the start step, the prompt sampler, the log writers and
+the tracker), which each step function receives beside it.
 
 How it deviates from the paper, honestly: the paper trains a 32B model for thousands of steps on
 DAPO-Math-17k; the embedded default is a 0.3M-parameter policy on a synthetic arithmetic task for
@@ -36,7 +38,7 @@ from typing import Any
 from omegaconf import DictConfig
 
 from dapo_exp import compose, rundir, runner, steps
-from dapo_exp.build import Run
+from dapo_exp.build import Progress, Run
 from dapo_exp.console import ProgressLines
 from dapo_exp.evaluation import sizes_line
 from dapo_exp.fixes.base import mean_over_rounds
@@ -65,35 +67,35 @@ def train(cfg: DictConfig) -> dict[str, Any]:
 
 
 def loop(ctx: runner.RunContext) -> dict[str, Any]:
-    """Rollout steps from ``run.start_step + 1`` to ``train.steps``, then the summary."""
+    """Rollout steps from ``progress.start_step + 1`` to ``train.steps``, then the summary."""
     from tqdm.auto import tqdm
 
-    run = ctx.run
-    cfg, t, st = run.cfg, run.cfg.train, run.state
+    run, progress = ctx.run, ctx.progress
+    cfg, t, st, start = run.cfg, run.cfg.train, progress.state, progress.start_step
     ctx.begin_loop()  # a signal from here on stops after the current step, with a checkpoint
     log.info("%s: %s, %.2fM params, %d train problems, %s, device %s, rollout %s%s", run.label,
              run.model_path, sum(p.numel() for p in run.model.parameters()) / 1e6, len(run.train_prompts),
              sizes_line(cfg.eval, len(run.eval_prompts)), run.device, cfg.rollout.engine,
              f" (decode={run.engine.decode_used})" if hasattr(run.engine, "decode_used") else "")
-    if cfg.eval.before_training and run.start_step == 0:
-        run_eval(run, 0)
-    bar = tqdm(range(run.start_step + 1, t.steps + 1), initial=run.start_step, total=t.steps, desc=run.label,
+    if cfg.eval.before_training and start == 0:
+        run_eval(run, progress, 0)
+    bar = tqdm(range(start + 1, t.steps + 1), initial=start, total=t.steps, desc=run.label,
                dynamic_ncols=True, file=sys.stderr, disable=None)
     # plain lines for logs (nohup, SLURM, CI) when the bar is off; the bar is enough on a terminal
     lines = ProgressLines(f"{run.label} s{cfg.seed}", t.steps, cfg.logger.progress_every_s, enabled=bool(bar.disable))
-    step = run.start_step
+    step = start
     for next_step in bar:
         if ctx.stop_signal:  # a signal during the last step (or the set-up): its checkpoint is written
             bar.close()
             ctx.stopped(step)
         step, t_step = next_step, steps.start_clocks(run.device)  # wall time, and the step's peak GPU memory
-        groups, ds, counters, rollout_metrics = rollout_groups(run, step)  # rollouts, rewards, group filter
+        groups, ds, counters, rollout_metrics = rollout_groups(run, progress, step)  # rollouts, rewards, filter
         t_gen = time.perf_counter() - t_step
-        st.sampler_position = run.sampler.position
+        st.sampler_position = progress.sampler.position
         st.cum_rollouts += ds.rollouts_generated
         st.cum_gen_tokens += ds.gen_tokens
         if groups:
-            m = train_on(run, groups, step)  # advantages, masks, old log-probs, update, sync
+            m = train_on(run, progress, groups, step)  # advantages, masks, old log-probs, update, sync
         else:
             m = {}
             log.warning("step %d: no group kept (dynamic sampling partial batch); no update", step)
@@ -112,9 +114,10 @@ def loop(ctx: runner.RunContext) -> dict[str, Any]:
         })
         if groups:
             run.plan.check_logged(m)  # every fix that is on logs what it declares
-        run.log(step, m)
+        progress.log(step, m)
 
-        ev = run_eval(run, step) if (cfg.eval.every and step % cfg.eval.every == 0 or step == t.steps) else {}
+        evaluate = cfg.eval.every and step % cfg.eval.every == 0 or step == t.steps
+        ev = run_eval(run, progress, step) if evaluate else {}
         bar.set_postfix(reward=f"{m.get('reward/mean', float('nan')):.2f}",
                         acc=f"{m.get('reward/acc_mean', float('nan')):.2f}",
                         ent=f"{m.get('actor/entropy', float('nan')):.2f}", s_step=f"{m['timing_s/step']:.1f}",
@@ -123,8 +126,8 @@ def loop(ctx: runner.RunContext) -> dict[str, Any]:
         if cfg.checkpoint.every and step % cfg.checkpoint.every == 0 or step == t.steps or ctx.stop_signal:
             ctx.checkpoint(step)
     bar.close()
-    if t.steps == 0 or (run.start_step == t.steps and not st.evals):
-        run_eval(run, t.steps)
+    if t.steps == 0 or (start == t.steps and not st.evals):
+        run_eval(run, progress, t.steps)
     return ctx.finish(step)
 
 
@@ -153,19 +156,22 @@ def preflight(cfg: DictConfig) -> compose.Plan:
 # =========================================================================== #
 # One rollout step                                                              #
 # =========================================================================== #
-def rollout_groups(run: Run, step: int) -> tuple[list[Group], Any, dict[str, float], dict[str, float]]:
-    """Generate, score and filter groups (the group filter's refill) until the batch is full; returns the
-    groups, the rounds' counts, the verifier's and engine's counters and the reward terms' and filter's metrics."""
+def rollout_groups(run: Run, progress: Progress,
+                   step: int) -> tuple[list[Group], Any, dict[str, float], dict[str, float]]:
+    """Generate, score and filter groups (the group filter's refill) until the batch is full, the prompts from
+    ``progress.sampler`` and Dynamic Sampling's carried groups in ``progress.state``; returns the groups, the
+    rounds' counts, the verifier's and engine's counters and the reward terms' and filter's metrics."""
     cfg, r = run.cfg, run.cfg.rollout
     counters = {"verify_timeouts": 0.0, "gen_seconds": 0.0}
     reward_metrics: list[dict[str, float]] = []  # the reward terms' own, per round
 
     def generate_round(round_idx: int, n_prompts: int) -> list[Group]:
-        idx = run.sampler.take(n_prompts, step=step, round_idx=round_idx)
+        idx = progress.sampler.take(n_prompts, step=step, round_idx=round_idx)
         prompts = [run.train_prompts[i] for i in idx]
         gens = run.engine.generate(prompts, SamplingSpec(
             n=r.n, max_new_tokens=r.max_response_len, temperature=r.temperature, top_p=r.top_p,
-            seed=cfg.seed * 1_000_003 + step * 101 + round_idx, keys=run.sampler.noise_keys(step, round_idx, idx)))
+            seed=cfg.seed * 1_000_003 + step * 101 + round_idx,
+            keys=progress.sampler.noise_keys(step, round_idx, idx)))
         counters["gen_seconds"] += gens.stats.get("gen_seconds", 0.0)
         groups, timeouts, metrics = score_groups(
             prompt_indices=idx, prompt_ids=prompts, gens=gens, group_size=r.n, answers=[run.answers[i] for i in idx],
@@ -175,9 +181,9 @@ def rollout_groups(run: Run, step: int) -> tuple[list[Group], Any, dict[str, flo
         return groups
 
     run.engine.wake()
-    groups, run.state.carry, ds = collect_groups(
+    groups, progress.state.carry, ds = collect_groups(
         generate_round, want=cfg.train.prompts_per_step, refill=run.plan.refill, keep=run.plan.keep_groups,
-        carry=run.state.carry)
+        carry=progress.state.carry)
     run.engine.sleep()
     # the rollout slots' own metrics: the reward terms' and the group filter's, each averaged over the step's rounds
     return groups, ds, counters, {**mean_over_rounds(reward_metrics), **ds.filter_metrics}
@@ -190,8 +196,9 @@ def update_sizes(cfg: DictConfig) -> steps.UpdateSizes:
                              grad_clip=cfg.optim.grad_clip)
 
 
-def train_on(run: Run, groups: list[Group], step: int) -> dict[str, float]:
-    """Advantages, masks, old log-probs, the update and the engine sync; returns the step's metrics."""
+def train_on(run: Run, progress: Progress, groups: list[Group], step: int) -> dict[str, float]:
+    """Advantages, masks, old log-probs, the update and the engine sync; returns the step's metrics (the
+    trained rollouts counted in ``progress.state``, the samples written to its train-samples log)."""
     cfg, t, plan = run.cfg, run.cfg.train, run.plan
     batch = steps.build_batch(groups, group_size=cfg.rollout.n, plan=plan)
     sizes, seed = update_sizes(cfg), cfg.seed * 31 + step * 7
@@ -210,8 +217,8 @@ def train_on(run: Run, groups: list[Group], step: int) -> dict[str, float]:
          **plan.reward_logged([g.shaping for g in groups])}
     m.update(steps.sample_diagnostics(groups, run.task.train, _diagnostics(cfg)))
     steps.check_finite(run.model, run.out, step, m)  # a diverged step stops the run before it is logged or checkpointed
-    run.state.cum_trained_rollouts += batch.size
-    run.writers[rundir.TRAIN_SAMPLES].write(steps.train_sample_rows(step, groups))
+    progress.state.cum_trained_rollouts += batch.size
+    progress.writers[rundir.TRAIN_SAMPLES].write(steps.train_sample_rows(step, groups))
     return m
 
 
@@ -222,8 +229,8 @@ def _diagnostics(cfg: DictConfig) -> Any:
     return DIAGNOSTICS.get(cfg.task.name)
 
 
-def run_eval(run: Run, step: int) -> dict[str, float]:
-    """Evaluate, record in the run state (for best/final), log. The last step's evaluation is the
+def run_eval(run: Run, progress: Progress, step: int) -> dict[str, float]:
+    """Evaluate, record in ``progress.state`` (for best/final), log. The last step's evaluation is the
     endpoint's (``eval.final_problems`` x ``eval.final_samples``), repeated ``eval.final_repeats``
     more times with fresh noise (``eval/acc_avg_rep<i>``)."""
     from dapo_exp.evaluation import eval_size
@@ -244,11 +251,11 @@ def run_eval(run: Run, step: int) -> dict[str, float]:
         return steps.evaluate(run.model, run.engine, problems=run.task.eval[:n_problems],
                               prompt_ids=run.eval_prompts[:n_problems], tokenizer=run.tokenizer,
                               verifier=run.verifier, fwd=fwd, spec=spec, step=step,
-                              sample_writer=run.writers[rundir.EVAL_SAMPLES], diagnostics=_diagnostics(cfg))
+                              sample_writer=progress.writers[rundir.EVAL_SAMPLES], diagnostics=_diagnostics(cfg))
 
     m = once(0)
     for replica in range(1, e.final_repeats + 1) if final else ():
         m[f"{rundir.EVAL_ACC}_rep{replica}"] = once(replica)[rundir.EVAL_ACC]
-    run.state.evals[step] = m
-    run.log(step, m)
+    progress.state.evals[step] = m
+    progress.log(step, m)
     return m

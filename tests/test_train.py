@@ -75,6 +75,40 @@ def test_kill_and_resume_gives_identical_metrics(tmp_path, small_cfg, monkeypatc
     assert read("killed") == read("whole")
 
 
+def test_a_run_is_frozen_and_its_resumed_progress_carries_the_checkpoint(tmp_path, small_cfg):
+    """What a run is built from is frozen (no field bound again); what resume binds is its Progress: the newest
+    checkpoint's state and step, the sampler at the state's position, the writers, a no-op tracker."""
+    import dataclasses
+
+    from dapo_exp import checkpoint, runner
+    from dapo_exp.build import Progress, RunState, build_run
+    from dapo_exp.tracking import NullTracker
+    from dapo_exp.train import preflight
+
+    cfg = small_cfg(tmp_path, "train.steps=2", FINAL_1, NO_BASE_EVAL)
+    train(cfg)
+    saved = RunState.from_checkpoint(checkpoint.read_state(tmp_path / rundir.CHECKPOINTS / "step_0000002")["state"])
+    cleanup = []
+    run = build_run(cfg, preflight(cfg), tmp_path, "resumed", cleanup)
+    try:
+        with pytest.raises(dataclasses.FrozenInstanceError):
+            run.model = None
+        progress = runner.resume(run)
+        assert isinstance(progress, Progress) and progress.start_step == 2
+        fields = ("sampler_position", "cum_rollouts", "cum_gen_tokens", "cum_trained_rollouts", "wandb_id",
+                  "base_model", "history_gap", "config_json")
+        assert [getattr(progress.state, f) for f in fields] == [getattr(saved, f) for f in fields]
+        assert sorted(progress.state.evals) == sorted(saved.evals) == [2]
+        assert progress.sampler.position == saved.sampler_position > 0
+        assert set(progress.writers) == {rundir.METRICS, rundir.EVAL_SAMPLES, rundir.TRAIN_SAMPLES}
+        assert isinstance(progress.tracker, NullTracker)
+        with pytest.raises(dataclasses.FrozenInstanceError):
+            progress.state = RunState()
+    finally:
+        for close in reversed(cleanup):
+            close()
+
+
 def test_rerun_of_finished_run_is_skipped(tmp_path, small_cfg):
     cfg = small_cfg(tmp_path, FINAL_1)
     first = train(cfg)

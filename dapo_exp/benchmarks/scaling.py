@@ -69,7 +69,7 @@ class Cell:
         from dapo_exp.benchmarks.vs_trl import open_run
 
         self.T, self.tokens, self.step_no = T, tokens, 0
-        self.run = open_run(cfg, tokens, "scaling")
+        self.run, self.progress = open_run(cfg, tokens, "scaling")
         self.params = sum(p.numel() for p in self.run.model.parameters())
 
     def step(self) -> dict[str, float]:
@@ -78,10 +78,10 @@ class Cell:
         self.step_no += 1
         _sync(dev)
         t0 = time.perf_counter()
-        groups, ds, _, _ = self.T.rollout_groups(self.run, self.step_no)
+        groups, ds, _, _ = self.T.rollout_groups(self.run, self.progress, self.step_no)
         _sync(dev)
         t1 = time.perf_counter()
-        self.T.train_on(self.run, groups, self.step_no)
+        self.T.train_on(self.run, self.progress, groups, self.step_no)
         self.run.scheduler.step()
         _sync(dev)
         t2 = time.perf_counter()

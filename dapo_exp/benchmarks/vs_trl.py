@@ -174,19 +174,19 @@ def dapo_overrides(args: argparse.Namespace, *, model_path: str, out: Path) -> l
             f"train.share_prompt_forward={str(not args.no_share_prompts).lower()}"]
 
 
-def open_run(cfg: Any, tokens: int, label: str) -> Any:
-    """The trainer's run for ``cfg``, as ``python run.py`` builds it, with EOS suppressed until
-    ``tokens`` new tokens (so every step does the same work). Shared with the scaling benchmark."""
+def open_run(cfg: Any, tokens: int, label: str) -> tuple[Any, Any]:
+    """The trainer's run for ``cfg`` and its progress (:func:`dapo_exp.runner.resume`: the sampler and the log
+    writers; no tracking), as ``python run.py`` builds them, with EOS suppressed until ``tokens`` new tokens
+    (so every step does the same work). Shared with the scaling benchmark."""
     from dapo_exp import build, runner
     from dapo_exp import train as T
 
     plan = T.preflight(cfg)
     Path(cfg.out_dir).mkdir(parents=True, exist_ok=True)
     run = build.build_run(cfg, plan, Path(cfg.out_dir), label, cleanup=[])
-    runner.resume(run)
-    run.sampler = build.PromptSampler(len(run.train_prompts), cfg.seed, run.state.sampler_position)
+    progress = runner.resume(run)
     run.model.generation_config.min_new_tokens = tokens
-    return run
+    return run, progress
 
 
 class DapoSide:
@@ -196,7 +196,7 @@ class DapoSide:
         from dapo_exp import train as T
 
         self.T, self.tally, self.step_no = T, tally, 0
-        self.run = open_run(cfg, tokens, "vs_trl")
+        self.run, self.progress = open_run(cfg, tokens, "vs_trl")
         self.run.optimizer.register_step_post_hook(tally.count_update)
 
     def steps(self, n: int) -> list[float]:
@@ -204,8 +204,8 @@ class DapoSide:
         for _ in range(n):
             self.step_no += 1
             t0 = time.perf_counter()
-            groups, ds, _, _ = self.T.rollout_groups(self.run, self.step_no)
-            self.T.train_on(self.run, groups, self.step_no)
+            groups, ds, _, _ = self.T.rollout_groups(self.run, self.progress, self.step_no)
+            self.T.train_on(self.run, self.progress, groups, self.step_no)
             self.run.scheduler.step()
             out.append(time.perf_counter() - t0)
             if self.tally.counting:
