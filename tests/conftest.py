@@ -6,7 +6,7 @@ import functools
 import os
 
 import pytest
-from helpers import ROOT, compose_small
+from helpers import compose_small, slurm_manager
 
 pytest_plugins = ("suite_hooks",)
 
@@ -23,34 +23,23 @@ def small_cfg(warm_cache):
     return functools.partial(compose_small, warm_cache=warm_cache)
 
 
-# what `bash .ci/slurm up` starts and the SLURM tests run
-SLURM_BINARIES = ("slurmctld", "slurmd", "slurmdbd", "munged", "mariadbd", "mariadb-install-db",
-                  "sbatch", "sacct", "scontrol", "scancel", "squeue", "sacctmgr")
-
-
 @pytest.fixture(scope="session")
 def slurm_cluster():
     """The local one-node SLURM cluster (``bash .ci/slurm up``: started if it is not up, left up after the
     tests): the environment variables a client needs (``SLURM_CONF``). Skips, saying why, where it cannot
     start (SLURM's packages not installed: ``bash .ci/slurm install`` as root; not root)."""
-    import shutil
-    import subprocess
-
+    slurm = slurm_manager()
     if os.environ.get("DAPO_SKIP_SLURM") == "1":
         pytest.skip("DAPO_SKIP_SLURM=1: the local SLURM cluster is not started")
-    path = os.pathsep.join([os.environ.get("PATH", ""), "/usr/sbin", "/sbin"])
-    missing = [b for b in SLURM_BINARIES if shutil.which(b, path=path) is None]
-    if missing:
-        pytest.skip(f"SLURM is not installed here ({', '.join(missing)} missing): bash .ci/slurm install (as root)")
+    if slurm.missing_binaries():
+        pytest.skip(f"SLURM is not installed here ({', '.join(slurm.missing_binaries())} missing): "
+                    "bash .ci/slurm install (as root)")
     if os.geteuid() != 0:
         pytest.skip("the local SLURM cluster runs its daemons as root: run the SLURM tests as root")
-    up = subprocess.run(["bash", str(ROOT / ".ci" / "slurm"), "up"], capture_output=True, text=True, timeout=300)
-    if up.returncode != 0:
-        pytest.fail(f"bash .ci/slurm up failed (exit {up.returncode}): {(up.stdout + up.stderr)[-2000:]}")
-    found = [ln.split("=", 1)[1].strip().strip("'\"") for ln in up.stdout.splitlines()
-             if ln.startswith("export SLURM_CONF=")]
-    assert found, f"bash .ci/slurm up printed no SLURM_CONF line: {up.stdout[-1000:]}"
-    return {"SLURM_CONF": found[-1]}
+    try:
+        return {"SLURM_CONF": str(slurm.Cluster().up())}
+    except slurm.Fail as exc:
+        pytest.fail(f"bash .ci/slurm up failed: {exc} (its output: stderr, below)")
 
 
 @pytest.fixture(scope="session")

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import contextlib
 import fcntl
+import functools
 import time
 from pathlib import Path
 
@@ -114,3 +115,14 @@ def whole_and_killed(small_cfg, monkeypatch, tmp_path, overrides, step):
         train(small_cfg(tmp_path / "cut", *overrides))
     monkeypatch.undo()
 
+
+
+@functools.cache
+def slurm_manager():
+    """``.ci/slurm_cluster.py``, what ``bash .ci/slurm`` runs (loaded from its path: ``.ci`` is no package)."""
+    import importlib.util
+
+    spec = importlib.util.spec_from_file_location("slurm_cluster", ROOT / ".ci" / "slurm_cluster.py")
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
