@@ -232,12 +232,13 @@ class Cluster:
         """Hold <dir>.lock (flock), so that two concurrent `up`/`down` do not race."""
         self.dir.parent.mkdir(parents=True, exist_ok=True)
         with open(f"{self.dir}.lock", "w") as lock:
-            for _ in range(int(seconds * 5)):
+            def took() -> bool:
                 with suppress(BlockingIOError):
                     fcntl.flock(lock, fcntl.LOCK_EX | fcntl.LOCK_NB)
-                    break
-                time.sleep(0.2)
-            else:
+                    return True
+                return False
+
+            if not wait_for(took, seconds, every=0.2):
                 raise Fail(f"timed out ({seconds:.0f} s) waiting for the lock {lock.name} (another up/down running?)")
             yield
 

@@ -33,6 +33,16 @@ SMALL = [
 VERL_INSTALL_LOCK = ROOT / ".ci" / ".install-verl.lock"
 
 
+def lock_held(lock: Path) -> bool:
+    """Whether another open file holds ``lock`` (flock), as a background install of ``.ci/test-env`` does."""
+    with open(lock) as f:
+        try:
+            fcntl.flock(f, fcntl.LOCK_SH | fcntl.LOCK_NB)
+        except BlockingIOError:
+            return True
+    return False
+
+
 def wait_for_verl_install(timeout: float = 1800.0, lock: Path | None = None) -> None:
     """Wait while ``.ci/test`` installs ``.venv-verl`` beside the tests: the installer holds the lock
     ``.ci/.install-verl.lock`` (flock) until it ends, so that a test needing verl's environment neither skips nor
@@ -41,15 +51,10 @@ def wait_for_verl_install(timeout: float = 1800.0, lock: Path | None = None) -> 
     if not lock.exists():
         return
     deadline = time.monotonic() + timeout
-    with open(lock) as f:
-        while True:
-            try:
-                fcntl.flock(f, fcntl.LOCK_SH | fcntl.LOCK_NB)
-                return  # (closing the file releases it)
-            except BlockingIOError:
-                if time.monotonic() > deadline:
-                    raise TimeoutError(f"{lock}: .venv-verl's install did not end within {timeout:.0f} s") from None
-                time.sleep(2.0)
+    while lock_held(lock):
+        if time.monotonic() > deadline:
+            raise TimeoutError(f"{lock}: .venv-verl's install did not end within {timeout:.0f} s")
+        time.sleep(2.0)
 
 
 @contextlib.contextmanager

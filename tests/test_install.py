@@ -355,25 +355,13 @@ def test_test_command_ends_with_the_verdict_of_everything_it_ran_whatever_fails(
     assert rc == 1 and "environment: failed (exit 1) | main suite: not run" in last
 
 
-def _held(lock) -> bool:
-    """Whether another process holds ``lock`` (flock), as a background install of ``.ci/test-env`` does."""
-    import fcntl
-
-    with open(lock) as f:
-        try:
-            fcntl.flock(f, fcntl.LOCK_EX | fcntl.LOCK_NB)
-        except BlockingIOError:
-            return True
-    return False
-
-
 def test_test_env_leaves_verl_installing_beside_the_tests_and_they_wait_for_it(tmp_path):
     """``.ci/test-env PY --verl-background`` (the whole suite) returns while .venv-verl still installs, holding the
     lock ``.ci/.install-verl.lock`` until it ends; ``wait_for_verl_install`` blocks until then."""
     import threading
     import time
 
-    from helpers import wait_for_verl_install
+    from helpers import lock_held, wait_for_verl_install
 
     ci = tmp_path / ".ci"
     ci.mkdir()
@@ -384,14 +372,14 @@ def test_test_env_leaves_verl_installing_beside_the_tests_and_they_wait_for_it(t
                          capture_output=True, text=True, timeout=300)
     assert out.returncode == 0 and ".venv-verl installs beside the tests" in out.stderr, out.stderr
     lock = ci / ".install-verl.lock"
-    assert _held(lock)  # the install goes on
+    assert lock_held(lock)  # the install goes on
     waiter = threading.Thread(target=wait_for_verl_install, kwargs={"timeout": 120, "lock": lock})
     waiter.start()
     time.sleep(1.0)
     assert waiter.is_alive()
     (tmp_path / "release").touch()
     waiter.join(60)
-    assert not waiter.is_alive() and not _held(lock)
+    assert not waiter.is_alive() and not lock_held(lock)
     assert (ci / ".install-verl.log").read_text().split() == ["installing", "installed"]
     import fcntl
 
@@ -407,6 +395,8 @@ def test_a_prefetched_verl_install_is_waited_for_not_started_twice(tmp_path):
     (two pips in one virtualenv), and a call without it waits for the first before its own quick check."""
     import time
 
+    from helpers import lock_held
+
     ci = tmp_path / ".ci"
     ci.mkdir()
     shutil.copy(ROOT / ".ci" / "test-env", ci)
@@ -416,7 +406,7 @@ def test_a_prefetched_verl_install_is_waited_for_not_started_twice(tmp_path):
                          text=True, timeout=60)
     assert out.returncode == 0, out.stderr
     lock = ci / ".install-verl.lock"
-    assert _held(lock)  # under way: the prefetch returned without waiting for it (it waits for `release`)
+    assert lock_held(lock)  # under way: the prefetch returned without waiting for it (it waits for `release`)
     out = subprocess.run(["bash", ".ci/test-env", sys.executable, "--verl-background"], cwd=tmp_path, env=env,
                          capture_output=True, text=True, timeout=300)
     assert out.returncode == 0, out.stderr  # (no second install: the log below holds one)
@@ -426,5 +416,5 @@ def test_a_prefetched_verl_install_is_waited_for_not_started_twice(tmp_path):
     assert waiting.poll() is None  # it waits for the prefetched install
     (tmp_path / "release").touch()
     assert waiting.wait(timeout=120) == 0
-    assert not _held(lock)
+    assert not lock_held(lock)
     assert (ci / ".install-verl.log").read_text().split() == ["installing", "installed"]  # one install, logged once
