@@ -191,6 +191,7 @@ class RunContext:
     progress: Progress | None
     life: Life | None
     finished: dict[str, Any] | None = None
+    saved_step: int | None = None  # the step of the checkpoint this process wrote last
 
     @property
     def stop_signal(self) -> str | None:
@@ -203,8 +204,13 @@ class RunContext:
 
     def checkpoint(self, step: int) -> None:
         save_checkpoint(self.run, self.progress, self.life, step)
+        self.saved_step = step
 
     def stopped(self, step: int) -> None:
+        """Stop after ``step``, its checkpoint written first if the loop has not (a signal that came after the
+        step's checkpoint check, before the next step: seen under load, 2026-11-30), unless nothing was trained."""
+        if step not in (self.saved_step, self.progress.start_step):
+            self.checkpoint(step)
         stopped(self.run, self.progress, self.life, step)
 
     def finish(self, step: int) -> dict[str, Any]:

@@ -83,12 +83,10 @@ def loop(ctx: runner.RunContext) -> dict[str, Any]:
                dynamic_ncols=True, file=sys.stderr, disable=None)
     # plain lines for logs (nohup, SLURM, CI) when the bar is off; the bar is enough on a terminal
     lines = ProgressLines(f"{run.label} s{cfg.seed}", t.steps, cfg.logger.progress_every_s, enabled=bool(bar.disable))
-    step = saved = start
+    step = start
     for next_step in bar:
-        if ctx.stop_signal:  # a signal during the last step (or the set-up): its checkpoint is written
+        if ctx.stop_signal:  # a signal during the last step (or the set-up): that step's checkpoint is written
             bar.close()
-            if saved != step:  # it came after that step's checkpoint check below (seen under load, 2026-11-30)
-                ctx.checkpoint(step)
             ctx.stopped(step)
         step, t_step = next_step, steps.start_clocks(run.device)  # wall time, and the step's peak GPU memory
         groups, ds, counters, rollout_metrics = rollout_groups(run, progress, step)  # rollouts, rewards, filter
@@ -127,7 +125,6 @@ def loop(ctx: runner.RunContext) -> dict[str, Any]:
         lines.step(step, m, ev)
         if cfg.checkpoint.every and step % cfg.checkpoint.every == 0 or step == t.steps or ctx.stop_signal:
             ctx.checkpoint(step)
-            saved = step
     bar.close()
     if t.steps == 0 or (start == t.steps and not st.evals):
         run_eval(run, progress, t.steps)

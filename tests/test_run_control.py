@@ -408,6 +408,32 @@ def test_a_signal_stops_cleanly_and_the_rerun_resumes_to_the_same_metrics(sig, t
     assert _metrics(tmp_path / "cut") == uninterrupted
 
 
+def test_a_signal_between_a_steps_checkpoint_check_and_the_next_step_still_checkpoints_that_step(
+        tmp_path, small_cfg, monkeypatch, uninterrupted):
+    """The race a loaded CI machine hit (2026-11-30): SIGTERM after step 2's checkpoint check, before step 3
+    starts (here: as the progress bar is asked for step 3). The run stops after step 2 with step 2's checkpoint,
+    and the rerun resumes to the uninterrupted metrics."""
+    import tqdm.auto
+
+    class LateSignal(tqdm.auto.tqdm):
+        def __iter__(self):
+            for step in super().__iter__():
+                yield step
+                if step == 2:  # the loop body of step 2 has ended, its checkpoint check included
+                    os.kill(os.getpid(), signal.SIGTERM)
+
+    monkeypatch.setattr(tqdm.auto, "tqdm", LateSignal)
+    with pytest.raises(RunStopped, match="SIGTERM"):
+        train(small_cfg(tmp_path / "cut", *STOPPED_RUN))
+    summary = rundir.read_summary(tmp_path / "cut")
+    assert summary["status"] == rundir.STATUS_STOPPED and summary["steps_done"] == 2
+    assert [p.name for p in (tmp_path / "cut" / rundir.CHECKPOINTS).glob("step_*")] == ["step_0000002"]
+    monkeypatch.undo()
+    s = train(small_cfg(tmp_path / "cut", *STOPPED_RUN))
+    assert s["status"] == "finished" and s["steps_done"] == 3
+    assert _metrics(tmp_path / "cut") == uninterrupted
+
+
 class _SchedulerHandler:
     """Stands in for submitit's SIGUSR2 handler (checkpoint the callable, requeue, exit): records what the
     run directory held when it was called; ``refuse`` makes it raise as submitit does when it will not requeue."""
