@@ -208,7 +208,7 @@ class RunContext:
 
     def stopped(self, step: int) -> None:
         """Stop after ``step``, its checkpoint written first if the loop has not (a signal that came after the
-        step's checkpoint check, before the next step: seen under load, 2026-11-30), unless nothing was trained."""
+        step's checkpoint check, before the next step: seen on a loaded machine), unless nothing was trained."""
         if step not in (self.saved_step, self.progress.start_step):
             self.checkpoint(step)
         stopped(self.run, self.progress, self.life, step)
