@@ -207,8 +207,8 @@ class RunContext:
         self.saved_step = step
 
     def stopped(self, step: int) -> None:
-        """Stop after ``step``, its checkpoint written first if the loop has not (a signal that came after the
-        step's checkpoint check, before the next step: seen on a loaded machine), unless nothing was trained."""
+        """Stop after ``step``, its checkpoint written first unless the loop's schedule already wrote it or nothing
+        was trained (the one place a stop decides its checkpoint, wherever in the step the signal came)."""
         if step not in (self.saved_step, self.progress.start_step):
             self.checkpoint(step)
         stopped(self.run, self.progress, self.life, step)

@@ -85,7 +85,7 @@ def loop(ctx: runner.RunContext) -> dict[str, Any]:
     lines = ProgressLines(f"{run.label} s{cfg.seed}", t.steps, cfg.logger.progress_every_s, enabled=bool(bar.disable))
     step = start
     for next_step in bar:
-        if ctx.stop_signal:  # a signal during the last step (or the set-up): that step's checkpoint is written
+        if ctx.stop_signal:  # a signal during the last step (or the set-up): stopped() writes that step's checkpoint
             bar.close()
             ctx.stopped(step)
         step, t_step = next_step, steps.start_clocks(run.device)  # wall time, and the step's peak GPU memory
@@ -123,7 +123,7 @@ def loop(ctx: runner.RunContext) -> dict[str, Any]:
                         ent=f"{m.get('actor/entropy', float('nan')):.2f}", s_step=f"{m['timing_s/step']:.1f}",
                         **({"eval": f"{ev['eval/acc_avg']:.2f}"} if ev else {}))
         lines.step(step, m, ev)
-        if cfg.checkpoint.every and step % cfg.checkpoint.every == 0 or step == t.steps or ctx.stop_signal:
+        if cfg.checkpoint.every and step % cfg.checkpoint.every == 0 or step == t.steps:
             ctx.checkpoint(step)
     bar.close()
     if t.steps == 0 or (start == t.steps and not st.evals):
