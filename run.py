@@ -55,7 +55,7 @@ from dapo_exp.hydra_setup import (
     write_hydra_record,
 )
 from dapo_exp.preflight import precheck
-from dapo_exp.rundir import RunDirError, RunLockedError, record_failure, remove_if_nothing_computed
+from dapo_exp.rundir import RunDirError, RunLockedError, record_failure, recorded_threads, remove_if_nothing_computed
 
 CONFIG_DIR = os.path.join(os.path.dirname(os.path.abspath(__file__)), "conf")
 register_resolvers()
@@ -110,7 +110,8 @@ def main(cfg: DictConfig) -> float | rundir.RefusedJob | None:
 
 def run_job(cfg: DictConfig, task_cfg: DictConfig) -> dict | None:
     """One job: its directory locked and its recorded config checked before anything of it is written
-    (:func:`dapo_exp.runner.claimed`), Hydra's record written, torch's threads set, then the run."""
+    (:func:`dapo_exp.runner.claimed`), Hydra's record written, torch's threads set (a resumed run keeps its own
+    count: :func:`dapo_exp.hydra_setup.choose_threads`), then the run."""
     from dapo_exp.runner import claimed
     from dapo_exp.train import train
 
@@ -118,7 +119,7 @@ def run_job(cfg: DictConfig, task_cfg: DictConfig) -> dict | None:
         if str(out) != job_output_dir():  # run.on_config_change=branch
             move_log_files(job_output_dir(), out)
         write_hydra_record(out, task_cfg)
-        threads, why = set_threads(cfg)  # before any compute
+        threads, why = set_threads(cfg, recorded=recorded_threads(out))  # before any compute
         log.info("torch threads: %d (%s)", threads, why)
         return train(cfg)
 

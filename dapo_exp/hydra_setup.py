@@ -366,28 +366,32 @@ def available_cores() -> int:
 
 
 def choose_threads(params: int | None, cores: int, load: float | None,
-                   env: dict | None = None) -> tuple[int, str]:
+                   env: dict | None = None, recorded: int | None = None) -> tuple[int, str]:
     """torch's intra-op thread count for a run and why:
 
-    1. ``DAPO_THREADS=<n>``, else ``OMP_NUM_THREADS=<n>`` (set and not empty: the user's, or the
-       parallel launcher's per job) are kept;
-    2. a small model (under :data:`SMALL_MODEL_PARAMS`, the 0.33M-parameter toy) gets one thread:
+    1. ``DAPO_THREADS=<n>`` is kept (said to differ from ``recorded`` when it does);
+    2. ``recorded``: the count a resumed run started with (:func:`dapo_exp.rundir.recorded_threads`), whatever
+       ``OMP_NUM_THREADS`` or the parallel launcher offers now: float reductions depend on the thread count, so
+       only the same count resumes to the numbers of an uninterrupted run;
+    3. ``OMP_NUM_THREADS=<n>`` (set and not empty: the user's, or the parallel launcher's per job) is kept;
+    4. a small model (under :data:`SMALL_MODEL_PARAMS`, the 0.33M-parameter toy) gets one thread:
        its ops are too small to split, and more threads only contend with whatever else runs;
-    3. otherwise the cores not busy: ``cores - round(1-minute load average)``, at least 1.
+    5. otherwise the cores not busy: ``cores - round(1-minute load average)``, at least 1.
     """
     env = os.environ if env is None else env
-    for var in (THREADS_ENV, "OMP_NUM_THREADS"):
-        value = str(env.get(var, "")).strip()
-        if value:
-            try:
-                n = int(value)
-            except ValueError:
-                n = 0
-            if n < 1:
-                from dapo_exp.config import ConfigError
-
-                raise ConfigError(f"{var}={value}: must be a positive integer (torch's thread count)")
-            return n, f"{var}={n}"
+    given = {var: _thread_count(var, env) for var in (THREADS_ENV, "OMP_NUM_THREADS")}
+    if given[THREADS_ENV] is not None:
+        n = given[THREADS_ENV]
+        differs = (f"; the run started with {recorded}: its numbers will differ from an uninterrupted run's in "
+                   f"float rounding" if recorded is not None and recorded != n else "")
+        return n, f"{THREADS_ENV}={n}{differs}"
+    if recorded is not None:
+        offered = given["OMP_NUM_THREADS"]
+        return recorded, ("the count this run started with, kept on resume so that it resumes to the same numbers"
+                          + (f" (OMP_NUM_THREADS={offered} offered)" if offered not in (None, recorded) else "")
+                          + f"; {THREADS_ENV}=<n> for another")
+    if given["OMP_NUM_THREADS"] is not None:
+        return given["OMP_NUM_THREADS"], f"OMP_NUM_THREADS={given['OMP_NUM_THREADS']}"
     if params is not None and params < SMALL_MODEL_PARAMS:
         return 1, (f"a small model ({params / 1e6:.2f}M parameters): 1 thread; set {THREADS_ENV}=<n> "
                    f"for another count")
@@ -397,14 +401,31 @@ def choose_threads(params: int | None, cores: int, load: float | None,
     return n, f"{cores} cores, load average {load:.2f}: {n} free; set {THREADS_ENV}=<n> for another count"
 
 
-def set_threads(cfg: Any) -> tuple[int, str]:
-    """Pick (:func:`choose_threads`) and set torch's thread count for the run of ``cfg``; returns (n, why)."""
+def _thread_count(var: str, env: Any) -> int | None:
+    """The positive integer ``env[var]`` holds; None where it is unset or empty; refused otherwise."""
+    value = str(env.get(var, "")).strip()
+    if not value:
+        return None
+    try:
+        n = int(value)
+    except ValueError:
+        n = 0
+    if n < 1:
+        from dapo_exp.config import ConfigError
+
+        raise ConfigError(f"{var}={value}: must be a positive integer (torch's thread count)")
+    return n
+
+
+def set_threads(cfg: Any, recorded: int | None = None) -> tuple[int, str]:
+    """Pick (:func:`choose_threads`; ``recorded``: the count of the run this one resumes) and set torch's thread
+    count for the run of ``cfg``; returns (n, why)."""
     import torch
 
     try:
         load = os.getloadavg()[0]
     except (AttributeError, OSError):
         load = None
-    n, why = choose_threads(model_params_estimate(cfg.get("model")), available_cores(), load)
+    n, why = choose_threads(model_params_estimate(cfg.get("model")), available_cores(), load, recorded=recorded)
     torch.set_num_threads(n)
     return n, why

@@ -240,6 +240,16 @@ def environment() -> dict[str, Any]:
             "omp_num_threads": os.environ.get("OMP_NUM_THREADS"), "load_avg_1m": load_average()}
 
 
+def recorded_threads(run_dir: str | os.PathLike) -> int | None:
+    """torch's thread count the run in ``run_dir`` used (``config.json``'s ``environment.torch_threads``), when it
+    holds a checkpoint to resume from; None otherwise (nothing to resume, or no usable record)."""
+    run_dir = Path(run_dir)
+    if not any((run_dir / CHECKPOINTS).glob("step_*")):
+        return None
+    n = ((read_json(run_dir / CONFIG) or {}).get("environment") or {}).get("torch_threads")
+    return n if isinstance(n, int) and not isinstance(n, bool) and n >= 1 else None
+
+
 def load_average() -> float | None:
     """The machine's 1-minute load average (None where the platform has none). A run's wall time says as
     much about this as about its configuration: runs.csv keeps both, the comparison table neither."""

@@ -514,6 +514,27 @@ def test_sigterm_to_the_process_exits_143_with_a_stopped_summary(two_identical_c
 # what a log file shows                                                         #
 # --------------------------------------------------------------------------- #
 @pytest.mark.slow
+@pytest.mark.slow
+def test_a_resumed_run_keeps_the_thread_count_it_started_with(tmp_path, resumable_run):
+    """Float reductions depend on torch's thread count: a run resumed where the launcher (or OMP_NUM_THREADS) offers
+    another count still computes with its own, recorded in config.json, so that it resumes to the numbers of an
+    uninterrupted run (a parallel sweep re-run with one job left gives it every core)."""
+    run_dir, base, _ = resumable_run
+    started = rundir.recorded_threads(run_dir)
+    assert started == rundir.read_json(run_dir / rundir.CONFIG)["environment"]["torch_threads"] >= 1
+    assert rundir.recorded_threads(tmp_path) is None  # nothing to resume: no count to keep
+    run_dir = _copy(run_dir, tmp_path / "run")
+    cmd = [*(a for a in base if not a.startswith("hydra.run.dir=")), f"hydra.run.dir={run_dir}", "train.steps=3"]
+    env = {k: v for k, v in os.environ.items() if k != "DAPO_THREADS"} | {"OMP_NUM_THREADS": str(started + 1)}
+    out = subprocess.run(cmd, cwd=ROOT, capture_output=True, text=True, timeout=600, env=env)
+    assert out.returncode == 0, out.stderr[-2000:]
+    log = (run_dir / "run.log").read_text()
+    assert f"torch threads: {started} (the count this run started with, kept on resume" in log, log[-2000:]
+    assert f"(OMP_NUM_THREADS={started + 1} offered)" in log
+    assert rundir.read_json(run_dir / rundir.CONFIG)["environment"]["torch_threads"] == started
+    assert rundir.read_summary(run_dir)["steps_done"] == 3
+
+
 def test_run_py_to_a_file_prints_progress_lines(resumable_run):
     """`python run.py` with its output to a file (the 2-step run of resumable_run)."""
     text = resumable_run[2]

@@ -254,6 +254,17 @@ def test_choose_threads(params, cores, load, env, expected):
     assert n == expected and why
 
 
+@pytest.mark.parametrize("env, recorded, expected, said", [
+    ({"OMP_NUM_THREADS": "2"}, 1, 1, "the count this run started with, kept on resume"),  # the launcher offers 2
+    ({}, 4, 4, "the count this run started with"),  # a toy that would get 1 resumes with its own 4
+    ({"DAPO_THREADS": "3", "OMP_NUM_THREADS": "2"}, 1, 3, "the run started with 1: its numbers will differ"),
+    ({"OMP_NUM_THREADS": "2"}, None, 2, "OMP_NUM_THREADS=2"),  # nothing to resume: the launcher's count
+])
+def test_a_resumed_run_keeps_its_thread_count_unless_dapo_threads_says_otherwise(env, recorded, expected, said):
+    n, why = choose_threads(330_000, 2, 0.0, env, recorded=recorded)
+    assert n == expected and said in why, why
+
+
 def test_a_bad_thread_count_is_refused():
     with pytest.raises(ConfigError, match="DAPO_THREADS=0: must be a positive integer"):
         choose_threads(None, 2, 0.0, {"DAPO_THREADS": "0"})
