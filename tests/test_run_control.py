@@ -514,7 +514,6 @@ def test_sigterm_to_the_process_exits_143_with_a_stopped_summary(two_identical_c
 # what a log file shows                                                         #
 # --------------------------------------------------------------------------- #
 @pytest.mark.slow
-@pytest.mark.slow
 def test_a_resumed_run_keeps_the_thread_count_it_started_with(tmp_path, resumable_run):
     """Float reductions depend on torch's thread count: a run resumed where the launcher (or OMP_NUM_THREADS) offers
     another count still computes with its own, recorded in config.json, so that it resumes to the numbers of an
@@ -535,6 +534,7 @@ def test_a_resumed_run_keeps_the_thread_count_it_started_with(tmp_path, resumabl
     assert rundir.read_summary(run_dir)["steps_done"] == 3
 
 
+@pytest.mark.slow
 def test_run_py_to_a_file_prints_progress_lines(resumable_run):
     """`python run.py` with its output to a file (the 2-step run of resumable_run)."""
     text = resumable_run[2]
