@@ -379,19 +379,18 @@ def choose_threads(params: int | None, cores: int, load: float | None,
     5. otherwise the cores not busy: ``cores - round(1-minute load average)``, at least 1.
     """
     env = os.environ if env is None else env
-    given = {var: _thread_count(var, env) for var in (THREADS_ENV, "OMP_NUM_THREADS")}
-    if given[THREADS_ENV] is not None:
-        n = given[THREADS_ENV]
+    n = _thread_count(THREADS_ENV, env)
+    if n is not None:
         differs = (f"; the run started with {recorded}: its numbers will differ from an uninterrupted run's in "
                    f"float rounding" if recorded is not None and recorded != n else "")
         return n, f"{THREADS_ENV}={n}{differs}"
+    omp = _thread_count("OMP_NUM_THREADS", env)
     if recorded is not None:
-        offered = given["OMP_NUM_THREADS"]
         return recorded, ("the count this run started with, kept on resume so that it resumes to the same numbers"
-                          + (f" (OMP_NUM_THREADS={offered} offered)" if offered not in (None, recorded) else "")
+                          + (f" (OMP_NUM_THREADS={omp} offered)" if omp not in (None, recorded) else "")
                           + f"; {THREADS_ENV}=<n> for another")
-    if given["OMP_NUM_THREADS"] is not None:
-        return given["OMP_NUM_THREADS"], f"OMP_NUM_THREADS={given['OMP_NUM_THREADS']}"
+    if omp is not None:
+        return omp, f"OMP_NUM_THREADS={omp}"
     if params is not None and params < SMALL_MODEL_PARAMS:
         return 1, (f"a small model ({params / 1e6:.2f}M parameters): 1 thread; set {THREADS_ENV}=<n> "
                    f"for another count")
