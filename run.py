@@ -121,7 +121,7 @@ def run_job(cfg: DictConfig, task_cfg: DictConfig) -> dict | None:
         write_hydra_record(out, task_cfg)
         threads, why = set_threads(cfg, recorded=recorded_threads(out))  # before any compute
         log.info("torch threads: %d (%s)", threads, why)
-        return train(cfg)
+        return train(cfg, claim=out)  # claimed once, here: the trainer takes the claim over
 
 
 def run_failures() -> tuple[type[BaseException], ...]:

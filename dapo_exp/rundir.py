@@ -735,17 +735,14 @@ class RunLock:
     link that leads out of it (:func:`escaping_links`), checked before the lock file is written: a run
     never writes through it.
 
-    Re-entrant within a process: ``run.py`` takes the lock before anything of the run directory is
-    written, and the trainer's own acquisition inside it is then a no-op (a second flock from the same
-    process on another open file would refuse the process itself).
+    Taken once per run: ``run.py`` claims the directory (:func:`dapo_exp.runner.claimed`) and hands the claim
+    to the trainer (``train(cfg, claim=...)``), which claims it itself only when called without one. A second
+    acquisition by the process that holds the lock is a bug, refused as one (:class:`RuntimeError`).
     """
-
-    _held: dict[str, list] = {}  # resolved lock path -> [the RunLock holding the flock, nesting depth]
 
     def __init__(self, run_dir: str | os.PathLike) -> None:
         self.path = Path(run_dir) / LOCK
         self._f = None
-        self._nested = False
 
     def _open(self):
         try:
@@ -766,11 +763,6 @@ class RunLock:
         import socket
         import time
 
-        key = str(self.path.resolve())
-        if key in RunLock._held:  # this process holds it already
-            RunLock._held[key][1] += 1
-            self._nested = True
-            return self
         if links := escaping_links(self.path.parent):
             link, target = links[0]
             raise RunDirError(f"{link} is a link to {target}, outside the run directory {self.path.parent}: a run "
@@ -785,6 +777,9 @@ class RunLock:
             f.seek(0)
             holder = _holder(f.read())
             f.close()
+            if holder is not None and holder.get("pid") == os.getpid() and holder.get("host") == socket.gethostname():
+                raise RuntimeError(f"{self.path.parent} is claimed twice by this process (pid {os.getpid()}): a "
+                                   f"run's directory is claimed once, and the claim handed on (train(cfg, claim=...))") from None
             if holder is None:  # held, but the file does not say by whom
                 raise RunLockedError(
                     f"{self.path.parent} is in use by another process (its lock file {self.path} is unreadable, so "
@@ -821,18 +816,11 @@ class RunLock:
                               f"({exc.strerror or type(exc).__name__}); free space or make it writable, "
                               f"then re-run") from None
         self._f = f
-        RunLock._held[key] = [self, 1]
         return self
 
     def release(self) -> None:
-        key = str(self.path.resolve())
-        if self._nested:
-            self._nested = False
-            RunLock._held[key][1] -= 1
-            return
         if self._f is None:
             return
-        RunLock._held.pop(key, None)
         try:
             self._f.seek(0)
             self._f.truncate()  # an empty lock file: nobody to take over from

@@ -218,11 +218,13 @@ class RunContext:
 
 
 @contextlib.contextmanager
-def open_run(cfg: DictConfig, plan: Plan, t_start: float) -> Iterator[RunContext]:
-    """Open the run of ``cfg``: claim its directory (once: :func:`claimed` is re-entrant under ``run.py``'s
-    claim), write its records, catch its signals, build it, resume it and start its tracking; yields the
-    :class:`RunContext`. A failure or stop inside is recorded in the summary (:func:`_lifecycle`) and re-raised."""
-    with claimed(cfg) as out:  # one writer and one configuration per run directory
+def open_run(cfg: DictConfig, plan: Plan, t_start: float, claim: Path | None = None) -> Iterator[RunContext]:
+    """Open the run of ``cfg``: claim its directory (:func:`claimed`; ``claim``: the directory the caller has
+    claimed already, as ``run.py`` does before Hydra's record is written), write its records, catch its signals,
+    build it, resume it and start its tracking; yields the :class:`RunContext`. A failure or stop inside is
+    recorded in the summary (:func:`_lifecycle`) and re-raised."""
+    # one writer and one configuration per run directory, claimed once
+    with contextlib.nullcontext(claim) if claim is not None else claimed(cfg) as out:
         previous = rundir.read_summary(out)
         if previous and previous.get("status") == rundir.STATUS_FINISHED:
             done = int(previous.get("steps_done") or 0)
@@ -396,8 +398,8 @@ def claimed(cfg: DictConfig) -> Iterator[Path]:
     """Lock ``cfg.out_dir`` (:class:`dapo_exp.rundir.RunLock`; a second writer is refused) and check its
     recorded configuration (:func:`check_config_change`) and base model (:func:`check_base_change`) before
     anything of it is written; yields the
-    run's directory, ``cfg.out_dir`` updated to it on a branch. Re-entrant: ``run.py`` claims the
-    directory before Hydra's record is written, and the trainer's claim inside is then a no-op."""
+    run's directory, ``cfg.out_dir`` updated to it on a branch. Once per run: ``run.py`` claims the directory
+    before Hydra's record is written and hands the claim to the trainer (``train(cfg, claim=...)``)."""
     out = Path(cfg.out_dir).expanduser().resolve()
     for _ in range(2):  # the directory named, then at most its branch
         lock = rundir.RunLock(out).acquire()

@@ -33,6 +33,7 @@ from __future__ import annotations
 import logging
 import sys
 import time
+from pathlib import Path
 from typing import Any
 
 from omegaconf import DictConfig
@@ -52,17 +53,19 @@ from dapo_exp.runner import RunStopped  # noqa: F401 - part of train's interface
 log = logging.getLogger("dapo_exp.train")
 
 
-def train(cfg: DictConfig) -> dict[str, Any]:
-    """Train one run as configured; returns the run summary (also written to summary.json).
-    ``backend.name`` other than ``native`` hands the job to :func:`dapo_exp.backends.launch`."""
+def train(cfg: DictConfig, claim: Path | None = None) -> dict[str, Any]:
+    """Train one run as configured; returns the run summary (also written to summary.json). ``claim``: the run
+    directory, already claimed by the caller (:func:`dapo_exp.runner.claimed`, as ``run.py`` does); without it
+    the run claims its directory itself. ``backend.name`` other than ``native`` hands the job to
+    :func:`dapo_exp.backends.launch`."""
     if cfg.backend.name != "native":  # another engine runs the job: translated there (dapo_exp/backends)
         from dapo_exp.backends import launch
 
-        return launch(cfg)
+        return launch(cfg, claim=claim)
     quiet()  # a parallel sweep's worker is another process: third-party noise off here too
     t_start = time.perf_counter()
     plan = preflight(cfg)  # every check, before any compute
-    with runner.open_run(cfg, plan, t_start) as ctx:  # built, resumed, tracked; a failure or stop is recorded
+    with runner.open_run(cfg, plan, t_start, claim) as ctx:  # built, resumed, tracked; a failure or stop is recorded
         return ctx.finished if ctx.finished is not None else loop(ctx)
 
 

@@ -93,17 +93,34 @@ def test_a_second_writer_is_refused_naming_the_holder(tmp_path, small_cfg):
     assert not (tmp_path / rundir.SUMMARY).exists() and not (tmp_path / rundir.CONFIG).exists()
 
 
-def test_the_lock_is_reentrant_within_a_process_only(tmp_path):
-    """run.py locks the run directory before anything is written; the trainer's own lock inside is a no-op."""
+def test_a_run_directory_is_claimed_once_a_second_claim_in_the_process_is_a_bug(tmp_path):
+    """run.py claims the run directory before anything is written and hands the claim to the trainer; a second
+    acquisition by the holding process is refused as a bug (so every run.py test in the suite shows the trainer
+    does not claim again), another process's as a second writer."""
     with RunLock(tmp_path):
-        with RunLock(tmp_path):
-            pass
+        with pytest.raises(RuntimeError, match="claimed twice by this process"):
+            RunLock(tmp_path).acquire()
         held = json.loads((tmp_path / rundir.LOCK).read_text())
-        assert held["pid"] == os.getpid()  # the inner release did not release the outer lock
+        assert held["pid"] == os.getpid()  # the refused acquisition left the holder's lock alone
         code = "import sys; from dapo_exp.rundir import RunLock; RunLock(sys.argv[1]).acquire()"
         other = subprocess.run([sys.executable, "-c", code, str(tmp_path)], cwd=ROOT, capture_output=True, text=True)
         assert other.returncode != 0 and f"in use by pid {os.getpid()}" in other.stderr
-    assert (tmp_path / rundir.LOCK).read_text() == ""  # released by the outer one
+    assert (tmp_path / rundir.LOCK).read_text() == ""  # released
+
+
+def test_the_trainer_takes_over_its_callers_claim_and_checks_the_directory_once(tmp_path, small_cfg, monkeypatch):
+    """run.py's order: claimed(cfg) (lock, recorded config and base model checked), then train(cfg, claim=out):
+    the configuration check runs once, and the run trains under the caller's lock."""
+    from dapo_exp import runner
+
+    calls = []
+    check = runner.check_config_change
+    monkeypatch.setattr(runner, "check_config_change", lambda cfg, out: calls.append(out) or check(cfg, out))
+    cfg = small_cfg(tmp_path / "run", "train.steps=1")
+    with runner.claimed(cfg) as out:
+        summary = train(cfg, claim=out)
+    assert summary["status"] == rundir.STATUS_FINISHED and summary["steps_done"] == 1
+    assert calls == [out]
 
 
 def _snapshot(run_dir: Path) -> dict[str, tuple[bytes, int]]:
@@ -702,7 +719,9 @@ def test_a_completely_full_disk_while_taking_the_lock_is_one_line(tmp_path, monk
     assert "\n" not in msg and err.value.__cause__ is None and err.value.__suppress_context__
     assert msg.startswith(f"cannot write the run directory {tmp_path}: writing {tmp_path / rundir.LOCK} failed "
                           "(No space left on device); free space"), msg
-    assert opened[0].closed and not RunLock._held
+    assert opened[0].closed
+    monkeypatch.undo()  # space again: the failed acquisition left nothing held, in this process or elsewhere
+    RunLock(tmp_path).acquire().release()
 
 
 # Run before run.py in its process: every file the run directory's records open for writing (rundir's own

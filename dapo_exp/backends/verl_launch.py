@@ -163,8 +163,9 @@ def _environment(job: verl.VerlJob, out: Path) -> dict[str, str]:
             "PYTHONPATH": os.pathsep.join(dict.fromkeys(p for p in paths if p))}
 
 
-def launch(cfg: DictConfig) -> dict[str, Any]:
-    """Run ``cfg`` on verl; returns the summary (also ``<out_dir>/summary.json``)."""
+def launch(cfg: DictConfig, claim: Path | None = None) -> dict[str, Any]:
+    """Run ``cfg`` on verl; returns the summary (also ``<out_dir>/summary.json``). ``claim``: the run directory,
+    already claimed by the caller (``run.py``); without it the directory is locked here."""
     t0 = time.perf_counter()
     job, python = _preflight(cfg)
     out = Path(cfg.out_dir).expanduser().resolve()
@@ -177,7 +178,7 @@ def launch(cfg: DictConfig) -> dict[str, Any]:
     if state:
         print(f"[dapo-exp] {out}: its SLURM job {previous['slurm_job_id']} is {state}; skipping")
         return previous
-    with rundir.RunLock(out):
+    with contextlib.nullcontext() if claim is not None else rundir.RunLock(out):
         return _launch_locked(cfg, job, python, out, t0)
 
 
