@@ -1166,12 +1166,41 @@ def test_a_run_failing_before_its_first_step_leaves_no_directory_for_data_and_mo
     assert not run_dir.exists()
 
 
+DAPO_MATH_SETS = ("BytedTsinghua-SIA/DAPO-Math-17k", "BytedTsinghua-SIA/AIME-2024")  # task=dapo_math's two sets
+
+
+def _fake_cached_copy(hf_home: Path, repo: str) -> None:
+    """A data set's snapshot in the hub's cache layout, holding one damaged file: cached, but not loadable."""
+    snapshot = "0123456789abcdef0123456789abcdef01234567"
+    root = hf_home / "hub" / f"datasets--{repo.replace('/', '--')}"
+    (root / "snapshots" / snapshot).mkdir(parents=True)
+    (root / "refs").mkdir()
+    (root / "refs" / "main").write_text(snapshot)
+    (root / "snapshots" / snapshot / "data.parquet").write_text("not a parquet file\n")
+
+
+def test_an_offline_data_set_not_in_the_cache_is_refused_once_before_any_job(tmp_path):
+    """HF_HUB_OFFLINE=1 and a data set this machine has never cached: the sweep is refused in one line naming the
+    field and the set, exit 2, before any job or directory (not each job failing with a traceback)."""
+    sweep = tmp_path / "sweep"
+    out = subprocess.run([sys.executable, "run.py", "-m", "logger=none", "hydra/launcher=basic", *OFFLINE_SOURCES["data"],
+                          "seed=0,1", f"hydra.sweep.dir={sweep}"], cwd=ROOT, capture_output=True, text=True, timeout=300,
+                         env=_offline_env(tmp_path))
+    lines = [ln for ln in out.stderr.splitlines() if ln.strip()]
+    assert out.returncode == 2 and len(lines) == 1, out.stderr[-2000:]
+    assert lines[0].startswith(f"error: task.train_source: {DAPO_MATH_SETS[0]} is not in the Hugging Face cache")
+    assert "HF_HUB_OFFLINE=1" in lines[0] and not sweep.exists()
+
+
 @pytest.fixture(scope="module")
 def offline_data_sweep(tmp_path_factory):
     """``run.py -m`` of two jobs (seeds 0 and 1, the basic launcher named: it runs them in its process) whose data
-    set the hub cannot give offline. Returns (its argv, its sweep directory, the CompletedProcess)."""
+    sets are in the offline cache (so the launch check passes) but cannot be loaded from it (a damaged copy): each
+    job fails alike. Returns (its argv, its sweep directory, the CompletedProcess)."""
     tmp = tmp_path_factory.mktemp("offline_sweep")
     sweep = tmp / "sweep"
+    for repo in DAPO_MATH_SETS:
+        _fake_cached_copy(tmp / "hf", repo)
     argv = ["-m", "logger=none", "hydra/launcher=basic", *OFFLINE_SOURCES["data"], "seed=0,1", f"hydra.sweep.dir={sweep}"]
     out = subprocess.run([sys.executable, "run.py", *argv], cwd=ROOT, capture_output=True, text=True, timeout=300,
                          env=_offline_env(tmp))

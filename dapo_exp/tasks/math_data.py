@@ -52,6 +52,7 @@ import os
 import re
 from collections.abc import Iterable, Iterator
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Any
 
 from dapo_exp.config import ConfigError
@@ -281,11 +282,36 @@ def _hub_offline() -> bool:
                for v in ("HF_HUB_OFFLINE", "HF_DATASETS_OFFLINE"))
 
 
+def in_hub_cache(source: Source) -> bool:
+    """Whether an HF data set is on this machine for an offline load: its snapshot in the hub's cache
+    (``HF_HOME``/``HF_HUB_CACHE``), or its prepared copy in ``datasets``' cache (``HF_DATASETS_CACHE``)."""
+    from huggingface_hub import snapshot_download
+
+    try:
+        snapshot_download(source.location, repo_type="dataset", local_files_only=True)
+        return True
+    except Exception:  # noqa: BLE001 - LocalEntryNotFoundError and kin: not in the hub's cache
+        pass
+    import datasets.config
+
+    return (Path(datasets.config.HF_DATASETS_CACHE) / source.location.replace("/", "___")).is_dir()
+
+
 def check_hub_reachable(source: Source, field: str) -> None:
     """Raise :class:`TaskSourceError` at once, naming the local-file override, if the Hugging Face
     hub (``HF_ENDPOINT``) cannot be reached for an HF source; ``datasets`` would otherwise retry
-    for tens of seconds before failing. Skipped under ``HF_HUB_OFFLINE=1`` (the cache is used)."""
-    if source.kind != "hf" or _hub_offline():
+    for tens of seconds before failing. Under ``HF_HUB_OFFLINE=1`` the cache is used instead: a data set
+    that is not in it (:func:`in_hub_cache`) is refused the same way, before any job starts."""
+    if source.kind != "hf":
+        return
+    if _hub_offline():
+        if not in_hub_cache(source):
+            raise TaskSourceError(
+                f"{field}: {source.location} is not in the Hugging Face cache on this machine, and HF_HUB_OFFLINE=1 "
+                f"forbids downloading it. Run once with the hub reachable to cache it, or point the task at local "
+                f"files in the official schema (parquet or JSONL): task.train_source=/path/to/train.parquet "
+                f"task.eval_source=/path/to/eval.parquet"
+            )
         return
     from huggingface_hub import HfApi, constants
     from huggingface_hub.utils import HfHubHTTPError
