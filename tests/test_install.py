@@ -297,6 +297,11 @@ def test_verdict_gives_each_steps_counts_and_the_overall_result_in_one_line(tmp_
     assert verdict("0", "main suite", "0", str(verl), "lint", "2", "-").stdout.startswith("test command: FAIL")
     assert verdict("0", "main suite", "0", str(verl)).stdout == "test command: PASS (exit 0) | main suite: 175 passed, 2 warnings\n"
     assert verdict("0", "main suite").returncode == 2  # a step without its log: a usage error, not a verdict
+    # on a terminal pytest colours its closing line (--color=yes): the counts are read through the colours
+    main.write_text("\x1b[31m===== \x1b[31m\x1b[1m5 failed\x1b[0m, \x1b[32m800 passed\x1b[0m\x1b[31m in 300.12s "
+                    "(0:05:00)\x1b[0m\x1b[31m =====\x1b[0m\n")
+    assert verdict("1", "main suite", "1", str(main)).stdout == (
+        "test command: FAIL (exit 1) | main suite: 5 failed, 800 passed (exit 1)\n")
 
 
 FAKE_PYTEST = """#!/usr/bin/env bash

@@ -529,7 +529,26 @@ def test_ci_runs_exactly_the_readme_commands():
     block = readme.split("## The two commands", 1)[1].split("```bash", 1)[1].split("```", 1)[0]
     commands = [ln.split("#", 1)[0].strip() for ln in block.strip().splitlines()]
     ci = [ln.strip() for ln in (ROOT / ".ci" / "run").read_text().splitlines()
-          if ln.strip() and not ln.startswith(("#", "set ", "cd "))]
+          if ln.strip() and not ln.startswith(("#", "set ", "cd ", "trap "))]
     assert commands == ["bash .ci/install && bin/python run.py", "bash .ci/test"]
     # before them only the background prefetch of the test-only environments (.ci/test-env --prefetch)
     assert ci == ["bash .ci/test-env --prefetch", *commands]
+
+
+def test_ci_ends_with_a_verdict_line_when_a_command_before_the_tests_fails(tmp_path):
+    """.ci/run's first README command failing (the default run, say) ends CI with one FAIL line naming it."""
+    ci = tmp_path / "repo" / ".ci"
+    ci.mkdir(parents=True)
+    shutil.copy(ROOT / ".ci" / "run", ci)
+    (ci / "test-env").write_text("exit 0\n")
+    (ci / "install").write_text("exit 0\n")
+    (ci / "test").write_text("echo 'test command: PASS (exit 0)'\n")
+    (tmp_path / "repo" / "bin").mkdir()
+    (tmp_path / "repo" / "bin" / "python").write_text("#!/usr/bin/env bash\nexit \"${FAKE_RUN_RC:-0}\"\n")
+    (tmp_path / "repo" / "bin" / "python").chmod(0o755)
+    failed = subprocess.run(["bash", ".ci/run"], cwd=tmp_path / "repo", capture_output=True, text=True,
+                            env={**os.environ, "FAKE_RUN_RC": "3"})
+    assert failed.returncode == 3
+    assert failed.stdout.splitlines()[-1] == "CI: FAIL (exit 3) | bin/python run.py failed (above), so the test command did not run"
+    passed = subprocess.run(["bash", ".ci/run"], cwd=tmp_path / "repo", capture_output=True, text=True)
+    assert passed.returncode == 0 and passed.stdout.splitlines()[-1] == "test command: PASS (exit 0)"
