@@ -41,6 +41,16 @@ quiet()  # third-party noise off before anything imports it (dapo_exp.quiet)
 import hydra
 from omegaconf import DictConfig
 
+try:  # the package's fixes, then the outside ones (DAPO_EXP_FIXES, entry points): before the schema is assembled
+    import dapo_exp.fixes  # noqa: F401
+except ImportError as exc:  # an outside fix module that cannot be imported: one line naming it, exit 2
+    from dapo_exp.fixes.base import ExtensionError
+
+    if not isinstance(exc, ExtensionError):
+        raise
+    print(f"error: {exc}", file=sys.stderr)
+    raise SystemExit(2) from None
+
 from dapo_exp import rundir
 from dapo_exp.cli_errors import check_known_keys, exit_if_config_error, one_line_errors
 from dapo_exp.hydra_setup import (

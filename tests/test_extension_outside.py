@@ -116,6 +116,19 @@ def test_a_module_that_cannot_be_imported_is_named_with_where_it_was_named(tmp_p
         assert last.startswith("dapo_exp.fixes.base.ExtensionError:") and named in last and base.MODULES_ENV in last
 
 
+def test_run_py_refuses_an_outside_module_that_cannot_be_imported_in_one_line(tmp_path):
+    """python run.py (a single run and a sweep) with a fix file that fails to import: one line on stderr naming
+    the file, where it was named and the import's error, exit 2, before any job or directory."""
+    (tmp_path / "broken_fix.py").write_text("import no_such_module_of_anyones\n")
+    for args in (["train.steps=1"], ["-m", "seed=0,1", "hydra/launcher=parallel"]):
+        out = _run_py(args, cwd=tmp_path, env_extra={base.MODULES_ENV: "broken_fix.py"}, timeout=120)
+        lines = out.stderr.strip().splitlines()
+        assert out.returncode == 2 and len(lines) == 1, out.stderr[-2000:]
+        assert lines[0].startswith("error: the fix module") and "broken_fix.py" in lines[0]
+        assert base.MODULES_ENV in lines[0] and "no_such_module_of_anyones" in lines[0]
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["broken_fix.py"]  # no outputs/, no multirun/
+
+
 def test_configs_must_be_options_of_the_fix():
     with pytest.raises(ValueError, match="not among its options"):
         base.register_fix(base.Fix(name="odd_one", short="odd", title="", paper="", is_on=lambda a: False,
