@@ -93,9 +93,9 @@ def test_a_fix_without_verl_rules_is_refused_when_on_and_passes_when_off_at_its_
 
 
 def test_a_registry_key_without_a_rule_fails_by_name(monkeypatch):
-    monkeypatch.delitem(vb.FIX_RULES, "algo.eps_high")
-    monkeypatch.delitem(fixes.FIXES["clip_higher"].verl, "eps_high")
-    with pytest.raises(vb.Untranslatable, match=r"algo\.eps_high=0\.28 .*fix 'clip_higher'"):
+    monkeypatch.delitem(vb.FIX_RULES, "algo.ds_max_rounds")
+    monkeypatch.delitem(fixes.FIXES["dynamic_sampling"].verl, "ds_max_rounds")
+    with pytest.raises(vb.Untranslatable, match=r"algo\.ds_max_rounds=.* .*fix 'dynamic_sampling'"):
         vb.translate(paper("fixes=full"), label="x")
 
 

@@ -49,7 +49,7 @@ def test_each_fix_group_sets_only_the_keys_the_registry_names(fix):
     assert not f.is_on(base.algo)
     for option in f.options[1:]:
         cur = make_cfg("fixes=grpo", f"{fix}={option}")
-        assert _diff(base, cur) <= set(f.keys), (fix, option)
+        assert _diff(base, cur) <= set(f.keys) | set(f.sets), (fix, option)
         assert f.is_on(cur.algo) and {k for k, v in fix_switches(cur.algo).items() if v} == {fix}
 
 
@@ -97,7 +97,7 @@ def test_each_ladder_step_adds_exactly_one_fix(i):
     changed = [k for k in s_cur if s_cur[k] != s_prev[k]]
     assert len(changed) == 1 and s_cur[changed[0]] and not s_prev[changed[0]]
     # and in the config values, only keys of that fix (as the registry lists them) changed
-    assert _diff(prev, cur) and _diff(prev, cur) <= set(fixes.FIXES[changed[0]].keys)
+    assert _diff(prev, cur) and _diff(prev, cur) <= set(fixes.FIXES[changed[0]].keys) | set(fixes.FIXES[changed[0]].sets)
 
 
 def test_the_ladder_ends_with_every_dapo_fix_on():

@@ -217,6 +217,8 @@ class Fix:
     bind: Callable[[Any, RunInfo], dict[str, Any]]  # (algo, run) -> {slot: hook}, called when it is on
     schema: tuple[Key, ...] = ()  # the algo keys it owns, typed: the schema's AlgoConfig is assembled from these
     keys: tuple[str, ...] = ()  # the algo keys it reads and a backend must translate (default: its schema's)
+    sets: tuple[str, ...] = ()  # GRPO's keys (fixes/grpo.SCHEMA) whose values are this switch, for a fix that changes
+    #                             GRPO by its explicit values and declares no key (Clip-Higher's range, Dr. GRPO's std)
     metrics: tuple[str, ...] = ()  # what it logs (checked in every trained step's row)
     check: Callable[[Any, RunInfo], None] | None = None  # its values' checks, before any compute
     excludes: tuple[str, ...] = ()  # fixes it cannot be combined with
@@ -366,7 +368,7 @@ def unregister_fix(name: str) -> None:
 def is_on(fix: Fix, algo: Any) -> bool:
     """Is ``fix`` on for ``algo``? Off when ``algo`` has none of its keys: a run recorded before
     the fix existed (the analysis reads old runs) ran without it."""
-    own = [k for k in fix.keys if not k.startswith("ext.")]
+    own = [k for k in (fix.keys or fix.sets) if not k.startswith("ext.")]
     if own and not any(k in algo for k in own):
         return False
     return bool(fix.is_on(algo))

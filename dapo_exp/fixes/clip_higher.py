@@ -6,32 +6,19 @@ before it is clipped, against ``1 - eps_low`` (0.2) below, so that rare tokens c
 Its behaviour is the range of the surrogates that use PPO's clip: GRPO's own
 (:func:`dapo_exp.fixes.grpo.surrogate`, :func:`dapo_exp.objective.clipped_surrogate` bound to
 ``eps_low`` / ``eps_high``, ``algo.policy_loss=clipped``) and Clip-Cov's, so it fills no slot: it is
-a value of GRPO's surrogate, and its switch is read from that value. The range's checks are GRPO's
-(:func:`dapo_exp.fixes.grpo.check`). The surrogates with a range or weight of their own (GSPO,
+a value of GRPO's surrogate, and its switch is read from that value. The range's keys, checks and verl rules are
+GRPO's (:data:`dapo_exp.fixes.grpo.SCHEMA`, :func:`dapo_exp.fixes.grpo.check`, :data:`dapo_exp.fixes.grpo.VERL`). The surrogates with a range or weight of their own (GSPO,
 CISPO, GMPO) and KL-Cov (no clip) exclude it.
 """
 
 from __future__ import annotations
 
-from typing import Any
-
 from dapo_exp import rundir
-from dapo_exp.fixes.base import Fix, Judged, Key, register_fix
-from dapo_exp.fixes.verl_rules import A, Rule, on
-
-OWN_RANGE = ("gspo", "cispo", "gmpo", "dppo_tv", "dppo_kl")  # surrogate fixes whose range is their own (verl's clip_ratio_*)
-
-
-def _ppo_range(key: str) -> Any:
-    """eps_low / eps_high: verl's clip range, unless a surrogate with a range of its own sets it."""
-    return lambda v, ctx: {} if on(ctx, *OWN_RANGE) else {A + key: v}
+from dapo_exp.fixes.base import Fix, Judged, register_fix
 
 FIX = register_fix(Fix(
     name="clip_higher", short="clip", title="Clip-Higher", paper="DAPO §3.1, Eq. 10",
-    schema=(
-        Key("eps_low", float, 0.2, 'lower clip range: ratio >= 1 - eps_low for A < 0 (paper: 0.2)'),
-        Key("eps_high", float, 0.2, 'upper clip range: ratio <= 1 + eps_high for A > 0 (paper: 0.28; GRPO: 0.2)'),
-    ), is_on=lambda a: a.eps_high > a.eps_low,
+    sets=("eps_low", "eps_high"), is_on=lambda a: a.eps_high > a.eps_low,
     slots=(), bind=lambda algo, run: {},
     metrics=("actor/pg_clipfrac_higher", "actor/pg_clipfrac_lower"),
     study=Judged("toy_clip", (
@@ -41,6 +28,4 @@ FIX = register_fix(Fix(
                                       "step strategy is itself low-entropy)"),
         (f"avg/{rundir.CLIP_HIGH}", -1, "share of tokens clipped at 1 + eps_high"),
         ("avg/diag/marker_mangled", 0, "step solutions opened by another first token (`xteps:`), not in style_step"))),
-    verl={"eps_low": Rule(f"`{A}clip_ratio_low` (GSPO, CISPO, GMPO, DPPO set their own)", _ppo_range("clip_ratio_low")),
-          "eps_high": Rule(f"`{A}clip_ratio_high` (GSPO, CISPO, GMPO, DPPO set their own)", _ppo_range("clip_ratio_high"))},
 ))

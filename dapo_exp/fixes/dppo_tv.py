@@ -13,7 +13,7 @@ recommends a large cap.
 
 It fills the ``surrogate`` slot with :func:`surrogate` and logs ``dppo/masked_tokens``, the loss-mask tokens
 per optimizer step whose update it drops. The thresholds are the loss's own (verl's ``clip_ratio_low/high``,
-:data:`dapo_exp.fixes.clip_higher.OWN_RANGE`) and its cap is verl's ``clip_ratio_c``: it excludes Clip-Higher
+:data:`dapo_exp.fixes.grpo.OWN_RANGE`) and its cap is verl's ``clip_ratio_c``: it excludes Clip-Higher
 and refuses GRPO's dual clip (``algo.dual_clip`` must be null), which it does not apply.
 """
 

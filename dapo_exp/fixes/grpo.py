@@ -14,8 +14,11 @@ GRPO's explicit values (the std division, the clip range, the dual clip, the KL 
   mode, the token-level loss's and Dr. GRPO's constant one included);
 - the KL penalty against a frozen reference when ``algo.kl_coef > 0`` (off in DAPO).
 
-GRPO's own checks (:func:`check`) and verl rules (:data:`VERL`) live here, as a fix's live in its module. Like
-every fix module it reaches only the objective and the schema's error.
+GRPO's explicit values are its own keys (:data:`SCHEMA`: the advantage's std division and epsilon, the clip range,
+the dual clip, the KL penalty), declared, checked (:func:`check`) and translated to verl (:data:`VERL`) here alone;
+the fixes that set them (Clip-Higher's range, Dr. GRPO's advantage) declare no key and fill no slot. Like every
+fix module it imports the objective (lazily), the fix contract (:mod:`dapo_exp.fixes.base`), verl's rule
+helpers (:mod:`dapo_exp.fixes.verl_rules`) and the schema's error, nothing of the trainer.
 """
 
 from __future__ import annotations
@@ -26,13 +29,18 @@ from typing import Any
 
 from dapo_exp.errors import ConfigError
 from dapo_exp.fixes.base import FIXES, Key, RunInfo, check_range
-from dapo_exp.fixes.verl_rules import A, Context, Rule, fail, on
+from dapo_exp.fixes.verl_rules import A, Context, Rule, fail, on, to
 
 MODE = "seq-mean-token-mean"  # GRPO's loss aggregation: the mean over responses of each one's token mean
 
 # GRPO's own algo keys, first in the schema's algo section (dapo_exp.config assembles it: these, then each fix's)
 SCHEMA: tuple[Key, ...] = (
+    Key("adv_norm_std", bool, True,
+        'divide group-centred rewards by the group std (GRPO, DAPO: true; Dr. GRPO: false, switch `dr_grpo_adv`)'),
     Key("adv_eps", float, 1e-6, "added to the std in the advantage's denominator"),
+    Key("eps_low", float, 0.2, 'lower clip range: ratio >= 1 - eps_low for A < 0 (paper: 0.2)'),
+    Key("eps_high", float, 0.2, 'upper clip range: ratio <= 1 + eps_high for A > 0 (paper: 0.28; GRPO: 0.2); above eps_low: switch '
+        '`clip_higher`'),
     Key("dual_clip", float | None, None, "dual-clip bound c > 1 on the loss of A < 0 tokens, null = off "
         "(released script: 10)"),
     Key("kl_coef", float, 0.0, "KL penalty coefficient against the initial policy, 0 = off (DAPO: removed)"),
@@ -42,6 +50,7 @@ SCHEMA: tuple[Key, ...] = (
 # its clamped log-ratio, the bound -c A never binds: algo.dual_clip=null is exactly this.
 NO_DUAL_CLIP = 1e10
 OWN_CAP = ("dppo_tv", "dppo_kl")  # surrogates whose truncation cap is verl's clip_ratio_c (they refuse a dual clip)
+OWN_RANGE = ("gspo", "cispo", "gmpo", "dppo_tv", "dppo_kl")  # surrogate fixes whose range is their own (verl's clip_ratio_*)
 VERL_ADV_EPS = 1e-6  # compute_grpo_outcome_advantage's epsilon; V1 never passes another one
 
 
@@ -119,11 +128,19 @@ def _dual_clip(v: float | None, ctx: Context) -> dict[str, Any]:
     return out if _filling(ctx, "surrogate") else {**out, A + "policy_loss.loss_mode": "vanilla"}
 
 
+def _ppo_range(key: str) -> Callable:
+    """eps_low / eps_high: verl's clip range, unless a surrogate with a range of its own sets it."""
+    return lambda v, ctx: {} if on(ctx, *OWN_RANGE) else {A + key: v}
+
+
 def _kl(v: float, ctx: Context) -> dict[str, Any]:
     return {A + "use_kl_loss": v > 0, A + "kl_loss_coef": v, "algorithm.use_kl_in_reward": False}
 
 
 VERL: dict[str, Rule] = {
+    "adv_norm_std": to("algorithm.norm_adv_by_std_in_grpo"),
+    "eps_low": Rule(f"`{A}clip_ratio_low` (GSPO, CISPO, GMPO, DPPO set their own)", _ppo_range("clip_ratio_low")),
+    "eps_high": Rule(f"`{A}clip_ratio_high` (GSPO, CISPO, GMPO, DPPO set their own)", _ppo_range("clip_ratio_high")),
     "adv_eps": Rule("`algorithm.adv_estimator=grpo` unless an estimator fix sets its own (only 1e-6: verl's "
                     "estimators hard-code epsilon=1e-6)", _adv_eps),
     "dual_clip": Rule(f"`{A}clip_ratio_c` (null: {NO_DUAL_CLIP:g}, which never binds; DPPO's cap where a DPPO switch "
