@@ -2,18 +2,27 @@
 
 :func:`compose` reads ``algo`` (and the few run values a fix binds, :class:`RunInfo`), checks
 GRPO's values, every fix's values and the combination of the fixes that are on, and returns a
-:class:`Plan`: one method per point of the training step where a fix acts (advantage, token mask,
-weights, token weights, update mask, loss), each with GRPO's own piece (:mod:`dapo_exp.fixes.grpo`)
-where no fix that is on fills the slot. The rollout step's two slots are plan methods too: the reward
-terms (:meth:`Plan.reward`, which :func:`dapo_exp.rollout.groups.score_groups` calls and adds to the
-correctness reward) and the group filter (:meth:`Plan.keep_groups` with its refill policy :attr:`Plan.refill`,
-which :func:`dapo_exp.rollout.dynamic_sampling.collect_groups` calls). Every hook may return
-``Out(value, metrics)``, and every method returns one: the hook's metrics reach the step's row.
+:class:`Plan`: one method per point of the training step where a fix acts (:meth:`Plan.advantage`: the
+estimator, then the advantage transforms; :meth:`Plan.token_mask`; :meth:`Plan.weights`: the normaliser;
+:meth:`Plan.keep`: the update masks; :meth:`Plan.token_weight`: the rollout weight; :meth:`Plan.token_losses`:
+the surrogate; :meth:`Plan.loss`: the surrogate, GRPO's KL term and the loss terms), each with GRPO's own piece
+(:mod:`dapo_exp.fixes.grpo`) where no fix that is on fills the slot. The rollout step's two slots are plan
+methods too: the reward terms (:meth:`Plan.reward`, which :func:`dapo_exp.rollout.groups.score_groups` calls
+and adds to the correctness reward) and the group filter (:meth:`Plan.keep_groups` with its refill policy
+:attr:`Plan.refill`, which :func:`dapo_exp.rollout.dynamic_sampling.collect_groups` calls). Every hook may
+return ``Out(value, metrics)``, and every method that calls hooks returns one, but :meth:`Plan.loss`, which
+returns the micro-batch's loss and its statistics (the surrogate's and the loss terms' metrics among them, as
+``FIX_METRIC + name``): the hooks' metrics reach the step's row. :meth:`Plan.reward_logged` returns the reward
+terms' means to log, :meth:`Plan.check_logged` nothing (it raises when a declared metric is missing).
 Below this layer (``steps``, ``rollout``, ``objective``) nothing sees a config object.
 
-Adding a slot is its declaration in :data:`dapo_exp.fixes.SLOTS`, its field and method here and
-the one call site (in :mod:`dapo_exp.steps` for a point of the update, in the rollout for one of the
-rollout; docs: how-to/extend.md).
+Adding a slot is five edits (docs: how-to/extend.md): its declaration in :data:`dapo_exp.fixes.SLOTS`; its
+field and method of :class:`Plan` here; its keyword in the ``Plan(...)`` call that ends :func:`compose`
+(``one(slot, default)`` for an exclusive slot, ``chain(slot)`` or ``dict(bound[slot])`` for a combined one:
+:func:`compose` collects the hooks of every slot but passes on only the slots that call names, so without the
+keyword the slot's hooks are dropped without an error); the one call site of the method (in
+:mod:`dapo_exp.steps` for a point of the update, in the rollout for one of the rollout); and a fix of the slot
+in ``tests/test_extension.py`` (``EXTENSIONS`` and ``VALUES``: its test wants one fix per slot).
 
 GRPO's own pieces (:mod:`dapo_exp.fixes.grpo`) fill the slots that no fix that is on fills: the estimator
 (group-relative, DAPO Eq. 9), the surrogate (PPO's clipped one) and the normaliser (``seq-mean-token-mean``).
@@ -213,6 +222,7 @@ def compose(algo: Any, run: RunInfo) -> Plan:
     def chain(slot: str) -> tuple[Callable, ...]:
         return tuple(h for _, h in bound[slot])
 
+    # one keyword per slot of fixes.SLOTS: the hooks bound to a slot this call does not name are dropped
     return Plan(
         surrogate=one("surrogate", grpo.surrogate(algo)),
         normaliser=one("normaliser", grpo.normaliser(grpo.MODE, run)),

@@ -1,18 +1,25 @@
-"""The named steps of one rollout step, in the order :func:`dapo_exp.train.train` calls them.
+"""The named steps of one rollout step, in the order the loop calls them: :func:`dapo_exp.train.loop`,
+:func:`dapo_exp.train.train_on` (from the batch to the step's metrics) and :func:`dapo_exp.train.run_eval`.
 
 ::
 
-    generate + score (rollout.groups.score_groups) -> dynamic sampling (rollout.dynamic_sampling)
-    -> build_batch: advantages, response and loss masks (Overlong Filtering), and their hooks' metrics
-    -> old_logprobs: the trainer's log-probs of the samples that the update cannot give itself
+    start_clocks
+    (train.rollout_groups, not steps of this module: generate, score with rollout.groups.score_groups (the
+     plan's reward terms), the group filter's rounds and refill with rollout.dynamic_sampling.collect_groups)
+    -> build_batch: advantages (the plan's estimator, then its advantage transforms), response and loss masks
+       (the plan's token_mask slot), and their hooks' metrics
+    -> on_policy_rows, old_logprobs: the trainer's log-probs of the samples that the update cannot give itself
        (on_policy_rows: those of the first mini-batch), entropy, reference log-probs
-    -> update_policy: mini-batches of whole groups, micro-batch accumulation, optimizer steps;
-       per-token advantages (token_advantages, x the plan's token weights: truncated IS, rollout
-       weight); with an update mask, a no-grad forward of each mini-batch first (mini_batch_keep: its
-       entropy); the plan's loss (surrogate, KL, the fixes' loss terms)
-    -> rollout_mismatch / step_metrics / sampling_metrics -> evaluate (periodic)
+    -> update_policy: mini-batches of whole groups (the plan's normaliser: their loss weights), micro-batch
+       accumulation, optimizer steps; per-token advantages (token_advantages, x token_weight: the plan's one
+       rollout_weight slot, when the engine reported log-probs); with an update mask, a no-grad forward of
+       each mini-batch first (mini_batch_keep: its entropy); the plan's loss (surrogate, GRPO's KL term, the
+       fixes' loss terms)
+    -> token_weight / token_advantages of the whole batch, rollout_mismatch, step_metrics, sample_diagnostics,
+       check_finite, train_sample_rows
+    -> sampling_metrics (the group filter's rounds and counts), gpu_peak -> evaluate (periodic)
 
-Each step takes plain values, keyword arguments, the update's sizes (:class:`UpdateSizes`) and the
+Each step takes plain values (no config object), the update's sizes (:class:`UpdateSizes`) and the
 run's :class:`dapo_exp.compose.Plan` (the fixes composed, behind one method per point of the
 pipeline); no step reads a config or calls a fix's hook itself.
 """
@@ -56,7 +63,7 @@ class Batch:
     truncated: Tensor  # (B,) bool
     group_index: Tensor  # (B,) group of each row
     resp_mask: Tensor  # (B, T) real response tokens
-    loss_mask: Tensor  # (B, T) tokens that count in the loss (minus overlong-filtered rows)
+    loss_mask: Tensor  # (B, T) tokens that count in the loss: resp_mask after the token_mask slot's hooks
     engine_logp: Tensor | None = None  # (B, T) the log-probs the engine sampled with, if it reported them
     metrics: dict[str, float] = field(default_factory=dict)  # what the advantage and token-mask hooks logged
 
@@ -178,8 +185,8 @@ def adopt_update_logprobs(old: OldLogprobs, rows: list[int], logp: Tensor, entro
 
 def token_weight(batch: Batch, old_logp: Tensor, rows: list[int] | range, *, plan: Plan) -> Out | None:
     """``(len(rows), w)`` detached weights of ``rows``' tokens (``old_logp``: their ``(len(rows), w)`` old
-    log-probs) from the plan's ``rollout_weight`` slot (truncated importance sampling,
-    ``plan.token_weight(old_logp, engine_logp, resp_mask)``), with its metrics; None when the plan weighs no
+    log-probs) from the plan's ``rollout_weight`` slot (``plan.token_weight(old_logp, engine_logp, resp_mask)``,
+    e.g. ``rollout_correction``'s importance weights and band mask), with its metrics; None when the plan weighs no
     tokens or the engine reported no log-probs."""
     if batch.engine_logp is None or not plan.weighs_tokens:
         return None
@@ -455,7 +462,10 @@ def gpu_peak(device: Any) -> dict[str, float]:
 
 
 def sampling_metrics(ds: CollectStats, *, group_size: int, gen_seconds: float) -> dict[str, float]:
-    """The cost of Dynamic Sampling (also logged with it off: zero-variance groups are still counted)."""
+    """The group filter's rounds and counts (``ds``, the refill loop's :class:`CollectStats`), whichever fix fills
+    the ``group_filter`` slot, under the names ``dynamic_sampling/*`` (Dynamic Sampling's, the slot's first fix);
+    logged with no filter too (one round, every group kept; zero-variance groups still counted); and the
+    generation's tokens/s."""
     return {
         "dynamic_sampling/zero_var_frac": ds.zero_var_groups / max(ds.groups_generated, 1),
         "dynamic_sampling/gen_rounds": float(ds.rounds),
