@@ -3,9 +3,10 @@
 Run by `.ci/test` with verl's interpreter: `.venv-verl/bin/python -m pytest -m verl tests/test_verl_backend.py`
 (in the main environment, where verl is not installed, every test here skips saying so).
 
-(a) every `fixes=` preset x every `experiment=` preset: the translated overrides compose against
+(a) every `fixes=` preset x every `experiment=` preset, and every switch that no preset turns on
+    (DPPO, OPO, Pass@k, GPG's estimator, REINFORCE++-baseline): the translated overrides compose against
     verl's installed Hydra config (`verl/trainer/config/ppo_trainer.yaml` and its groups), every
-    value reads back as translated, and verl's own `validate_config` passes;
+    value reads back as translated (and as the switch's rule says), and verl's own `validate_config` passes;
 (b) the same tensors through our objective and through verl's `core_algos` (GRPO advantages, the
     vanilla policy loss with its clip ratios and dual clip, `agg_loss` with the trainer's global-batch
     normalisers, micro-batches included), with verl's parameters read from the composed verl config:
@@ -132,6 +133,44 @@ def test_every_scale_preset_composes_and_validates_against_verls_config(experime
 def test_the_toy_in_cpu_mode_composes_and_validates_against_verls_config(experiment, preset):
     """The CPU testbed on verl's CPU mode (train.device=cpu): its keys exist in verl's config and validate."""
     _composes_and_validates(experiment or "", preset, "train.device=cpu")
+
+
+# The switches that no `fixes=` preset turns on, each on GRPO's preset, with the verl settings their rules
+# (dapo_exp/fixes/<name>.py, `verl=`) must give: composed against verl's config, read back, validated by verl (the
+# same tensors through both: test_same_advantages_and_loss_for_every_preset)
+_ACTOR = "actor_rollout_ref.actor."
+SWITCHES_WITHOUT_A_PRESET = [
+    (("dppo_tv=enabled", "algo.dual_clip=null"),  # the bounds as clip_ratio_low/high, the cap as clip_ratio_c
+     {_ACTOR + "policy_loss.loss_mode": "dppo_tv", _ACTOR + "clip_ratio_low": 0.15, _ACTOR + "clip_ratio_high": 0.15,
+      _ACTOR + "clip_ratio_c": 20.0}),
+    (("dppo_tv=enabled", "algo.dual_clip=null", "algo.dppo_tv_high=0.05", "algo.dppo_tv_cap=1.2"),
+     {_ACTOR + "policy_loss.loss_mode": "dppo_tv", _ACTOR + "clip_ratio_low": 0.15, _ACTOR + "clip_ratio_high": 0.05,
+      _ACTOR + "clip_ratio_c": 1.2}),
+    (("dppo_kl=enabled", "algo.dual_clip=null"),
+     {_ACTOR + "policy_loss.loss_mode": "dppo_kl", _ACTOR + "clip_ratio_low": 0.05, _ACTOR + "clip_ratio_high": 0.05,
+      _ACTOR + "clip_ratio_c": 20.0}),
+    (("opo=enabled",), {"algorithm.adv_estimator": "opo"}),
+    (("grpo_passk=enabled",), {"algorithm.adv_estimator": "grpo_passk", "algorithm.norm_adv_by_std_in_grpo": True}),
+    (("grpo_passk=enabled", "dr_grpo_adv=enabled"),
+     {"algorithm.adv_estimator": "grpo_passk", "algorithm.norm_adv_by_std_in_grpo": False}),
+    (("gpg_adv=enabled",), {"algorithm.adv_estimator": "gpg"}),
+    (("reinforce_pp=baseline",), {"algorithm.adv_estimator": "reinforce_plus_plus_baseline", "algorithm.gamma": 1.0}),
+]
+
+
+@pytest.mark.parametrize("extra, expected", SWITCHES_WITHOUT_A_PRESET,
+                         ids=[",".join(extra) for extra, _ in SWITCHES_WITHOUT_A_PRESET])
+def test_every_switch_without_a_preset_composes_reads_back_and_validates(extra, expected):
+    from verl.utils.config import omega_conf_to_dataclass
+
+    _composes_and_validates("dapo_32b_paper", "grpo", *extra)
+    c = verl_config("dapo_32b_paper", "grpo", *extra)
+    for key, value in expected.items():
+        assert OmegaConf.select(c, key, throw_on_missing=True) == value, (extra, key)
+    actor = omega_conf_to_dataclass(c.actor_rollout_ref.actor)  # as verl's worker builds it
+    assert actor.policy_loss.loss_mode == expected.get(_ACTOR + "policy_loss.loss_mode", "vanilla")
+    algo = omega_conf_to_dataclass(c.algorithm)
+    assert algo.adv_estimator == expected.get("algorithm.adv_estimator", "grpo")
 
 
 def test_paper_recipe_reads_back_from_verls_config():
