@@ -18,9 +18,9 @@ Below this layer (``steps``, ``rollout``, ``objective``) nothing sees a config o
 
 Adding a slot is five edits (docs: how-to/extend.md): its declaration in :data:`dapo_exp.fixes.SLOTS`; its
 field and method of :class:`Plan` here; its keyword in the ``Plan(...)`` call that ends :func:`compose`
-(``one(slot, default)`` for an exclusive slot, ``chain(slot)`` or ``dict(bound[slot])`` for a combined one:
-:func:`compose` collects the hooks of every slot but passes on only the slots that call names, so without the
-keyword the slot's hooks are dropped without an error); the one call site of the method (in
+(``one(slot, default)`` for an exclusive slot, ``chain(slot)`` or ``named(slot)`` for a combined one:
+:func:`compose` collects the hooks of every slot and refuses, before any compute, a slot of ``SLOTS`` that call
+does not pass on); the one call site of the method (in
 :mod:`dapo_exp.steps` for a point of the update, in the rollout for one of the rollout); and a fix of the slot
 in ``tests/test_extension.py`` (``EXTENSIONS`` and ``VALUES``: its test wants one fix per slot).
 
@@ -216,21 +216,33 @@ def compose(algo: Any, run: RunInfo) -> Plan:
         for slot, hook in hooks.items():
             bound[slot].append((fix.name, hook))
 
+    passed: set[str] = set()  # the slots whose hooks reach the Plan below
+
     def one(slot: str, default: Any) -> Any:
+        passed.add(slot)
         return bound[slot][0][1] if bound[slot] else default  # exclusive slots hold one (check_combination)
 
     def chain(slot: str) -> tuple[Callable, ...]:
+        passed.add(slot)
         return tuple(h for _, h in bound[slot])
 
-    # one keyword per slot of fixes.SLOTS: the hooks bound to a slot this call does not name are dropped
-    return Plan(
+    def named(slot: str) -> dict[str, Callable]:
+        passed.add(slot)
+        return dict(bound[slot])
+
+    # one keyword per slot of fixes.SLOTS (a slot this call does not pass is refused below, not dropped)
+    plan = Plan(
         surrogate=one("surrogate", grpo.surrogate(algo)),
         normaliser=one("normaliser", grpo.normaliser(grpo.MODE, run)),
         estimator=one("estimator", grpo.advantage(algo)), advantage_transforms=chain("advantage"),
-        reward_terms=dict(bound["reward"]),
+        reward_terms=named("reward"),
         reward_metrics={f.name: f.metrics[0] for f in fixes.FIXES.values() if "reward" in f.slots},
         group_filter=one("group_filter", None), token_masks=chain("token_mask"), update_masks=chain("update_mask"),
-        rollout_weight=one("rollout_weight", None), loss_terms=dict(bound["loss_term"]),
+        rollout_weight=one("rollout_weight", None), loss_terms=named("loss_term"),
         kl_coef=algo.kl_coef, kl_estimator=algo.kl_estimator,
         declared={f.name: f.metrics for f in fixes.active(algo)},
     )
+    if missing := [slot for slot in fixes.SLOTS if slot not in passed]:
+        raise ValueError(f"slot(s) {', '.join(missing)} of fixes.SLOTS reach no Plan field: compose() must pass each "
+                         "slot's hooks to Plan(...) (docs/how-to/extend.md, a new slot)")
+    return plan

@@ -207,6 +207,22 @@ def test_unregistered_names_fail_listing_the_choices(tmp_path, small_cfg):
     assert not (tmp_path / rundir.SUMMARY).exists()  # refused before the run directory was touched
 
 
+def test_a_slot_compose_does_not_pass_to_the_plan_is_refused_not_dropped(tmp_path, small_cfg, monkeypatch):
+    """A new slot declared in SLOTS but not passed to Plan(...) by compose(): every run is refused before compute,
+    naming the slot (its hooks would otherwise be bound and never called)."""
+    from dapo_exp import compose
+    from dapo_exp.fixes.base import RunInfo, Slot
+
+    monkeypatch.setitem(fixes.SLOTS, "after_update", Slot("(*, step) -> None", exclusive=False))
+    cfg = small_cfg(tmp_path)
+    with pytest.raises(ValueError, match=r"slot\(s\) after_update of fixes.SLOTS reach no Plan field"):
+        compose.compose(cfg.algo, RunInfo(max_response_len=cfg.rollout.max_response_len, group_size=cfg.rollout.n,
+                                          seed=0))
+    monkeypatch.undo()
+    assert compose.compose(cfg.algo, RunInfo(max_response_len=cfg.rollout.max_response_len,
+                                             group_size=cfg.rollout.n, seed=0)).surrogate is not None
+
+
 def test_a_metric_a_fix_declares_and_nothing_logs_is_refused():
     from dapo_exp.compose import Plan
 
