@@ -9,10 +9,11 @@
 #           (ARMS=grpo,rloo,reinforce_pp,sapo,gpg,dro: the verl-registry arms beside GRPO, 30 runs).
 # Launcher: hydra/launcher=parallel (jobs x threads = cores); hydra/launcher=slurm below.
 # Cost:     CPU toy, 2 cores, warm start cached: about 15 min for the 40 runs with the parallel
-#           launcher (estimate from the four-preset sweep's ~15 s per run and job; measured figure in
-#           sweeps/README.md). One GPU, toy config: ~1 min per run -> ~40 min (estimate). Measured:
-#           the 30 runs of the verl-registry arms (ARMS=grpo,rloo,reinforce_pp,sapo,gpg,dro,
-#           experiment=toy_fast) took 9.5 min on 2 cores (sweeps/results/2026-11-29-family-verl-registry).
+#           launcher (estimate from the four-preset sweep's ~15 s per run and job). One GPU, toy config: ~1 min
+#           per run -> ~40 min (estimate). Measured: the 30 runs of the verl-registry arms (ARMS=grpo,rloo,
+#           reinforce_pp,sapo,gpg,dro experiment=toy_fast) took 9.5 min on 2 cores (2026-11-29, a check beside it); the 65 runs
+#           of all thirteen (experiment=toy_fast) 66 min beside installs and tests (load 1.2 -> 2.9;
+#           sweeps/results/2026-11-30-family, the committed result).
 # Regime:   the cost and seed figures above and below are the fast regime's (experiment=toy_fast: 16
 #           prompts per step, the toy's default until 2026-11-25), as are the committed results: pass
 #           experiment=toy_fast to reproduce them. The default (64 prompts per step) takes about 3.3x the

@@ -30,6 +30,7 @@ import re
 import shlex
 import subprocess
 import sys
+from collections import defaultdict
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -442,6 +443,18 @@ ACTIVATES = re.compile(r"^(?:source|\.) \S*/bin/activate$|^(?:conda|mamba) activ
 NEEDS_THE_ENVIRONMENT = {"pip", "pip3", "mkdocs", "jupyter"}  # console scripts of the project's environment
 
 
+def snippet_commands(path: Path, root: Path = ROOT):
+    """``(where, text, block, command)`` of each simple command of ``path``'s shell snippets
+    (:func:`shell_snippets`); a code span that does not parse as shell is prose, skipped."""
+    for where, text, block in shell_snippets(path, root):
+        try:
+            commands = simple_commands(shell_split(text))
+        except ValueError:  # prose in a code span, not a command
+            continue
+        for cmd in commands:
+            yield where, text, block, cmd
+
+
 def pasted_failures(path: Path, root: Path = ROOT) -> list[str]:
     """Why commands of ``path`` fail when pasted into a fresh shell on the documented setup (a root container,
     the project's environment made by ``bash .ci/install`` and not active): ``sudo`` (a root container has
@@ -449,22 +462,17 @@ def pasted_failures(path: Path, root: Path = ROOT) -> list[str]:
     activates an environment (the system's pip refuses to install, PEP 668; the others are not on the path):
     ``bin/python -m pip ...`` runs them in the project's environment."""
     failures, active = [], False
-    for where, text, block in shell_snippets(path, root):
-        try:
-            commands = simple_commands(shell_split(text))
-        except ValueError:  # prose in a code span, not a command
+    for where, text, block, cmd in snippet_commands(path, root):
+        argv = cmd[next((i for i, w in enumerate(cmd) if not ASSIGNMENT.match(w)), len(cmd)):]
+        if block is not None and ACTIVATES.match(" ".join(argv)):
+            active = True
+        if len(argv) < 2 or (block is None and argv[0] not in {"sudo", *NEEDS_THE_ENVIRONMENT}):
             continue
-        for cmd in commands:
-            argv = cmd[next((i for i, w in enumerate(cmd) if not ASSIGNMENT.match(w)), len(cmd)):]
-            if block is not None and ACTIVATES.match(" ".join(argv)):
-                active = True
-            if len(argv) < 2 or (block is None and argv[0] not in {"sudo", *NEEDS_THE_ENVIRONMENT}):
-                continue
-            if argv[0] == "sudo":
-                failures.append(f"{where}: `{text.strip()}`: no sudo in a root container (say: as root)")
-            elif argv[0] in NEEDS_THE_ENVIRONMENT and not active:
-                failures.append(f"{where}: `{text.strip()}`: {argv[0]} outside the project's environment "
-                                f"(bin/python -m {argv[0]} ..., or activate .venv first)")
+        if argv[0] == "sudo":
+            failures.append(f"{where}: `{text.strip()}`: no sudo in a root container (say: as root)")
+        elif argv[0] in NEEDS_THE_ENVIRONMENT and not active:
+            failures.append(f"{where}: `{text.strip()}`: {argv[0]} outside the project's environment "
+                            f"(bin/python -m {argv[0]} ..., or activate .venv first)")
     return failures
 
 
@@ -497,7 +505,8 @@ def test_every_documented_command_runs_when_pasted_into_a_fresh_shell():
 SCRIPTS = sorted((ROOT / "sweeps").glob("*.sh"))
 # the project's interpreter, as .ci/venv chooses it (the active environment, else .venv), unless PYTHON names one
 PROJECT_PYTHON = 'PY="${PYTHON:-$(bash .ci/venv --find)}"'
-BARE_PYTHON = re.compile(r"(?<![\w/.$\"'#-])(?:python3?|pip3?) ")  # not a path's, a string's, ${cmd#python }
+# not a path's, a string's, ${cmd#python }, "$PY" -m pip's
+BARE_PYTHON = re.compile(r"(?<![\w/.$\"'#-])(?<!-m )(?:python3?|pip3?) ")
 FAKE_PROJECT_PYTHON = """#!{python}
 import json, os, subprocess, sys
 args = sys.argv[1:]
@@ -530,16 +539,31 @@ def script_calls(script: Path, tmp_path: Path) -> tuple[subprocess.CompletedProc
     return out, [json.loads(line) for line in log.read_text().splitlines()]
 
 
+CHECK_SCRIPTS = sorted((ROOT / "sweeps" / "checks").glob("*.sh"))
+# The checks that compare two checkouts run the interpreter of the checkout under test (their REPO argument's .venv,
+# or their PYTHON argument), not this project's: set once, by that line.
+OTHER_CHECKOUT_PYTHON = {"refactor_check.sh": 'PY="${3:-$REPO/.venv/bin/python}"',
+                         "slot_check.sh": 'PY="${3:-$REPO/.venv/bin/python}"'}
+
+
 def test_every_sweep_script_runs_the_projects_interpreter():
-    """No line of a script under sweeps/ runs a bare python or pip (a fresh shell has none: exit 127); each
-    runs "$PY", set once from .ci/venv (the active environment, else .venv) unless PYTHON names one."""
-    assert SCRIPTS
-    for script in SCRIPTS:
+    """No line of a script under sweeps/ or sweeps/checks/ runs a bare python or pip (a fresh shell has none: exit
+    127); each runs "$PY", set once from .ci/venv (the active environment, else .venv) unless PYTHON names one (the
+    checks of another checkout: that checkout's, :data:`OTHER_CHECKOUT_PYTHON`)."""
+    assert SCRIPTS and CHECK_SCRIPTS
+    assert set(OTHER_CHECKOUT_PYTHON) <= {s.name for s in CHECK_SCRIPTS}, OTHER_CHECKOUT_PYTHON
+    for script in [*SCRIPTS, *CHECK_SCRIPTS]:
+        where = script.relative_to(ROOT).as_posix()
         code = [re.sub(r"\s#\s.*$", "", line).rstrip() for line in script.read_text().splitlines()
                 if not line.lstrip().startswith("#")]
         bare = [line.strip() for line in code if BARE_PYTHON.search(line)]
-        assert not bare, f"sweeps/{script.name}: a bare interpreter: {bare}"
-        assert '"$PY" ' in "\n".join(code) and code.count(PROJECT_PYTHON) == 1, script.name
+        assert not bare, f"{where}: a bare interpreter: {bare}"
+        unquoted = [line.strip() for line in code if re.search(r'(?<!")\$PY\b(?!")', line)]
+        assert not unquoted, f"{where}: an unquoted $PY (a path with a space splits): {unquoted}"
+        setting = OTHER_CHECKOUT_PYTHON.get(script.name, PROJECT_PYTHON) if script in CHECK_SCRIPTS else PROJECT_PYTHON
+        text = "\n".join(code)
+        assert '"$PY" ' in text and text.count(setting) == 1 and len(re.findall(r"(?<!\w)PY=", text)) == 1, \
+            f"{where}: {setting} (once) and \"$PY\" calls"
 
 
 @pytest.mark.parametrize("script", SCRIPTS, ids=lambda p: p.name)
@@ -548,6 +572,10 @@ def test_a_sweep_script_pasted_into_a_fresh_shell_runs_each_step_with_the_projec
     assert out.returncode == 0, out.stderr[-2000:]
     runs = [c for c in calls if c[:1] == ["run.py"]]
     assert runs and all(c[1] == "-m" for c in runs), calls  # each sweep went to the project's interpreter
+    # what the folder test below reads from the script is what its shell runs
+    read = [list(c.words) for c in script_runs(script)]
+    assert all(any(_same_call(r, c) for r in read) for c in runs) and all(any(_same_call(r, c) for c in runs)
+                                                                          for r in read), (read, runs)
 
 
 @pytest.mark.slow
@@ -561,40 +589,165 @@ def test_a_sweep_scripts_commands_pass_the_launch_check(script, tmp_path, monkey
 
 
 # What does not change which runs a command makes, or what they compute: where and how its jobs run.
-NOT_THE_STUDY = ("seed=", "sweep=", "local=", "logger=", "hydra/launcher=", "hydra.launcher.", "backend.dry_run=")
+NOT_THE_STUDY = ("seed=", "sweep=", "hydra.sweep.dir=", "local=", "logger=", "hydra/launcher=", "hydra.launcher.",
+                 "backend.dry_run=")
+SWEEP_SCRIPT = re.compile(r"^sweeps/([\w-]+\.sh)$")  # a recipe (sweeps/checks/*.sh write no sweep folder)
+SCRIPT_SETTING = re.compile(r'^([A-Z_]+)="\$\{\1:-([^}]*)\}"')  # SEEDS="${SEEDS:-0,1,2}": the caller's, else this
+SCRIPT_ARRAY = re.compile(r"^([A-Z_]+)=\((.*)\)$")  # STUDY=(experiment=toy_overlong fixes=grpo ...)
+NOTEBOOK = ROOT / "sweeps" / "README.md"  # the recipes and the lab notebook: their commands are examples too
+
+
+def script_runs(script: Path, args: tuple[str, ...] | list[str] = (), env: dict[str, str] | None = None,
+                where: str | None = None, text: str | None = None) -> list[Command]:
+    """The ``run.py`` commands ``[VAR=...] bash sweeps/<script> <args>`` makes, as its shell expands them, read from
+    the script (not run): its settings (``SEEDS="${SEEDS:-0,1,2}"``) from ``env`` or their defaults, its arrays
+    (``"${STUDY[@]}"``), ``"$@"`` the arguments; a variable the script sets itself (``$config``, the fractional
+    design's) stays as written. toy_studies.sh's commands are those of the studies it names (``all``, or none: every
+    study; :mod:`dapo_exp.analysis.studies`), with the arguments after ``--``. Raises ValueError for a study it does
+    not have (the script exits 2). The test above checks this reading against each script as a shell runs it."""
+    env, args = env or {}, list(args)
+    where = where or f"sweeps/{script.name}"
+    text = text or shlex.join(["bash", f"sweeps/{script.name}", *args])
+    lines = [line.strip() for line in script.read_text().replace("\\\n", " ").splitlines()]
+    variables: dict[str, str] = {}
+    arrays: dict[str, list[str]] = {}
+    for line in lines:
+        if m := SCRIPT_SETTING.match(line):
+            variables[m[1]] = env.get(m[1], m[2])
+        elif m := SCRIPT_ARRAY.match(line):
+            arrays[m[1]] = shell_split(m[2])
+    if script.name == "toy_studies.sh":
+        from dapo_exp.analysis.studies import STUDIES
+
+        names = args[:args.index("--")] if "--" in args else args
+        overrides = args[len(names) + 1:]
+        out = []
+        for name in (list(STUDIES) if not names or names[0] == "all" else names):
+            if placeholder(name):
+                continue
+            if name not in STUDIES:
+                raise ValueError(f"{where}: `{text}`: toy_studies.sh has no study {name!r} ({', '.join(STUDIES)}; "
+                                 "overrides go after --)")
+            words = shell_split(STUDIES[name].command(variables.get("SEEDS", "0,1,2,3,4")))[1:]
+            out.append(Command(where, text, (*words, *overrides)))
+        return out
+    out = []
+    for line in lines:
+        if not line.startswith('"$PY" run.py'):
+            continue
+        words: list[str] = []
+        for w in shell_split(line)[1:]:
+            if w == "$@":
+                words += args
+            elif m := re.fullmatch(r"\$\{(\w+)\[@\]\}", w):
+                words += arrays[m[1]]
+            else:
+                words += expand([w], variables)
+        out.append(Command(where, text, tuple(words)))
+    return out
+
+
+def _same_call(read: list[str], ran: list[str]) -> bool:
+    """``read`` (:func:`script_runs`) is the call ``ran``, a ``$variable`` the script sets itself standing for any
+    words."""
+    hole = next((i for i, w in enumerate(read) if re.fullmatch(r"\$\w+", w)), None)
+    if hole is None:
+        return read == ran
+    head, tail = read[:hole], read[hole + 1:]
+    return ran[:len(head)] == head and (not tail or ran[-len(tail):] == tail)
+
+
+def script_invocations(path: Path, root: Path = ROOT) -> list[Command]:
+    """The ``run.py`` commands of every ``[VAR=...] [time] bash sweeps/<x>.sh <args>`` of ``path`` (its shell blocks
+    and its inline code spans), as the script makes them (:func:`script_runs`); a ``[word]`` argument is a
+    synopsis' optional part, left out."""
+    out: list[Command] = []
+    for where, text, _, cmd in snippet_commands(path, root):
+        n = next((i for i, w in enumerate(cmd) if not ASSIGNMENT.match(w)), len(cmd))
+        env, argv = dict(a.split("=", 1) for a in cmd[:n]), cmd[n:]
+        argv = argv[1:] if argv[:1] == ["time"] else argv
+        if len(argv) >= 2 and argv[0] == "bash" and (m := SWEEP_SCRIPT.match(argv[1])) \
+                and (ROOT / "sweeps" / m[1]).is_file():
+            args = [a for a in argv[2:] if not re.fullmatch(r"\[[^\[\]]*\]", a)]
+            out += script_runs(ROOT / "sweeps" / m[1], args, env, where, text.strip())
+    return out
+
+
+def documented_sweeps() -> list[Command]:
+    """Every documented command that may launch a sweep: the python commands of the README, the docs and
+    sweeps/README.md, the ``bash sweeps/<x>.sh`` calls there as the scripts make them, and each script's own
+    commands (called with no arguments)."""
+    return [*doc_commands(), *markdown_commands(NOTEBOOK),
+            *[c for path in (*DOC_FILES, NOTEBOOK) for c in script_invocations(path)],
+            *[c for s in SCRIPTS for c in script_runs(s)]]
 
 
 def sweep_folder(cmd: Command) -> str | None:
-    """The folder under multirun/ a documented ``python run.py -m`` command writes (``sweep=``, else the
-    name run.py gives it), None for a single run, a dry run, or a name the reader supplies."""
+    """The folder a ``python run.py -m`` command writes: ``hydra.sweep.dir=``, else ``multirun/`` and its ``sweep=``
+    (the last one given: Hydra keeps the last value of a key, so a script's caller overrides it), else the name
+    run.py gives it; None for a single run, a dry run, or a name the reader supplies."""
     from dapo_exp.hydra_setup import default_sweep_name
 
     args = list(cmd.words[1:])
     if cmd.words[0] != "run.py" or not {"-m", "--multirun"} & set(args) or any(a.startswith(("--cfg", "-c")) for a in args):
         return None
-    named = next((a.split("=", 1)[1] for a in args if a.startswith("sweep=")), None)
-    name = named if named is not None else default_sweep_name(args)
-    return None if name is None or placeholder(name) else name.strip("'\"")
+    given = [a.split("=", 1)[1].strip("'\"") for a in args if a.startswith("hydra.sweep.dir=")]
+    if given:
+        return None if placeholder(given[-1]) else given[-1]
+    named = [a.split("=", 1)[1] for a in args if a.startswith("sweep=")]
+    name = named[-1] if named else default_sweep_name(args)
+    return None if name is None or placeholder(name) else f"multirun/{name.strip(chr(39) + chr(34))}"
+
+
+# Folders two documented studies write today, each with why. Strict: an entry that no longer collides fails, so that
+# it is removed.
+KNOWN_SHARED: dict[str, str] = {}
 
 
 def test_every_documented_example_writes_its_own_sweep_folder():
-    """The commands of the docs and of the scripts under sweeps/ that write one folder run one study: they
-    differ only in seeds and in where their jobs run (more seeds, the same command again, another
-    launcher). Two examples in one folder mix their runs in one table, or one finds the other's runs
-    finished and trains nothing."""
-    from collections import defaultdict
-
-    scripts = [Command(f"sweeps/{s.name}", line, tuple(words[1:])) for s in SCRIPTS
-               for line in s.read_text().replace("\\\n", " ").splitlines() if line.strip().startswith('"$PY" run.py')
-               for words in [[w for w in shell_split(line.replace('"${STUDY[@]}"', "$STUDY")) if w != "$@"]]]
+    """The commands of the docs, of the recipes' page and of the scripts under sweeps/ that write one folder run one
+    study: they differ only in seeds and in where their jobs run (more seeds, the same command again, another
+    launcher). Two examples in one folder mix their runs in one table, or one finds the other's runs finished and
+    trains nothing (or the launch check refuses the second: a sweep folder holds one sweep)."""
     studies: dict[str, dict[frozenset, list[str]]] = defaultdict(lambda: defaultdict(list))
-    for cmd in [*doc_commands(), *scripts]:
+    for cmd in documented_sweeps():
         if (folder := sweep_folder(cmd)) is not None:
             study = frozenset(a for a in cmd.words[1:] if a not in ("-m", "--multirun") and not a.startswith(NOT_THE_STUDY))
             studies[folder][study].append(cmd.where)
     assert len(studies) > 10, sorted(studies)
     shared = {folder: {" ".join(sorted(k)): v for k, v in by.items()} for folder, by in studies.items() if len(by) > 1}
-    assert not shared, "\n".join(f"multirun/{folder}: {by}" for folder, by in shared.items())
+    known = {folder: shared.pop(folder) for folder in KNOWN_SHARED if folder in shared}
+    assert set(known) == set(KNOWN_SHARED), \
+        f"KNOWN_SHARED entries no longer shared: remove them ({set(KNOWN_SHARED) - set(known)})"
+    assert not shared, "\n".join(f"{folder}: {by}" for folder, by in shared.items())
+
+
+def test_the_folder_check_reads_a_scripts_call_as_its_shell_runs_it(tmp_path):
+    """SEEDS= and ARMS= from the caller, its arguments where the script has "$@" (so its sweep= wins), a
+    ``hydra.sweep.dir=`` the folder, a synopsis' ``[optional]`` part left out, toy_studies.sh's studies."""
+    page = tmp_path / "p.md"
+    page.write_text("```bash\nSEEDS=0,1,2,3,4 bash sweeps/four_presets.sh train.steps=60 sweep=four_presets_60\n```\n"
+                    "Then `ARMS=grpo,rloo bash sweeps/family.sh hydra.sweep.dir=/tmp/f`, "
+                    "`time bash sweeps/four_presets.sh [hydra/launcher=basic]` and "
+                    "`bash sweeps/toy_studies.sh clip_higher -- logger=none`.\n")
+    (presets, family, plain, study) = script_invocations(page, tmp_path)
+    assert presets.where == "p.md:2"
+    assert presets.words[-3:] == ("seed=0,1,2,3,4", "train.steps=60", "sweep=four_presets_60")
+    assert sweep_folder(presets) == "multirun/four_presets_60"
+    assert "fixes=grpo,rloo" in family.words and sweep_folder(family) == "/tmp/f"
+    assert sweep_folder(plain) == "multirun/four_presets" and plain.words[-1] == "seed=0,1,2"
+    assert sweep_folder(study) == "multirun/toy_clip_clip_higher" and study.words[-1] == "logger=none"
+    page.write_text("`bash sweeps/toy_studies.sh clip_higher train.steps=5`\n")
+    with pytest.raises(ValueError, match="no study 'train.steps=5'"):
+        script_invocations(page, tmp_path)
+
+
+def test_each_sweep_script_passes_its_callers_overrides_last():
+    """Each run.py call of a recipe ends with the caller's arguments ("$@"), after the script's own settings, so
+    that an override given to the script (sweep=, hydra.sweep.dir=, a key the script sets) is the one Hydra keeps."""
+    for script in SCRIPTS:
+        for cmd in script_runs(script, ["--", "sweep=mine"] if script.name == "toy_studies.sh" else ["sweep=mine"]):
+            assert cmd.words[-1] == "sweep=mine", f"sweeps/{script.name}: {shlex.join(cmd.words)}"
 
 
 # --------------------------------------------------------------------------- #

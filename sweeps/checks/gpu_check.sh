@@ -11,6 +11,8 @@
 # has them); hydra-core, omegaconf, antlr4-python3-runtime, hydra-joblib-launcher and pyDOE3 as wheels in
 # .whl/ when they are not installed (installed here under /tmp/site). Every phase has its own time limit
 # and writes OUT/<phase>.log, so one failing phase does not cost the others.
+# It runs the project's interpreter, as the recipes under sweeps/ do (.ci/venv: the active environment, else
+# .venv); PYTHON=<interpreter> names another (a GPU machine without the project's environment: PYTHON=python3).
 # CPU smoke test of the script itself (no GPU; tiny sizes): DEVICE=cpu SIZE=0.4M SCALE=smoke bash ... OUT
 set -u -o pipefail
 OUT=${1:?usage: gpu_check.sh OUT [phase ...]}
@@ -19,14 +21,16 @@ PHASES=${*:-env preset shape tests toy}
 DEVICE=${DEVICE:-cuda}
 SIZE=${SIZE:-0.5B}
 SCALE=${SCALE:-full}
-PY=${PY:-python3}
 mkdir -p "$OUT"
 OUT=$(cd "$OUT" && pwd)
+cd "$(dirname "$0")/../.." || exit 1
+PY="${PYTHON:-$(bash .ci/venv --find)}"  # the project's interpreter (.venv, or the active environment)
+[ -n "$PY" ] || { echo "gpu_check.sh: no project environment (bash .ci/install makes one); or name an interpreter: PYTHON=python3" >&2; exit 1; }
 WORK=${WORK:-/tmp/gpu_check}
 rm -rf "$WORK" && mkdir -p "$WORK"
 export PYTHONUNBUFFERED=1 HF_HUB_OFFLINE=1 WANDB_MODE=disabled TOKENIZERS_PARALLELISM=false
-if [ -d .whl ] && ! $PY -c "import hydra, omegaconf, pyDOE3" 2>/dev/null; then
-    $PY -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upgrade --target /tmp/site .whl/*.whl \
+if [ -d .whl ] && ! "$PY" -c "import hydra, omegaconf, pyDOE3" 2>/dev/null; then
+    "$PY" -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upgrade --target /tmp/site .whl/*.whl \
         || { echo "wheel install failed"; exit 1; }
     export PYTHONPATH=/tmp/site
 fi
@@ -34,21 +38,21 @@ export PYTHONPATH=$PWD${PYTHONPATH:+:$PYTHONPATH}
 
 phase_env() {
     date -u; uptime; nvidia-smi 2>&1 | head -15
-    $PY -c "import torch, transformers, hydra; print('torch', torch.__version__, 'cuda', torch.cuda.is_available(),
+    "$PY" -c "import torch, transformers, hydra; print('torch', torch.__version__, 'cuda', torch.cuda.is_available(),
 torch.cuda.get_device_name(0) if torch.cuda.is_available() else '-', 'transformers', transformers.__version__,
 'hydra', hydra.__version__)"
     git log -1 --format='commit %H %s' 2>/dev/null || true
 }
 
 phase_tests() {
-    timeout 170 $PY -m pytest tests/test_gpu.py -q -p no:cacheprovider 2>&1 | tail -25
+    timeout 170 "$PY" -m pytest tests/test_gpu.py -q -p no:cacheprovider 2>&1 | tail -25
 }
 
 phase_toy() {
     # the README's four presets on the embedded toy, on CUDA, one seed (plumbing: nothing concluded from it)
     local t0=$SECONDS extra=() rc
     [ "$SCALE" = smoke ] && extra=(experiment=toy_fast train.steps=2)
-    timeout 160 $PY run.py -m fixes=grpo,clip,clip_ds,full seed=0 "train.device=$DEVICE" logger=none \
+    timeout 160 "$PY" run.py -m fixes=grpo,clip,clip_ds,full seed=0 "train.device=$DEVICE" logger=none \
         hydra/launcher=parallel sweep=gpu_check_toy "hydra.sweep.dir=$WORK/toy" "${extra[@]}" 2>&1 | tail -40
     rc=$?
     echo "toy ablation wall $((SECONDS - t0)) s"
@@ -66,7 +70,7 @@ phase_shape() {
                 "--prompt 512 --response 1024"; do
         echo "== --batch 16 --group 8 $args"
         # shellcheck disable=SC2086
-        timeout 90 $PY -m dapo_exp.benchmarks.trainer_throughput --shape $shape --batch 16 --group 8 \
+        timeout 90 "$PY" -m dapo_exp.benchmarks.trainer_throughput --shape $shape --batch 16 --group 8 \
             --steps $steps --device "$DEVICE" $args 2>&1 | tail -6 || rc=$?
     done
     return $rc
@@ -74,7 +78,7 @@ phase_shape() {
 
 make_gsm8k_files() {
     # GSM8K's schema (question, answer ending "#### N") with GSM8K-length word problems, built here
-    $PY - "$WORK" <<'EOF'
+    "$PY" - "$WORK" <<'EOF'
 import json, random, sys
 rng = random.Random(0)
 names = ["Natalia", "Weng", "Betty", "Julie", "James", "Albert", "Mark", "Tina", "Ken", "Alexis"]
@@ -100,10 +104,10 @@ phase_preset() {
     # compiled; step 1 includes the decode's compilation.
     local model=$WORK/model steps=3 extra=()
     [ "$SCALE" = smoke ] && steps=1 extra=(train.prompts_per_step=2 train.mini_batch_size=16 train.micro_batch_size=8)
-    $PY -m dapo_exp.benchmarks.random_models --out "$model" --size "$SIZE" --chat-template 2>&1 | tail -2
+    "$PY" -m dapo_exp.benchmarks.random_models --out "$model" --size "$SIZE" --chat-template 2>&1 | tail -2
     make_gsm8k_files
     local t0=$SECONDS
-    timeout 330 $PY run.py experiment=qwen0.5b_gsm8k "model.path=$model" model.name=random-q05 rollout=hf \
+    timeout 330 "$PY" run.py experiment=qwen0.5b_gsm8k "model.path=$model" model.name=random-q05 rollout=hf \
         "train.device=$DEVICE" logger=none fixes=clip seed=0 "train.steps=$steps" \
         "task.train_source=$WORK/train.jsonl" "task.eval_source=$WORK/test.jsonl" task.eval_limit=8 eval.k=1 \
         eval.before_training=false checkpoint.every=0 rollout.max_response_len=320 algo.overlong_cache_len=64 \
@@ -111,7 +115,7 @@ phase_preset() {
     local rc=$?
     echo "preset run wall $((SECONDS - t0)) s"
     cp "$WORK/preset/metrics.jsonl" "$OUT/preset_metrics.jsonl" 2>/dev/null
-    $PY - "$WORK/preset/metrics.jsonl" <<'EOF'
+    "$PY" - "$WORK/preset/metrics.jsonl" <<'EOF'
 import json, sys
 keys = ["timing_s/gen", "timing_s/update_actor", "timing_s/step", "perf/gen_tokens_per_s",
         "perf/train_tokens_per_s", "perf/gpu_mem_peak_gib", "perf/gpu_mem_reserved_gib", "response_length/mean",
