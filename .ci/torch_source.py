@@ -117,13 +117,28 @@ def served_by(item: dict, source: str) -> bool:
     return os.path.abspath(path).startswith(os.path.abspath(os.path.expanduser(source)).rstrip("/") + "/")
 
 
-def pips_reason(stderr: str, source: str) -> str:
+def pips_reason(stderr: str, source: str | None) -> str:
     """pip's own words about ``source`` (its last warning naming the source's host or path: a refused
-    connection, an unknown host, an HTTP error), or ""."""
-    parts = urllib.parse.urlsplit(source)
-    marks = [m for m in (parts.netloc, parts.path.rstrip("/") or None, source) if m]
-    said = [ln.strip() for ln in stderr.splitlines() if any(m in ln for m in marks)]
+    connection, an unknown host, an HTTP error), or "". ``source`` None (pip's configured sources): its last
+    warning that a connection failed, whatever the host."""
+    if source is None:
+        said = [ln.strip() for ln in stderr.splitlines() if ln.lstrip().startswith("WARNING") and any(
+            m in ln for m in ("Connection", "connection", "resolution", "Name or service", "timed out", "Proxy",
+                              "SSL", "Max retries"))]
+    else:
+        parts = urllib.parse.urlsplit(source)
+        marks = [m for m in (parts.netloc, parts.path.rstrip("/") or None, source) if m]
+        said = [ln.strip() for ln in stderr.splitlines() if any(m in ln for m in marks)]
     return " ".join(said[-1].removeprefix("WARNING:").split())[:400] if said else ""
+
+
+def configured_index(python: str, env: dict) -> str:
+    """The index pip's configured sources start from: PIP_INDEX_URL, else pip's ``global.index-url``, else PyPI."""
+    if env.get("PIP_INDEX_URL", "").strip():
+        return env["PIP_INDEX_URL"].strip()
+    out = subprocess.run([python, "-m", "pip", "config", "get", "global.index-url"], capture_output=True, text=True)
+    url = out.stdout.strip() if out.returncode == 0 else ""
+    return url or "https://pypi.org/simple"
 
 
 def dry_run(python: str, spec: str, args: list[str]) -> tuple[dict | None, str]:
@@ -134,9 +149,9 @@ def dry_run(python: str, spec: str, args: list[str]) -> tuple[dict | None, str]:
         cmd = [python, "-m", "pip", "install", "--dry-run", "--no-deps", "--ignore-installed", "--quiet",
                "--disable-pip-version-check", "--retries", "1", "--report", str(report), spec, *args]
         out = subprocess.run(cmd, capture_output=True, text=True)
-        if out.returncode != 0 or not report.is_file():
-            lines = [ln for ln in (out.stderr or out.stdout).strip().splitlines() if ln.strip()]
-            return None, (lines[-1] if lines else f"pip exited {out.returncode}")
+        if out.returncode != 0 or not report.is_file():  # all of pip's words: its warnings say why, its last line what
+            text = (out.stderr or out.stdout).strip()
+            return None, text or f"pip exited {out.returncode}"
         entries = json.loads(report.read_text()).get("install") or []
     torch = [e for e in entries if str((e.get("metadata") or {}).get("name", "")).lower() == "torch"]
     return (torch[0], out.stderr or "") if torch else (None, "pip would install no torch")
@@ -149,11 +164,16 @@ def choose(python: str, spec: str, env: dict | None = None) -> tuple[list[str] |
     said, first_gpu = [], None
     for what, args in candidates(env):
         item, error = dry_run(python, spec, args)
+        source = source_of(args)
+        if not args:  # pip's configured sources: name where they start
+            what = f"{what}, from {configured_index(python, env)}"
         if item is None:
-            said.append(f"{what}: no {spec} ({error})")
+            last = ([ln.strip() for ln in error.splitlines() if ln.strip()] or [error])[-1]
+            reason = pips_reason(error, source)
+            said.append(f"{what}: unreachable (pip: {reason}); pip found no {spec} ({last})" if reason
+                        else f"{what}: no {spec} ({last})")
             continue
         kind, wheel = classify(item)
-        source = source_of(args)
         if kind == "gpu" and source is not None and not served_by(item, source):  # pip took it from elsewhere
             reason = pips_reason(error, source)
             said.append(f"{what}: unreachable (pip: {reason}); pip would take {wheel} from another source" if reason
@@ -175,18 +195,25 @@ def refusal(spec: str, said: list[str]) -> str:
     not found unreachable)."""
     bar = "!" * 100
     index_down = any(line.startswith(f"PyTorch's CPU wheel index {CPU_INDEX}: unreachable") for line in said)
+    gpu_seen = any("CUDA/GPU build" in line or "would take" in line for line in said)
+    headline = (f"!!! NO CPU BUILD OF {spec} IS REACHABLE: refusing to install (a CUDA build is several GB of wheels)"
+                if gpu_seen else f"!!! NO BUILD OF {spec} IS REACHABLE from any source tried (none resolved: "
+                "unreachable, or without it): refusing to install")
+    allow = (["!!! or, to install the CUDA build anyway: DAPO_TORCH_ALLOW_CUDA=1 bash .ci/install"] if gpu_seen else
+             ["!!! (no source gave a CUDA build either: check this machine's network and pip's configured index, "
+              "or use a directory of wheels)"])
     index = ([f"!!!   DAPO_TORCH_SOURCE=https://<your mirror of {CPU_INDEX}> bash .ci/install",
               f"!!!   (the index itself is unreachable from here; where it is reachable: pip download --no-deps "
               f"{spec} --index-url {CPU_INDEX} -d wheels/, then copy wheels/ here)"] if index_down else
              [f"!!!   DAPO_TORCH_SOURCE={CPU_INDEX} bash .ci/install      (PyTorch's CPU index, or your mirror of it)"])
     return "\n".join([
         bar,
-        f"!!! NO CPU BUILD OF {spec} IS REACHABLE: refusing to install (a CUDA build is several GB of wheels)",
+        headline,
         *[f"!!!   {line}" for line in said],
         "!!! Point the install at a CPU wheel source and run it again:",
         "!!!   DAPO_TORCH_SOURCE=/path/to/wheels bash .ci/install   (a directory holding torch-<ver>+cpu-*.whl)",
         *index,
-        "!!! or, to install the CUDA build anyway: DAPO_TORCH_ALLOW_CUDA=1 bash .ci/install",
+        *allow,
         bar,
     ])
 

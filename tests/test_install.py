@@ -101,6 +101,12 @@ if args[:2] == ["-m", "pip"]:
               "establish a new connection: [Errno 111] Connection refused)': /" + source.split("://", 1)[-1]
               .split("/", 1)[-1].rstrip("/") + "/torch/", file=sys.stderr)
         kind, host = sources.get("configured", "none"), "https://pypi.example"
+    if kind == "offline":  # no network at all: pip warns about its retries, then finds nothing
+        where = source.split("://", 1)[-1].split("/", 1)[-1].rstrip("/") if source.startswith("http") else "simple"
+        print("WARNING: Retrying (Retry(total=0)) after connection broken by 'NewConnectionError(<conn>: Failed to "
+              "establish a new connection: [Errno -3] Temporary failure in name resolution)': /" + where + "/torch/",
+              file=sys.stderr)
+        kind = "none"
     if kind == "none":
         print("ERROR: No matching distribution found for torch", file=sys.stderr)
         sys.exit(1)
@@ -206,9 +212,28 @@ def test_an_unreachable_cpu_index_is_named_unreachable_with_pips_reason_and_not_
     said = [ln for ln in out.stderr.splitlines() if f"PyTorch's CPU wheel index {CPU_INDEX}:" in ln]
     assert len(said) == 1 and "unreachable (pip: Retrying" in said[0] and "Connection refused" in said[0], out.stderr
     assert "only a CUDA/GPU build" not in said[0]
-    assert "pip's configured sources (pip config list, PIP_* variables): only a CUDA/GPU build" in out.stderr
+    assert ("pip's configured sources (pip config list, PIP_* variables), from https://pypi.org/simple: only a "
+            "CUDA/GPU build") in out.stderr
     assert f"DAPO_TORCH_SOURCE={CPU_INDEX} bash .ci/install" not in out.stderr  # not the index that failed
     assert "DAPO_TORCH_SOURCE=/path/to/wheels bash .ci/install" in out.stderr and "your mirror of" in out.stderr
+
+
+def test_an_offline_machine_is_told_each_source_is_unreachable_in_pips_words(fake_env):
+    """No network at all: every source is named unreachable with pip's own reason (the configured one by its index
+    URL), the headline says no build resolved (not that only a CUDA build did), and no suggestion that cannot work
+    (the unreachable index again, allowing a CUDA build nobody offered) is made."""
+    run, _ = fake_env
+    out, calls = run(".ci/install", sources={"configured": "offline", CPU_INDEX: "offline"})
+    assert out.returncode != 0 and pip_installs(calls) == []
+    configured = [ln for ln in out.stderr.splitlines() if "pip's configured sources" in ln]
+    assert configured and "from https://pypi.org/simple: unreachable (pip: Retrying" in configured[0], out.stderr
+    assert "Temporary failure in name resolution" in configured[0]
+    index = [ln for ln in out.stderr.splitlines() if f"PyTorch's CPU wheel index {CPU_INDEX}:" in ln]
+    assert len(index) == 1 and "unreachable (pip: Retrying" in index[0], out.stderr
+    assert "NO BUILD OF torch==2.13.0 IS REACHABLE from any source tried" in out.stderr
+    assert "several GB" not in out.stderr and "DAPO_TORCH_ALLOW_CUDA=1" not in out.stderr
+    assert f"DAPO_TORCH_SOURCE={CPU_INDEX} bash .ci/install" not in out.stderr
+    assert "DAPO_TORCH_SOURCE=/path/to/wheels bash .ci/install" in out.stderr
 
 
 def test_a_cpu_index_that_serves_only_a_cuda_build_is_said_so(fake_env):
@@ -235,7 +260,7 @@ def test_users_source_is_the_only_one_tried(fake_env, tmp_path):
     assert f"DAPO_TORCH_SOURCE={wheels}: CPU build" in out.stderr
     assert pip_installs(calls)[0] == ["torch==2.13.0", "--find-links", wheels]
     out, calls = run(".ci/install", sources={"configured": "cpu"}, extra_env={"DAPO_TORCH_SOURCE": wheels})
-    assert out.returncode != 0 and "NO CPU BUILD" in out.stderr and pip_installs(calls) == []
+    assert out.returncode != 0 and "NO BUILD OF torch==2.13.0 IS REACHABLE" in out.stderr and pip_installs(calls) == []
 
 
 def test_an_installed_torch_is_kept(fake_env):
