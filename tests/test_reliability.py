@@ -9,6 +9,7 @@ import errno
 import os
 import pickle
 import random
+import re
 import shutil
 import socket
 import subprocess
@@ -528,8 +529,9 @@ def test_ci_runs_exactly_the_readme_commands():
     readme = (ROOT / "README.md").read_text()
     block = readme.split("## The two commands", 1)[1].split("```bash", 1)[1].split("```", 1)[0]
     commands = [ln.split("#", 1)[0].strip() for ln in block.strip().splitlines()]
-    ci = [ln.strip() for ln in (ROOT / ".ci" / "run").read_text().splitlines()
-          if ln.strip() and not ln.startswith(("#", "set ", "cd ", "trap "))]
+    # each command as CI runs it, without its failure handler (`|| fail "..."`: a one-line verdict, then exit)
+    ci = [re.sub(r'\s*\|\| fail "[^"]*"$', "", ln.strip()) for ln in (ROOT / ".ci" / "run").read_text().splitlines()
+          if ln.strip() and not ln.startswith(("#", "set ", "cd ", "fail() "))]
     assert commands == ["bash .ci/install && bin/python run.py", "bash .ci/test"]
     # before them only the background prefetch of the test-only environments (.ci/test-env --prefetch)
     assert ci == ["bash .ci/test-env --prefetch", *commands]
@@ -541,7 +543,7 @@ def test_ci_ends_with_a_verdict_line_when_a_command_before_the_tests_fails(tmp_p
     ci.mkdir(parents=True)
     shutil.copy(ROOT / ".ci" / "run", ci)
     (ci / "test-env").write_text("exit 0\n")
-    (ci / "install").write_text("exit 0\n")
+    (ci / "install").write_text('exit "${FAKE_INSTALL_RC:-0}"\n')
     (ci / "test").write_text("echo 'test command: PASS (exit 0)'\n")
     (tmp_path / "repo" / "bin").mkdir()
     (tmp_path / "repo" / "bin" / "python").write_text("#!/usr/bin/env bash\nexit \"${FAKE_RUN_RC:-0}\"\n")
@@ -549,6 +551,12 @@ def test_ci_ends_with_a_verdict_line_when_a_command_before_the_tests_fails(tmp_p
     failed = subprocess.run(["bash", ".ci/run"], cwd=tmp_path / "repo", capture_output=True, text=True,
                             env={**os.environ, "FAKE_RUN_RC": "3"})
     assert failed.returncode == 3
-    assert failed.stdout.splitlines()[-1] == "CI: FAIL (exit 3) | bin/python run.py failed (above), so the test command did not run"
+    assert failed.stdout.splitlines()[-1] == ("CI: FAIL (exit 3) | bash .ci/install && bin/python run.py failed (above), "
+                                              "so the test command did not run")
+    # a failed install stops CI too (set -e alone would go on to the tests: it ignores the left side of &&)
+    failed = subprocess.run(["bash", ".ci/run"], cwd=tmp_path / "repo", capture_output=True, text=True,
+                            env={**os.environ, "FAKE_INSTALL_RC": "4"})
+    assert failed.returncode == 4 and "test command:" not in failed.stdout, failed.stdout
+    assert failed.stdout.splitlines()[-1].startswith("CI: FAIL (exit 4) | bash .ci/install && bin/python run.py failed")
     passed = subprocess.run(["bash", ".ci/run"], cwd=tmp_path / "repo", capture_output=True, text=True)
     assert passed.returncode == 0 and passed.stdout.splitlines()[-1] == "test command: PASS (exit 0)"
