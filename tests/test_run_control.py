@@ -75,7 +75,8 @@ def _long_run(tmp_path, warm_cache, rows: int):
 # --------------------------------------------------------------------------- #
 def _hold_lock(run_dir: Path) -> subprocess.Popen:
     """Another process holding ``run_dir``'s lock as a writer does (its pid in the file); returns once held."""
-    code = ("import sys, time; from dapo_exp.rundir import RunLock; RunLock(sys.argv[1]).acquire(); "
+    # the lock is held while its RunLock lives (its open file holds the flock): kept in a name until the process ends
+    code = ("import sys, time; from dapo_exp.rundir import RunLock; lock = RunLock(sys.argv[1]).acquire(); "
             "print('held', flush=True); time.sleep(120)")
     holder = subprocess.Popen([sys.executable, "-c", code, str(run_dir)], cwd=ROOT, stdout=subprocess.PIPE, text=True)
     assert holder.stdout.readline().strip() == "held"
