@@ -268,12 +268,12 @@ def iter_rows(source: Source, batch_size: int = 8192) -> Iterator[dict[str, Any]
     yield from (r if isinstance(r, dict) else {} for r in data)
 
 
-OFFLINE_HINT = (
-    "Offline, point the task at local files in the official schema (parquet or JSONL): "
+LOCAL_FILES_HINT = (
+    "point the task at local files in the official schema (parquet or JSONL): "
     "task.train_source=/path/to/train.parquet task.eval_source=/path/to/eval.parquet "
-    "(for task=dapo_math: dapo-math-17k.parquet and aime-2024.parquet), or set HF_HUB_OFFLINE=1 "
-    "to use copies already in the Hugging Face cache"
+    "(for task=dapo_math: dapo-math-17k.parquet and aime-2024.parquet)"
 )
+OFFLINE_HINT = f"Offline, {LOCAL_FILES_HINT}, or set HF_HUB_OFFLINE=1 to use copies already in the Hugging Face cache"
 HUB_TIMEOUT_S = 10.0  # seconds to wait for the hub before calling it unreachable
 
 
@@ -308,9 +308,7 @@ def check_hub_reachable(source: Source, field: str) -> None:
         if not in_hub_cache(source):
             raise TaskSourceError(
                 f"{field}: {source.location} is not in the Hugging Face cache on this machine, and HF_HUB_OFFLINE=1 "
-                f"forbids downloading it. Run once with the hub reachable to cache it, or point the task at local "
-                f"files in the official schema (parquet or JSONL): task.train_source=/path/to/train.parquet "
-                f"task.eval_source=/path/to/eval.parquet"
+                f"forbids downloading it. Run once with the hub reachable to cache it, or {LOCAL_FILES_HINT}"
             )
         return
     from huggingface_hub import HfApi, constants
