@@ -125,6 +125,25 @@ def test_command_line_switch_beats_the_preset_and_label_follows_values():
     assert run_label(cfg) == "grpo"  # the first preset with that state, not paper_1_grpo
 
 
+def test_a_run_label_composes_the_presets_only_up_to_the_first_match(monkeypatch):
+    """A study's enabled arm (``fixes=grpo clip_higher=enabled``) is labelled ``clip``, the second preset: its own
+    preset and the presets up to that one are composed, not all of them (each a composition of the whole config)."""
+    import dapo_exp.hydra_setup as hs
+
+    composed = []
+    real = hs.compose_config
+    monkeypatch.setattr(hs, "compose_config", lambda overrides: composed.append(overrides) or real(overrides))
+    hs.preset_algo.cache_clear()
+    try:
+        assert run_label(make_cfg("fixes=grpo", "clip_higher=enabled")) == "clip"
+        assert composed == [["fixes=grpo"], ["fixes=clip"]]
+        composed.clear()
+        assert run_label(make_cfg("fixes=grpo", "token_level_loss=enabled", "overlong_filtering=enabled")) == "tl+of"
+        assert len(composed) == len(fixes.PRESETS) - 2  # no preset has that state: every other one is read
+    finally:
+        hs.preset_algo.cache_clear()
+
+
 def test_full_factorial_is_one_multirun_command():
     out = subprocess.run(
         [sys.executable, "run.py", "-m", "--cfg", "job", "clip_higher=disabled,enabled",
