@@ -213,7 +213,7 @@ def run_label(cfg: Any) -> str:
     else the first preset with the run's switches, else ``clip+ds+...`` (:func:`dapo_exp.fixes.label`).
 
     The presets are composed one at a time, in :data:`dapo_exp.fixes.PRESETS` order, up to the first whose
-    switches are the run's (each composition of the whole config costs about a quarter of a CPU-second: a study's
+    switches are the run's (each composition of the whole config costs 0.25-0.6 CPU-s, by the machine: a study's
     ``fixes=grpo clip_higher=enabled`` arm, labelled ``clip``, composes two presets, not all of them)."""
     state = fixes.switches(cfg.algo)
     preset = getattr(cfg, "preset", None)

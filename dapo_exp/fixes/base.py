@@ -448,21 +448,10 @@ def switches(algo: Any) -> dict[str, bool]:
     return {name: is_on(f, algo) for name, f in FIXES.items()}
 
 
-def label(state: Mapping[str, bool], preset: str | None = None,
-          preset_states: Mapping[str, Mapping[str, bool]] | None = None) -> str:
-    """A readable label for a switch state.
-
-    ``preset`` (the ``fixes=`` preset the run was launched from) when its own switch
-    state (``preset_states[preset]``) equals ``state``; else the first preset of
-    :data:`PRESETS` with that state; else the short names of the fixes that are on,
-    joined by ``+`` (``grpo`` when none is).
-    """
-    states = preset_states or {}
-    if preset in states and dict(states[preset]) == dict(state):
-        return str(preset)
-    for name in PRESETS:
-        if name in states and dict(states[name]) == dict(state):
-            return name
+def label(state: Mapping[str, bool]) -> str:
+    """A readable label for a switch state that no preset has: the short names of the fixes that are on,
+    joined by ``+`` (``grpo`` when none is). A run's label is its preset's name where a preset has its state
+    (:func:`dapo_exp.hydra_setup.run_label`, which composes the presets)."""
     return "+".join(FIXES[k].short for k, on in state.items() if on and k in FIXES) or BASELINE
 
 
