@@ -43,10 +43,12 @@ def test_every_preset_composes_validates_and_is_labelled_by_its_name(preset):
 @pytest.mark.parametrize("fix", list(fixes.FIXES))
 def test_each_fix_group_sets_only_the_keys_the_registry_names(fix):
     """Every option of a fix's config group changes only the algo keys its registry entry lists,
-    and its non-default options turn the fix on."""
+    and its non-default options turn the fix on; its first option (``disabled``, which a command line or a preset
+    selects) is the defaults list's null: the same config."""
     f = fixes.FIXES[fix]
     base = make_cfg("fixes=grpo")
     assert not f.is_on(base.algo)
+    assert _diff(base, make_cfg("fixes=grpo", f"{fix}={f.options[0]}")) == set(), (fix, f.options[0])
     for option in f.options[1:]:
         cur = make_cfg("fixes=grpo", f"{fix}={option}")
         assert _diff(base, cur) <= set(f.keys) | set(f.sets), (fix, option)

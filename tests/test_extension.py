@@ -299,8 +299,8 @@ def test_a_fix_inside_the_package_is_its_module_its_config_group_and_one_default
     (repo / "conf/adv_clip/enabled.yaml").write_text("# @package algo\nadv_clip: 0.5\n")
     (repo / "conf/adv_clip/disabled.yaml").write_text("# @package algo\nadv_clip: null\n")
     defaults = (repo / "conf/config.yaml").read_text()  # 3: one defaults line
-    (repo / "conf/config.yaml").write_text(defaults.replace("  - rollout_correction: disabled",
-                                                            "  - adv_clip: disabled\n  - rollout_correction: disabled", 1))
+    (repo / "conf/config.yaml").write_text(defaults.replace("  - rollout_correction: null",
+                                                            "  - adv_clip: null\n  - rollout_correction: null", 1))
 
     def run(*args: str) -> subprocess.CompletedProcess:
         small = [*SMALL, f"model.cache_dir={warm_cache}"]
