@@ -28,6 +28,9 @@ SMALL = [
     "eval.every=0",
     "checkpoint.every=1",
 ]
+# a sweep's end analysis without its figures (a Hydra override, none of the jobs'): about 11 CPU-s of a small sweep's
+# analysis here, for the tests that read its table and not its figures (tests/test_analysis_figures.py draws them)
+NO_FIGURES = "+hydra.callbacks.analysis.figures=false"
 
 # held by .venv-verl's installer while it runs beside the tests (.ci/test-env --verl-background)
 VERL_INSTALL_LOCK = ROOT / ".ci" / ".install-verl.lock"

@@ -533,8 +533,32 @@ def test_ci_runs_exactly_the_readme_commands():
     ci = [re.sub(r'\s*\|\| fail "[^"]*"$', "", ln.strip()) for ln in (ROOT / ".ci" / "run").read_text().splitlines()
           if ln.strip() and not ln.startswith(("#", "set ", "cd ", "fail() "))]
     assert commands == ["bash .ci/install && bin/python run.py", "bash .ci/test"]
-    # before them only the background prefetch of the test-only environments (.ci/test-env --prefetch)
-    assert ci == ["bash .ci/test-env --prefetch", *commands]
+    # before them only the interpreter the environments are made from (Debian's PGO build where it is there,
+    # unless DAPO_PYTHON names one) and the background prefetch of the test-only environments
+    choice = ['if [ -z "${DAPO_PYTHON:-}" ] && /usr/bin/python3 -c "import sys, venv; sys.exit(sys.version_info < '
+              '(3, 10))" 2>/dev/null', "then", "export DAPO_PYTHON=/usr/bin/python3", "fi"]
+    assert ci == [*choice, "bash .ci/test-env --prefetch", *commands]
+
+
+@needs_stock_python
+def test_dapo_python_names_the_interpreter_the_venv_is_made_from(tmp_path):
+    """DAPO_PYTHON creates .venv from the interpreter it names, whatever python3 on PATH is (none here); one that
+    does not run is refused in one line naming it, before anything is created."""
+    repo = scratch_repo(tmp_path)
+    tools = stock_path(tmp_path, None)  # no python3 on PATH
+    out = subprocess.run(["bash", ".ci/venv"], cwd=repo, env=stock_env(tools, DAPO_PYTHON=str(SYSTEM_PYTHON)),
+                         capture_output=True, text=True, executable=shutil.which("bash"))
+    assert out.returncode == 0, out.stderr
+    assert f"with {SYSTEM_PYTHON} (" in out.stderr
+    base = subprocess.run([out.stdout.strip(), "-c", "import sys; print(sys._base_executable)"],
+                          capture_output=True, text=True).stdout.strip()
+    assert Path(base).resolve() == SYSTEM_PYTHON.resolve()
+    shutil.rmtree(repo / ".venv")
+    bad = subprocess.run(["bash", ".ci/venv"], cwd=repo, env=stock_env(tools, DAPO_PYTHON="/no/such/python"),
+                         capture_output=True, text=True, executable=shutil.which("bash"))
+    assert bad.returncode == 1 and bad.stderr.count("\n") == 1
+    assert "DAPO_PYTHON=/no/such/python is not a Python interpreter that runs" in bad.stderr
+    assert not (repo / ".venv").exists()
 
 
 def test_ci_ends_with_a_verdict_line_when_a_command_before_the_tests_fails(tmp_path):

@@ -6,7 +6,7 @@ import sys
 from pathlib import Path
 
 import pytest
-from helpers import kill_during_step
+from helpers import NO_FIGURES, kill_during_step
 
 from dapo_exp import rundir
 from dapo_exp.train import train
@@ -147,7 +147,8 @@ def test_user_sweep_writes_runs_wandb_and_table_and_rerun_skips(tmp_path, warm_c
     from helpers import SMALL
 
     args = [sys.executable, "run.py", "-m", "fixes=grpo,clip,clip_ds,full", "seed=0", f"hydra.sweep.dir={tmp_path}",
-            *[a for a in SMALL if a != "logger=none"], "train.steps=1", FINAL_1, f"model.cache_dir={warm_cache}"]
+            *[a for a in SMALL if a != "logger=none"], "train.steps=1", FINAL_1, f"model.cache_dir={warm_cache}",
+            NO_FIGURES]
     out = subprocess.run(args, cwd=ROOT, capture_output=True, text=True, timeout=900)
     assert out.returncode == 0, out.stderr[-3000:]
     runs = sorted(p.parent for p in tmp_path.glob("*/summary.json"))
@@ -175,7 +176,7 @@ def test_a_failed_job_does_not_take_down_the_sweep(tmp_path, warm_cache):
     small = [a for a in SMALL if not a.startswith("rollout.n=")]
     args = [sys.executable, "run.py", "-m", "fixes=full", "rollout.n=1,4", "seed=0", f"hydra.sweep.dir={tmp_path}",
             *small, "train.steps=1", "train.mini_batch_size=4", "train.micro_batch_size=4", FINAL_1, NO_BASE_EVAL,
-            f"model.cache_dir={warm_cache}"]
+            f"model.cache_dir={warm_cache}", NO_FIGURES]
     out = subprocess.run(args, cwd=ROOT, capture_output=True, text=True, timeout=900)
     # the other job finishes and the table is printed; the sweep then names the failed job and exits 1
     assert out.returncode == 1, out.stderr[-3000:]
