@@ -247,7 +247,11 @@ def test_cross_engine_comparison_pairs_arms_within_an_engine_and_not_across(tmp_
     spec = importlib.util.spec_from_file_location("cross_engine", SWEEPS / "checks" / "cross_engine.py")
     mod = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(mod)
-    assert mod.main([str(tmp_path / "native"), str(tmp_path / "verl"), str(tmp_path / "out")]) == 0
+    import warnings
+
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")  # matplotlib's "No artists with labels" when a panel holds no line, say
+        assert mod.main([str(tmp_path / "native"), str(tmp_path / "verl"), str(tmp_path / "out")]) == 0
     runs, _ = mod.load(str(tmp_path / "native"), str(tmp_path / "verl"))
     assert sorted(set(runs.label)) == ["grpo", "sop"]
     col = "final/eval/acc_avg"

@@ -169,7 +169,10 @@ def curves(hist: pd.DataFrame, path: Path, arms: tuple[str, str] = (OFF, ON), ti
                     label=f"{engine} {arm} (n {h.run.nunique()})")
         ax.set_title(metric)
         ax.set_xlabel("rollout step")
-    axes.flat[0].legend(fontsize=8)
+    # the legend on the first panel that drew a line (an arm may lack the first panel's metric: an empty legend
+    # there was matplotlib's "No artists with labels" warning)
+    if (drawn := next((ax for ax in axes.flat if ax.get_legend_handles_labels()[0]), None)) is not None:
+        drawn.legend(fontsize=8)
     fig.suptitle(f"{title}: dapo-exp (solid) and verl 0.9.1 (dashed), mean over seeds")
     fig.tight_layout()
     fig.savefig(path, dpi=110)
