@@ -535,8 +535,8 @@ def test_ci_runs_exactly_the_readme_commands():
     assert commands == ["bash .ci/install && bin/python run.py", "bash .ci/test"]
     # before them only the interpreter the environments are made from (Debian's PGO build where it is there,
     # unless DAPO_PYTHON names one) and the background prefetch of the test-only environments
-    choice = ['if [ -z "${DAPO_PYTHON:-}" ] && /usr/bin/python3 -c "import sys, venv; sys.exit(sys.version_info < '
-              '(3, 10))" 2>/dev/null', "then", "export DAPO_PYTHON=/usr/bin/python3", "fi"]
+    choice = ['if [ -z "${DAPO_PYTHON:-}" ] && /usr/bin/python3 -c "import sys, venv, ensurepip; '
+              'sys.exit(sys.version_info < (3, 10))" 2>/dev/null', "then", "export DAPO_PYTHON=/usr/bin/python3", "fi"]
     assert ci == [*choice, "bash .ci/test-env --prefetch", *commands]
 
 
