@@ -144,13 +144,13 @@ def test_a_second_different_sweep_into_a_sweep_directory_is_refused_naming_the_f
     directory holds one sweep: another set of configurations is refused before any job, in one line naming the
     first sweep's command; the same command again, more seeds of the same configurations (given in another order,
     with another launcher or logger) are accepted."""
-    from helpers import CONF, SMALL
+    from helpers import CONF, NO_FIGURES, SMALL
 
     sweep = tmp_path / "sweep"
     common = [*SMALL, "train.steps=1", f"model.cache_dir={warm_cache}", f"hydra.sweep.dir={sweep}"]
     # its end analysis without figures (~12 of this test's ~30 CPU-s): a Hydra override, not in the record's jobs
     first = subprocess.run([sys.executable, "run.py", "-m", *common, "fixes=grpo,clip", "seed=0",
-                            "+hydra.callbacks.analysis.figures=false"], cwd=ROOT,
+                            NO_FIGURES], cwd=ROOT,
                            capture_output=True, text=True, timeout=600, env={**os.environ, "OMP_NUM_THREADS": "1"})
     assert first.returncode == 0, first.stderr[-3000:]
     record = (sweep / "multirun.yaml").read_bytes()

@@ -242,12 +242,12 @@ def test_the_toy_sweep_runs_rounds_and_resumes_after_kill_9_without_rerunning_a_
     """The acceptance command at the toy's smallest size: rounds until decided or out of budget, one line per
     comparison per round; killed (-9) in its first round, the same command finishes it, running no finished
     run again."""
-    from helpers import SMALL
+    from helpers import NO_FIGURES, SMALL
 
     sweep = tmp_path / "sweep"
     cmd = [sys.executable, "run.py", "-m", "fixes=grpo,clip", "hydra/sweeper=sequential", "experiment=toy_fast",
            *SMALL, "hydra.sweeper.max_seeds=4", f"hydra.sweep.dir={sweep}", f"model.cache_dir={warm_cache}",
-           "+hydra.callbacks.analysis.figures=false"]
+           NO_FIGURES]
     env = {**os.environ, "OMP_NUM_THREADS": "1"}
     proc = subprocess.Popen(cmd, cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, env=env,
                             start_new_session=True)

@@ -128,11 +128,11 @@ def test_failed_jobs_are_this_sweeps_failures_only(tmp_path):
 @pytest.mark.slow
 def test_a_sweep_with_a_failed_job_finishes_the_others_prints_the_table_and_exits_1(tmp_path, warm_cache):
     """rollout.n=1 fails in validation (train.mini_batch_size=8 does not divide its 4 rollouts); rollout.n=4 trains."""
-    from helpers import SMALL
+    from helpers import NO_FIGURES, SMALL
 
     small = [a for a in SMALL if not a.startswith("rollout.n=")]
     args = [sys.executable, "run.py", "-m", "fixes=full", "rollout.n=1,4", "seed=0", f"hydra.sweep.dir={tmp_path}",
-            "+hydra.callbacks.analysis.figures=false", *small, f"model.cache_dir={warm_cache}"]
+            NO_FIGURES, *small, f"model.cache_dir={warm_cache}"]
     env = {k: v for k, v in os.environ.items() if k not in ("OMP_NUM_THREADS", "DAPO_THREADS")}
     out = subprocess.run(args, cwd=REPO, capture_output=True, text=True, timeout=900, env=env)
     assert out.returncode == 1, out.stdout[-2000:] + out.stderr[-3000:]
@@ -165,10 +165,10 @@ def test_the_same_sweep_started_twice_at_once_trains_each_run_once_and_both_succ
     """The second command meets the job the first is running (held there, stopped, until the second says it
     waits): it waits for it, then finds the run finished and skips it; both commands exit 0 with the table,
     and the run is trained once (issue 34, item 8)."""
-    from helpers import SMALL
+    from helpers import NO_FIGURES, SMALL
 
     args = [sys.executable, "run.py", "-m", "seed=0", f"hydra.sweep.dir={tmp_path}",
-            "+hydra.callbacks.analysis.figures=false", *SMALL, f"model.cache_dir={warm_cache}"]
+            NO_FIGURES, *SMALL, f"model.cache_dir={warm_cache}"]
     first = subprocess.Popen(args, cwd=REPO, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
     deadline = time.monotonic() + 300
     while not list(tmp_path.glob("*/metrics.jsonl")) and time.monotonic() < deadline:  # its job trains
