@@ -302,6 +302,7 @@ def test_test_command_runs_every_verl_and_vllm_test_file():
     marked = {p.relative_to(ROOT).as_posix() for p in (ROOT / "tests").glob("test_*.py")
               if re.search(r"pytest\.mark\.(verl|vllm)\b", p.read_text())}
     assert named == marked and {"tests/test_verl_parity_losses.py", "tests/test_vllm_train.py"} <= named, (named, marked)
+    assert 'main_marks=(-m "not vllm")' in text  # ...and the main run leaves them to it
     assert "bash .ci/test-env" in text
 
 
