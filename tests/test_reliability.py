@@ -529,15 +529,36 @@ def test_ci_runs_exactly_the_readme_commands():
     readme = (ROOT / "README.md").read_text()
     block = readme.split("## The two commands", 1)[1].split("```bash", 1)[1].split("```", 1)[0]
     commands = [ln.split("#", 1)[0].strip() for ln in block.strip().splitlines()]
-    # each command as CI runs it, without its failure handler (`|| fail "..."`: a one-line verdict, then exit)
-    ci = [re.sub(r'\s*\|\| fail "[^"]*"$', "", ln.strip()) for ln in (ROOT / ".ci" / "run").read_text().splitlines()
-          if ln.strip() and not ln.startswith(("#", "set ", "cd ", "fail() "))]
     assert commands == ["bash .ci/install && bin/python run.py", "bash .ci/test"]
+    lines = [ln.strip() for ln in (ROOT / ".ci" / "run").read_text().splitlines()
+             if ln.strip() and not ln.lstrip().startswith("#")]
+    # each README command once, verbatim: the first with its exit code kept for the end (it runs beside the second)
+    first = [ln for ln in lines if ln.startswith("{ rc=")]  # (elsewhere the command is only named, in messages)
+    assert first == ['{ rc=0; bash .ci/install && bin/python run.py || rc=$?; echo $rc > "$first_rc"; } '
+                     '> "$first_log" 2>&1 &']
+    assert [ln for ln in lines if re.search(r"\bbash \.ci/test\b(?!-)", ln)] == ["bash .ci/test || test_rc=$?"]
     # before them only the interpreter the environments are made from (Debian's PGO build where it is there,
     # unless DAPO_PYTHON names one) and the background prefetch of the test-only environments
     choice = ['if [ -z "${DAPO_PYTHON:-}" ] && /usr/bin/python3 -c "import sys, venv, ensurepip; '
               'sys.exit(sys.version_info < (3, 10))" 2>/dev/null', "then", "export DAPO_PYTHON=/usr/bin/python3", "fi"]
-    assert ci == [*choice, "bash .ci/test-env --prefetch", *commands]
+    before = [re.sub(r'\s*\|\| fail \$\? "[^"]*"$', "", ln) for ln in lines[:lines.index(first[0])]
+              if not ln.startswith(("set ", "cd ", "fail() ", "first_log="))]
+    assert before == [*choice, "bash .ci/test-env --prefetch"]
+
+
+def fake_ci(tmp_path, run_py: str, test: str) -> Path:
+    """A repository holding ``.ci/run`` and stand-ins for what it calls: the prefetch and the install do nothing
+    (the install exits ``$FAKE_INSTALL_RC``), ``bin/python`` runs the bash ``run_py``, ``.ci/test`` the bash ``test``."""
+    repo = tmp_path / "repo"
+    (repo / ".ci").mkdir(parents=True)
+    shutil.copy(ROOT / ".ci" / "run", repo / ".ci")
+    (repo / ".ci" / "test-env").write_text("exit 0\n")
+    (repo / ".ci" / "install").write_text('exit "${FAKE_INSTALL_RC:-0}"\n')
+    (repo / ".ci" / "test").write_text(test)
+    (repo / "bin").mkdir()
+    (repo / "bin" / "python").write_text(f"#!/usr/bin/env bash\n{run_py}")
+    (repo / "bin" / "python").chmod(0o755)
+    return repo
 
 
 @needs_stock_python
@@ -563,24 +584,41 @@ def test_dapo_python_names_the_interpreter_the_venv_is_made_from(tmp_path):
 
 def test_ci_ends_with_a_verdict_line_when_a_command_before_the_tests_fails(tmp_path):
     """.ci/run's first README command failing (the default run, say) ends CI with one FAIL line naming it."""
-    ci = tmp_path / "repo" / ".ci"
-    ci.mkdir(parents=True)
-    shutil.copy(ROOT / ".ci" / "run", ci)
-    (ci / "test-env").write_text("exit 0\n")
-    (ci / "install").write_text('exit "${FAKE_INSTALL_RC:-0}"\n')
-    (ci / "test").write_text("echo 'test command: PASS (exit 0)'\n")
-    (tmp_path / "repo" / "bin").mkdir()
-    (tmp_path / "repo" / "bin" / "python").write_text("#!/usr/bin/env bash\nexit \"${FAKE_RUN_RC:-0}\"\n")
-    (tmp_path / "repo" / "bin" / "python").chmod(0o755)
-    failed = subprocess.run(["bash", ".ci/run"], cwd=tmp_path / "repo", capture_output=True, text=True,
+    repo = fake_ci(tmp_path, 'exit "${FAKE_RUN_RC:-0}"\n', "echo 'test command: PASS (exit 0)'\n")
+    failed = subprocess.run(["bash", ".ci/run"], cwd=repo, capture_output=True, text=True,
                             env={**os.environ, "FAKE_RUN_RC": "3"})
     assert failed.returncode == 3
     assert failed.stdout.splitlines()[-1] == ("CI: FAIL (exit 3) | bash .ci/install && bin/python run.py failed (above), "
                                               "so the test command did not run")
     # a failed install stops CI too (set -e alone would go on to the tests: it ignores the left side of &&)
-    failed = subprocess.run(["bash", ".ci/run"], cwd=tmp_path / "repo", capture_output=True, text=True,
+    failed = subprocess.run(["bash", ".ci/run"], cwd=repo, capture_output=True, text=True,
                             env={**os.environ, "FAKE_INSTALL_RC": "4"})
     assert failed.returncode == 4 and "test command:" not in failed.stdout, failed.stdout
     assert failed.stdout.splitlines()[-1].startswith("CI: FAIL (exit 4) | bash .ci/install && bin/python run.py failed")
-    passed = subprocess.run(["bash", ".ci/run"], cwd=tmp_path / "repo", capture_output=True, text=True)
+    passed = subprocess.run(["bash", ".ci/run"], cwd=repo, capture_output=True, text=True)
     assert passed.returncode == 0 and passed.stdout.splitlines()[-1] == "test command: PASS (exit 0)"
+
+
+@pytest.mark.parametrize("run_rc", [0, 3])
+def test_ci_runs_the_test_command_beside_the_default_run_once_it_has_trained_its_first_step(tmp_path, run_rc):
+    """The test command starts once the default run has logged its first step, while it goes on (the run here ends
+    only after the tests started); the rest of the run's output comes in one block when it ends, the test command's
+    verdict stays last, and a default run that fails after its first step fails CI, naming it."""
+    run_py = ("echo 'loading'\necho '[dapo-exp] full s0 step 1/2 | reward 0.1'\n"
+              "until [ -f tests-started ]; do sleep 0.1; done\n"
+              f"echo '[dapo-exp] full s0 step 2/2 | reward 0.2'\ntouch run-ended\nexit {run_rc}\n")
+    test = ("[ ! -f run-ended ] || exit 9\ntouch tests-started\nuntil [ -f run-ended ]; do sleep 0.1; done\n"
+            "sleep 5\necho 'test command: PASS (exit 0)'\n")
+    repo = fake_ci(tmp_path, run_py, test)
+    out = subprocess.run(["bash", ".ci/run"], cwd=repo, capture_output=True, text=True, timeout=120)
+    lines = out.stdout.splitlines()
+    assert lines[:2] == ["loading", "[dapo-exp] full s0 step 1/2 | reward 0.1"], out.stdout
+    block = lines.index(f"--- the default run (bin/python run.py, beside the test command) ended, exit {run_rc}:")
+    assert lines[block + 1] == "[dapo-exp] full s0 step 2/2 | reward 0.2"
+    assert sum("step 1/2" in ln for ln in lines) == 1  # nothing shown twice
+    if run_rc == 0:
+        assert out.returncode == 0 and lines[-1] == "test command: PASS (exit 0)", out.stdout
+    else:
+        assert out.returncode == 3 and lines[-2] == "test command: PASS (exit 0)", out.stdout
+        assert lines[-1] == ("CI: FAIL (exit 3) | bash .ci/install && bin/python run.py failed (above), beside the "
+                             "test command (exit 0)")
