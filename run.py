@@ -61,6 +61,7 @@ from dapo_exp.hydra_setup import (
     job_output_dir,
     move_log_files,
     register_resolvers,
+    set_gc,
     set_threads,
     write_hydra_record,
 )
@@ -130,6 +131,7 @@ def run_job(cfg: DictConfig, task_cfg: DictConfig) -> dict | None:
             move_log_files(job_output_dir(), out)
         write_hydra_record(out, task_cfg)
         threads, why = set_threads(cfg, recorded=recorded_threads(out))  # before any compute
+        set_gc()  # a launcher's worker process too (dapo_exp.hydra_setup.GC_YOUNG)
         log.info("torch threads: %d (%s)", threads, why)
         return train(cfg, claim=out)  # claimed once, here: the trainer takes the claim over
 
@@ -223,6 +225,7 @@ def interrupted(exc: KeyboardInterrupt) -> int:
 
 
 if __name__ == "__main__":
+    set_gc()  # the collector walks torch's and transformers' objects less often (dapo_exp.hydra_setup.GC_YOUNG)
     try:
         with one_line_errors(CONFIG_DIR):
             check_sweep_name(sys.argv[1:])  # sweep=../../x: refused before anything is written

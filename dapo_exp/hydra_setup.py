@@ -422,6 +422,28 @@ def _thread_count(var: str, env: Any) -> int | None:
     return n
 
 
+# Python's cyclic garbage collector, for the processes that run the trainer: its youngest generation collected after
+# 10,000 net allocations of container objects instead of CPython 3.11's and 3.12's 700 (3.13 took 2,000). At 700,
+# the objects that torch, transformers and each Hydra composition create survive into the oldest generation in
+# bulk, and each of the full collections that follow walks all of them: on this project's 2-core machine
+# (2026-12-01), 1.1-1.6 of the 15-18 CPU-s of a 2-step toy `python run.py` (8 full collections) and 9 of the 67
+# CPU-s of tests/test_family.py (26) went to the collector; at 10,000, 0.3-0.5 (none) and 3.3. Six interleaved
+# pairs of that toy run: 0.64 CPU-s less on average (median 0.99), peak memory 5 MB more of 517.
+# sweeps/results/2026-11-29-ci-cpu/README.md has the measurement and its commands.
+GC_YOUNG = 10_000
+
+
+def set_gc() -> None:
+    """Raise the collector's youngest threshold to :data:`GC_YOUNG` (a higher one, set by the user, is kept);
+    called by ``run.py`` before it composes and in each job it runs (a launcher's worker process too), and by the
+    test suite's processes."""
+    import gc
+
+    young, *older = gc.get_threshold()
+    if young < GC_YOUNG:
+        gc.set_threshold(GC_YOUNG, *older)
+
+
 def set_threads(cfg: Any, recorded: int | None = None) -> tuple[int, str]:
     """Pick (:func:`choose_threads`; ``recorded``: the count of the run this one resumes) and set torch's thread
     count for the run of ``cfg``; returns (n, why)."""

@@ -13,6 +13,7 @@ import importlib.util
 import json
 import os
 import re
+import shutil
 import signal
 import subprocess
 import sys
@@ -25,12 +26,14 @@ import pytest
 from dapo_exp.analysis.callback import failed_jobs
 from dapo_exp.config import ConfigError
 from dapo_exp.hydra_setup import (
+    GC_YOUNG,
     SMALL_MODEL_PARAMS,
     check_repeated_overrides,
     check_sweep_name,
     choose_threads,
     compose_config,
     model_params_estimate,
+    set_gc,
 )
 
 REPO = Path(__file__).resolve().parents[1]
@@ -268,6 +271,43 @@ def test_a_resumed_run_keeps_its_thread_count_unless_dapo_threads_says_otherwise
 def test_a_bad_thread_count_is_refused():
     with pytest.raises(ConfigError, match="DAPO_THREADS=0: must be a positive integer"):
         choose_threads(None, 2, 0.0, {"DAPO_THREADS": "0"})
+
+
+def test_set_gc_raises_the_collectors_young_threshold_and_keeps_a_higher_one():
+    import gc
+
+    saved = gc.get_threshold()
+    try:
+        gc.set_threshold(700, 10, 10)  # CPython 3.11's default
+        set_gc()
+        assert gc.get_threshold() == (GC_YOUNG, 10, 10)
+        gc.set_threshold(50_000, 5, 7)  # a user's own, higher: kept
+        set_gc()
+        assert gc.get_threshold() == (50_000, 5, 7)
+    finally:
+        gc.set_threshold(*saved)
+
+
+def test_run_py_sets_the_collectors_threshold_before_it_composes():
+    """``python run.py`` (here ``--cfg job``: composed and printed, nothing trained) raises the threshold in its
+    ``__main__`` block, before the launch check's composition."""
+    code = ("import gc, runpy, sys\nsys.argv = ['run.py', '--cfg', 'job', 'logger=none']\n"
+            "import run_py_probe\n"  # the module below: the threshold once the launch check composes
+            "try:\n    runpy.run_path('run.py', run_name='__main__')\nfinally:\n"
+            "    print('at compose', run_py_probe.SEEN, 'at exit', gc.get_threshold()[0])\n")
+    probe = ("import gc\nimport dapo_exp.preflight as p\nSEEN = []\n_pre = p.precheck\n"
+             "def precheck(*a, **k):\n    SEEN.append(gc.get_threshold()[0])\n    return _pre(*a, **k)\n"
+             "p.precheck = precheck\n")
+    probe_dir = Path(os.environ.get("TMPDIR", "/tmp")) / f"probe-{uuid.uuid4().hex}"
+    probe_dir.mkdir()
+    try:
+        (probe_dir / "run_py_probe.py").write_text(probe)
+        out = subprocess.run([sys.executable, "-c", code], cwd=REPO, capture_output=True, text=True, timeout=300,
+                             env={**os.environ, "PYTHONPATH": os.pathsep.join([str(probe_dir), str(REPO)])})
+    finally:
+        shutil.rmtree(probe_dir)
+    assert out.returncode == 0, out.stderr[-2000:]
+    assert f"at compose [{GC_YOUNG}] at exit {GC_YOUNG}" in out.stdout, out.stdout[-500:]
 
 
 # --------------------------------------------------------------------------- #
