@@ -426,9 +426,10 @@ def _thread_count(var: str, env: Any) -> int | None:
 # 10,000 net allocations of container objects instead of CPython 3.11's and 3.12's 700 (3.13 took 2,000). At 700,
 # the objects that torch, transformers and each Hydra composition create survive into the oldest generation in
 # bulk, and each of the full collections that follow walks all of them: on this project's 2-core machine
-# (2026-12-01), 1.1-1.6 of the 15-18 CPU-s of a 2-step toy `python run.py` (8 full collections) and 9 of the 67
-# CPU-s of tests/test_family.py (26) went to the collector; at 10,000, 0.3-0.5 (none) and 3.3. Six interleaved
-# pairs of that toy run: 0.64 CPU-s less on average (median 0.99), peak memory 5 MB more of 517.
+# (2026-12-01), 1.08-1.35 of the 13.6-16.0 CPU-s of a 2-step toy `python run.py` (8 full collections) and 7.5 of the
+# 58 CPU-s of `pytest tests/test_family.py` (26) went to the collector; at 10,000, 0.43-0.54 (1) and 3.0 (8), the
+# latter's process 47 CPU-s. Six interleaved pairs of that toy run: 1.06 CPU-s less on average (median 1.50), peak
+# memory 6 MB more of 517.
 # sweeps/results/2026-11-29-ci-cpu/README.md has the measurement and its commands.
 GC_YOUNG = 10_000
 

@@ -23,7 +23,8 @@ FIRST = ("test_verl_run.py", "test_slurm_sweeps.py", "test_run_control.py", "tes
 
 def pytest_configure(config):
     """Every test process (each xdist worker too): the config resolvers registered, W&B offline and quiet, one
-    torch thread, and the garbage collector's threshold of a run's process. Each xdist worker trains in-process (`python run.py` children choose their own, one for the toy);
+    torch thread, and the garbage collector's threshold of a run's process. Each xdist worker trains in-process
+    (`python run.py` children choose their own threads, one for the toy);
     torch's default, one thread per core, makes four workers on two cores spin in OpenMP's barriers: a 2-step
     training of the toy cost 7-15 CPU-s instead of 1.4 (and 14-36 s of wall instead of 5) at load 7 on the 2-core
     machine (2026-11-27)."""
@@ -33,7 +34,7 @@ def pytest_configure(config):
 
     register_resolvers()
     torch.set_num_threads(1)
-    set_gc()  # as run.py's processes: tests/test_family.py's collector time 9 -> 3.3 of 67 CPU-s (dapo_exp.hydra_setup)
+    set_gc()  # as run.py's processes: tests/test_family.py 58 -> 47 CPU-s, its collector's 7.5 -> 3.0 (hydra_setup)
     os.environ.setdefault("WANDB_MODE", "offline")
     os.environ.setdefault("WANDB_SILENT", "true")
 
