@@ -517,6 +517,36 @@ def test_sigusr2_keeps_its_default_outside_a_scheduler():
     assert not stop.requeue
 
 
+def test_a_set_up_stop_that_lands_in_a_finalizer_is_kept_and_not_printed(monkeypatch):
+    """A signal during the set-up raises RunStopped where the set-up is; inside a finalizer (a ``__del__`` the
+    garbage collector runs) Python cannot raise it and would print it as "Exception ignored": it is not printed,
+    and the stop stays requested (the warm start and the loop read it). Another unraisable exception still
+    reaches the hook that was there."""
+    import os
+
+    from dapo_exp.runner import StopRequest
+
+    seen = []
+    monkeypatch.setattr(sys, "unraisablehook", seen.append)
+
+    class SignalledInFinalizer:
+        def __del__(self):
+            os.kill(os.getpid(), signal.SIGINT)
+            for _ in range(1000):  # the handler runs between these bytecodes, inside __del__
+                pass
+
+    class FailsInFinalizer:
+        def __del__(self):
+            raise ValueError("not a stop")
+
+    with StopRequest() as stop:
+        SignalledInFinalizer()  # dropped at once: its __del__ runs here
+        assert stop.signame == "SIGINT"
+        FailsInFinalizer()
+    assert [type(u.exc_value) for u in seen] == [ValueError]  # the RunStopped was not handed on
+    assert sys.unraisablehook == seen.append  # the hook that was there is back
+
+
 @pytest.mark.slow
 def test_sigterm_to_the_process_exits_143_with_a_stopped_summary(two_identical_commands):
     """SIGTERM to `python run.py` mid-run (the first of the two commands above, its rows checked there)."""
