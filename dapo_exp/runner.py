@@ -117,7 +117,7 @@ class StopRequest:
     def _unraisable(self, info: Any) -> None:
         """``sys.unraisablehook`` while the run lasts: Python cannot raise an exception in a finalizer (a ``__del__``
         the garbage collector runs, a weakref callback), and a signal that lands there raises the set-up's
-        :class:`RunStopped` inside one (seen in CI, 2026-12-01: in ``regex``'s ``Group.__del__``). Python would print
+        :class:`RunStopped` inside one (``regex``'s ``Group.__del__``, say). Python would print
         it as "Exception ignored" with its traceback; the stop is kept all the same (:attr:`signame`: the warm start
         stops at its next step, the loop before its first), so nothing is printed for it. Anything else goes to
         the hook that was there."""
