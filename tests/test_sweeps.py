@@ -13,7 +13,6 @@ import importlib.util
 import json
 import os
 import re
-import shutil
 import signal
 import subprocess
 import sys
@@ -288,7 +287,7 @@ def test_set_gc_raises_the_collectors_young_threshold_and_keeps_a_higher_one():
         gc.set_threshold(*saved)
 
 
-def test_run_py_sets_the_collectors_threshold_before_it_composes():
+def test_run_py_sets_the_collectors_threshold_before_it_composes(tmp_path):
     """``python run.py`` (here ``--cfg job``: composed and printed, nothing trained) raises the threshold in its
     ``__main__`` block, before the launch check's composition."""
     code = ("import gc, runpy, sys\nsys.argv = ['run.py', '--cfg', 'job', 'logger=none']\n"
@@ -298,14 +297,9 @@ def test_run_py_sets_the_collectors_threshold_before_it_composes():
     probe = ("import gc\nimport dapo_exp.preflight as p\nSEEN = []\n_pre = p.precheck\n"
              "def precheck(*a, **k):\n    SEEN.append(gc.get_threshold()[0])\n    return _pre(*a, **k)\n"
              "p.precheck = precheck\n")
-    probe_dir = Path(os.environ.get("TMPDIR", "/tmp")) / f"probe-{uuid.uuid4().hex}"
-    probe_dir.mkdir()
-    try:
-        (probe_dir / "run_py_probe.py").write_text(probe)
-        out = subprocess.run([sys.executable, "-c", code], cwd=REPO, capture_output=True, text=True, timeout=300,
-                             env={**os.environ, "PYTHONPATH": os.pathsep.join([str(probe_dir), str(REPO)])})
-    finally:
-        shutil.rmtree(probe_dir)
+    (tmp_path / "run_py_probe.py").write_text(probe)
+    out = subprocess.run([sys.executable, "-c", code], cwd=REPO, capture_output=True, text=True, timeout=300,
+                         env={**os.environ, "PYTHONPATH": os.pathsep.join([str(tmp_path), str(REPO)])})
     assert out.returncode == 0, out.stderr[-2000:]
     assert f"at compose [{GC_YOUNG}] at exit {GC_YOUNG}" in out.stdout, out.stdout[-500:]
 
