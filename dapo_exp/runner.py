@@ -62,6 +62,9 @@ log = logging.getLogger(__name__)
 RunStopped = rundir.RunStopped  # a clean stop on a signal (defined low, for the warm start to raise)
 
 
+AGAIN_AFTER_S = 0.01  # how soon a second signal lost in a finalizer is sent again (StopRequest._unraisable)
+
+
 class StopRequest:
     """SIGTERM and SIGINT as a clean stop.
 
@@ -87,6 +90,8 @@ class StopRequest:
 
     def __init__(self) -> None:
         self._signame: str | None = None
+        self._at_once: signal.Signals | None = None  # the second signal, once received
+        self._again: threading.Timer | None = None  # that signal sent again (:meth:`_unraisable`)
         self.phase = "setup"
         self._old: dict[int, Any] = {}
         self._requeue_sig = requeue_signal()
@@ -101,6 +106,7 @@ class StopRequest:
     def _handle(self, signum: int, frame: Any) -> None:
         name = signal.Signals(signum).name
         if self._signame is not None:  # this process's own second signal (not the sweep's stop file)
+            self._at_once = signal.Signals(signum)
             raise KeyboardInterrupt(f"second signal ({name}): stopping at once")
         self._signame = name
         rundir.note_signal(name)
@@ -120,8 +126,19 @@ class StopRequest:
         :class:`RunStopped` inside one (``regex``'s ``Group.__del__``, say). Python would print
         it as "Exception ignored" with its traceback; the stop is kept all the same (:attr:`signame`: the warm start
         stops at its next step, the loop before its first), so nothing is printed for it. Anything else goes to
-        the hook that was there."""
+        the hook that was there.
+
+        The second signal's ``KeyboardInterrupt`` (stop at once) cannot be dropped like that: landing in a
+        finalizer, it is not printed but the same signal is sent again to the main thread a moment later, from a
+        timer thread (sent from here, its handler would run inside this hook, where it cannot raise either), so
+        that it is raised once the finalizer has returned, a blocking call (a sleep, a wait) interrupted too."""
         if isinstance(info.exc_value, RunStopped):
+            return
+        if isinstance(info.exc_value, KeyboardInterrupt) and self._at_once is not None:
+            self._again = threading.Timer(AGAIN_AFTER_S, signal.pthread_kill,
+                                          args=(threading.main_thread().ident, self._at_once))
+            self._again.daemon = True
+            self._again.start()
             return
         self._old_unraisable(info)
 
@@ -138,6 +155,8 @@ class StopRequest:
         return self
 
     def __exit__(self, *exc: Any) -> None:
+        if self._again is not None:  # the run has ended before the signal came back: nothing left to stop
+            self._again.cancel()
         rundir.watch_stop(None)
         for s, h in self._old.items():
             signal.signal(s, h)

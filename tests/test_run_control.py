@@ -517,34 +517,61 @@ def test_sigusr2_keeps_its_default_outside_a_scheduler():
     assert not stop.requeue
 
 
+class SignalledInFinalizer:
+    """Sends ``sig`` to this process from its ``__del__``, whose bytecodes the handler then runs between."""
+
+    def __init__(self, sig: signal.Signals):
+        self.sig = sig
+
+    def __del__(self):
+        os.kill(os.getpid(), self.sig)
+        for _ in range(1000):  # the handler runs between these bytecodes, inside __del__
+            pass
+
+
 def test_a_set_up_stop_that_lands_in_a_finalizer_is_kept_and_not_printed(monkeypatch):
     """A signal during the set-up raises RunStopped where the set-up is; inside a finalizer (a ``__del__`` the
     garbage collector runs) Python cannot raise it and would print it as "Exception ignored": it is not printed,
     and the stop stays requested (the warm start and the loop read it). Another unraisable exception still
     reaches the hook that was there."""
-    import os
-
     from dapo_exp.runner import StopRequest
 
     seen = []
     monkeypatch.setattr(sys, "unraisablehook", seen.append)
-
-    class SignalledInFinalizer:
-        def __del__(self):
-            os.kill(os.getpid(), signal.SIGINT)
-            for _ in range(1000):  # the handler runs between these bytecodes, inside __del__
-                pass
 
     class FailsInFinalizer:
         def __del__(self):
             raise ValueError("not a stop")
 
     with StopRequest() as stop:
-        SignalledInFinalizer()  # dropped at once: its __del__ runs here
+        SignalledInFinalizer(signal.SIGINT)  # dropped at once: its __del__ runs here
         assert stop.signame == "SIGINT"
         FailsInFinalizer()
     assert [type(u.exc_value) for u in seen] == [ValueError]  # the RunStopped was not handed on
     assert sys.unraisablehook == seen.append  # the hook that was there is back
+
+
+def test_a_second_signal_that_lands_in_a_finalizer_still_stops_at_once(monkeypatch):
+    """The second signal stops the run at once (KeyboardInterrupt). Where it lands inside a finalizer, Python
+    cannot raise it there and would print it as "Exception ignored" and go on: it is not printed, and it is
+    raised again in the main thread as soon as the finalizer is left."""
+    from dapo_exp.runner import StopRequest
+
+    seen, after = [], []
+    monkeypatch.setattr(sys, "unraisablehook", seen.append)
+
+    with pytest.raises(KeyboardInterrupt, match=r"second signal \(SIGTERM\)"):
+        with StopRequest() as stop:
+            stop.phase = "loop"
+            os.kill(os.getpid(), signal.SIGTERM)  # the first: stop after this step
+            for _ in range(1000):
+                pass
+            assert stop.signame == "SIGTERM"
+            SignalledInFinalizer(signal.SIGTERM)  # dropped at once: the second signal lands in its __del__
+            time.sleep(5)  # the interrupt comes back within milliseconds, outside the finalizer
+            after.append("not stopped")
+    assert seen == [] and after == []
+    assert sys.unraisablehook == seen.append
 
 
 @pytest.mark.slow
