@@ -21,7 +21,7 @@ a test composes the default config (``fixes=grpo``) and checks it equals this sc
 from __future__ import annotations
 
 from collections import Counter
-from dataclasses import dataclass, field, make_dataclass
+from dataclasses import dataclass, field, fields, make_dataclass
 from typing import Any
 
 from hydra.core.config_store import ConfigStore
@@ -70,7 +70,8 @@ class TaskConfig:
     # which task (TASKS); loaded by dapo_exp.tasks.load_task
     name: str = "arith"
     # training data: a known name, HF id, hf:<owner>/<name>[@split] or local
-    # .parquet/.jsonl/.json (null = the task's default, dapo_math: DAPO-Math-17k)
+    # .parquet/.jsonl/.json (null = the task's default, dapo_math: DAPO-Math-17k); the data tasks only
+    # (dapo_math, gsm8k, math500): set with arith or chat_arith, which generate their problems, it is refused
     train_source: str | None = None
     # held-out data, same forms (null = the task's default, dapo_math: aime24)
     eval_source: str | None = None
@@ -90,7 +91,8 @@ class TaskConfig:
     # maximum prompt length in tokens; longer prompts are cut by the trainer (paper: 2048)
     max_prompt_len: int = 2048
     # task=arith and chat_arith: the synthetic problems' seed, train and eval counts; task=arith only: largest
-    # operand, most operands per problem, operators
+    # operand, most operands per problem, operators (the tiny model's warm start reads all but the eval count,
+    # whatever the task); set away from its default where nothing reads it, a key is refused (check_keys_read)
     arith_seed: int = 1234
     arith_n_train: int = 4000
     arith_n_eval: int = 256
@@ -117,7 +119,8 @@ class ModelConfig:
     trust_remote_code: bool = False
     # recompute activations in backward (less memory, ~30% slower)
     gradient_checkpointing: bool = False
-    # tiny model only: width, depth, attention heads (head_dim = hidden_size / num_heads)
+    # tiny model only (set with another model.path, these and the warmstart_* keys are refused):
+    # width, depth, attention heads (head_dim = hidden_size / num_heads)
     hidden_size: int = 96
     num_layers: int = 3
     num_heads: int = 3
@@ -415,6 +418,59 @@ def _require(ok: bool, path: str, msg: str) -> None:
         raise ConfigError(f"{path}: {msg}")
 
 
+# Keys that only some choices read (every other key is read by every run). A value away from the schema's
+# default under a choice that does not read it would be ignored, and the run would train on something else than
+# the command says: :func:`check_keys_read` refuses it. The task keys are checked for the built-in tasks only (a
+# task registered from a user's own code may read any of them).
+BUILTIN_TASKS = ("arith", "chat_arith", "dapo_math", "gsm8k", "math500")
+_DATA_TASKS = ("dapo_math", "gsm8k", "math500")
+# task key -> (the built-in tasks that read it, whether the tiny model's warm start reads it too)
+TASK_KEY_READERS: dict[str, tuple[tuple[str, ...], bool]] = {
+    "train_source": (_DATA_TASKS, False),
+    "eval_source": (_DATA_TASKS, False),
+    "arith_seed": (("arith", "chat_arith"), True),
+    "arith_n_train": (("arith", "chat_arith"), True),
+    "arith_n_eval": (("arith", "chat_arith"), False),
+    "arith_max_operand": (("arith",), True),
+    "arith_n_operands_max": (("arith",), True),
+    "arith_ops": (("arith",), True),
+    "level": (("chat_arith",), False),
+    "few_shot": (("chat_arith",), False),
+}
+# model keys read only where model.path=tiny: its shape and its warm start (model.cache_dir, a place that a site
+# config may set for every run, is not among them)
+TINY_MODEL_KEYS = ("hidden_size", "num_layers", "num_heads", "warmstart_steps", "warmstart_lr",
+                   "warmstart_batch_size", "warmstart_guess_frac", "warmstart_guess_off_frac", "warmstart_wrong_frac",
+                   "warmstart_long_frac", "warmstart_loop_frac", "warmstart_step_first_frac", "warmstart_step_marker",
+                   "warmstart_source")
+
+
+def check_keys_read(cfg: DictConfig | Config) -> None:
+    """Raise :class:`ConfigError` for a key set away from its default that the chosen task or model does not read
+    (:data:`TASK_KEY_READERS`, :data:`TINY_MODEL_KEYS`), naming the key, the choice and what does read it."""
+    c = cfg if isinstance(cfg, DictConfig) else OmegaConf.structured(cfg)
+    task_defaults = {f.name: f.default for f in fields(TaskConfig)}
+    model_defaults = {f.name: f.default for f in fields(ModelConfig)}
+    name, path = c.task.name, c.model.path
+    tiny = path == "tiny"
+    for key, (tasks, warm_start) in TASK_KEY_READERS.items():
+        value = c.task[key]
+        if name not in BUILTIN_TASKS or name in tasks or (warm_start and tiny) or value == task_defaults[key]:
+            continue
+        by = f"task={'/'.join(tasks)}" + (" and by the tiny model's warm start (model.path=tiny)" if warm_start else "")
+        raise ConfigError(f"task.{key}={value!r} is not read by task={name}"
+                          + (f" with model.path={path}" if warm_start else "")
+                          + f": it is read by {by}; remove it (an experiment or a site config may have set it) or "
+                            "choose one of those")
+    if not tiny:
+        for key in TINY_MODEL_KEYS:
+            value = c.model[key]
+            if value != model_defaults[key]:
+                raise ConfigError(f"model.{key}={value!r} is not read by model.path={path}: it is read by the tiny "
+                                  "model only (model.path=tiny, its shape and warm start); remove it (an experiment "
+                                  "or a site config may have set it)")
+
+
 def validate(cfg: DictConfig | Config) -> None:
     """Check every value that the type system cannot; raise :class:`ConfigError` naming the field.
 
@@ -424,6 +480,7 @@ def validate(cfg: DictConfig | Config) -> None:
     r, t, o, e = c.rollout, c.train, c.optim, c.eval
 
     _require(c.task.verifier_timeout_s > 0, "task.verifier_timeout_s", "must be > 0")
+    check_keys_read(c)
     _choice("model.dtype", c.model.dtype, DTYPES)
     _choice("model.warmstart_source", c.model.warmstart_source, ("shipped", "build"))
 

@@ -86,13 +86,24 @@ def shipped_default_model() -> Path:
     return shipped
 
 
+def small_for(overrides) -> list[str]:
+    """SMALL, less its arithmetic eval count where ``overrides`` choose a task that reads none (a data task:
+    the run refuses a key that nothing in it reads, dapo_exp.config.check_keys_read)."""
+    from dapo_exp.config import TASK_KEY_READERS
+
+    task = next((o.split("=", 1)[1] for o in overrides if str(o).startswith("task=")), "arith")
+    reads = task in TASK_KEY_READERS["arith_n_eval"][0]
+    return [o for o in SMALL if reads or not o.startswith("task.arith_n_eval=")]
+
+
 def compose_small(out_dir, *overrides, warm_cache):
     """The shrunken config (SMALL, the warm-start cache, ``out_dir``) of conftest's ``small_cfg`` fixture, callable
     where a function-scoped fixture is not (a module fixture)."""
     from hydra import compose, initialize_config_dir
 
     with initialize_config_dir(config_dir=CONF, version_base="1.3"):
-        return compose("config", overrides=[*SMALL, f"model.cache_dir={warm_cache}", f"out_dir={out_dir}", *overrides])
+        return compose("config", overrides=[*small_for(overrides), f"model.cache_dir={warm_cache}", f"out_dir={out_dir}",
+                                            *overrides])
 
 
 def kill_during_step(monkeypatch, step):

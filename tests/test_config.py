@@ -237,6 +237,52 @@ def test_bad_values_raise_naming_the_field(overrides, field):
         preflight(cfg)
 
 
+@pytest.mark.parametrize(
+    "overrides,named",
+    [
+        (["task.train_source=my_train.parquet"], r"task\.train_source='my_train\.parquet' is not read by task=arith"),
+        (["task.eval_source=aime24"], r"task\.eval_source='aime24' is not read by task=arith"),
+        (["task=chat_arith", "model=smollm2_135m", "task.arith_max_operand=50"],
+         r"task\.arith_max_operand=50 is not read by task=chat_arith with model\.path=smollm2-135m-instruct"),
+        (["task.level=mul"], r"task\.level='mul' is not read by task=arith"),
+        (["task.few_shot=5"], r"task\.few_shot=5 is not read by task=arith"),
+        (["task=gsm8k", "model=qwen2.5-0.5b", "task.arith_n_train=10"],
+         r"task\.arith_n_train=10 is not read by task=gsm8k with model\.path=Qwen/Qwen2\.5-0\.5B"),
+        (["model=smollm2_135m", "task=chat_arith", "model.hidden_size=64"],
+         r"model\.hidden_size=64 is not read by model\.path=smollm2-135m-instruct"),
+        (["model=smollm2_135m", "task=chat_arith", "model.warmstart_steps=10"], r"model\.warmstart_steps=10"),
+    ],
+)
+def test_a_key_the_chosen_task_or_model_does_not_read_is_refused_naming_its_readers(overrides, named):
+    """A value that nothing in the run reads (a data file for the generated toy, the toy's operand range for
+    GSM8K, the tiny model's width for a hub model) would be silently ignored: the run trains on something else
+    than the user asked for. Refused before compute, naming the key, the choice that does not read it and the
+    ones that do."""
+    from dapo_exp.train import preflight
+
+    cfg = make_cfg(*overrides)
+    with pytest.raises(ConfigError, match=named) as e:
+        preflight(cfg)
+    assert "read by" in str(e.value).split("is not read by", 1)[1]  # ... and who does read it
+
+
+@pytest.mark.parametrize(
+    "overrides",
+    [
+        ["task=chat_arith", "task.level=mul", "task.few_shot=1", "task.arith_n_train=100"],
+        ["task.arith_max_operand=20", "task.arith_ops=+-"],
+        ["task=gsm8k", "task.arith_max_operand=20"],  # the tiny model's warm start reads the arithmetic keys
+        ["model.hidden_size=64", "model.num_heads=2", "model.warmstart_steps=10"],
+        ["model=smollm2_135m", "task=chat_arith", "model.cache_dir=/tmp/elsewhere"],  # a place, set site-wide
+        ["experiment=smollm2_add2"],
+    ],
+)
+def test_the_keys_a_choice_reads_are_accepted_with_it(overrides):
+    from dapo_exp.config import check_keys_read
+
+    check_keys_read(make_cfg(*overrides))  # raises ConfigError where a key is not read
+
+
 def test_bad_config_fails_before_any_compute(tmp_path, monkeypatch):
     """train() validates first: no model is built, no file but nothing is written."""
     import dapo_exp.build as build_mod
