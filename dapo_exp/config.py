@@ -418,10 +418,11 @@ def _require(ok: bool, path: str, msg: str) -> None:
         raise ConfigError(f"{path}: {msg}")
 
 
-# Keys that only some choices read (every other key is read by every run). A value away from the schema's
-# default under a choice that does not read it would be ignored, and the run would train on something else than
-# the command says: :func:`check_keys_read` refuses it. The task keys are checked for the built-in tasks only (a
-# task registered from a user's own code may read any of them).
+# Keys of the task and the model that only some choices read. A value away from the schema's default under a
+# choice that does not read it would be ignored, and the run would train on something else than the command says:
+# :func:`check_keys_read` refuses it. The task keys are checked for the built-in tasks only (a task registered from a
+# user's own code may read any of them). A fix's own algo keys are not checked so: they are read only where the fix
+# is on, and one sweep sets them for every arm of a ladder, the arms without the fix included.
 BUILTIN_TASKS = ("arith", "chat_arith", "dapo_math", "gsm8k", "math500")
 _DATA_TASKS = ("dapo_math", "gsm8k", "math500")
 # task key -> (the built-in tasks that read it, whether the tiny model's warm start reads it too)
