@@ -50,7 +50,9 @@ from __future__ import annotations
 import contextlib
 import json
 import os
+import signal
 import subprocess
+import threading
 from collections.abc import Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -673,6 +675,23 @@ def sweep_stop() -> str | None:
         return Path(path).read_text().strip() or "SIGINT"
     except OSError:
         return None
+
+
+AGAIN_AFTER_S = 0.01  # how soon a second signal lost in a finalizer is sent again (send_again)
+
+
+def send_again(sig: signal.Signals) -> threading.Timer:
+    """Send ``sig`` to the main thread again in :data:`AGAIN_AFTER_S` seconds, from a timer thread (cancel the timer
+    returned if what it would stop has ended first). For a stop-at-once ``KeyboardInterrupt`` that a signal handler
+    raised inside a finalizer (a ``__del__`` the garbage collector runs, a weakref callback), where Python cannot
+    raise it and hands it to ``sys.unraisablehook`` instead: sent from that hook, the handler would run inside the
+    hook, where it cannot raise either; sent a moment later, it is raised once the finalizer has returned, a blocking
+    call (a sleep, a wait) interrupted too. Used by the run's stop (``runner.StopRequest``) and the parallel
+    sweep's (``SweepStop``)."""
+    timer = threading.Timer(AGAIN_AFTER_S, signal.pthread_kill, args=(threading.main_thread().ident, sig))
+    timer.daemon = True
+    timer.start()
+    return timer
 
 
 def watch_stop(source: Any) -> None:

@@ -62,9 +62,6 @@ log = logging.getLogger(__name__)
 RunStopped = rundir.RunStopped  # a clean stop on a signal (defined low, for the warm start to raise)
 
 
-AGAIN_AFTER_S = 0.01  # how soon a second signal lost in a finalizer is sent again (StopRequest._unraisable)
-
-
 class StopRequest:
     """SIGTERM and SIGINT as a clean stop.
 
@@ -131,14 +128,12 @@ class StopRequest:
         The second signal's ``KeyboardInterrupt`` (stop at once) cannot be dropped like that: landing in a
         finalizer, it is not printed but the same signal is sent again to the main thread a moment later, from a
         timer thread (sent from here, its handler would run inside this hook, where it cannot raise either), so
-        that it is raised once the finalizer has returned, a blocking call (a sleep, a wait) interrupted too."""
+        that it is raised once the finalizer has returned, a blocking call (a sleep, a wait) interrupted too
+        (:func:`dapo_exp.rundir.send_again`)."""
         if isinstance(info.exc_value, RunStopped):
             return
         if isinstance(info.exc_value, KeyboardInterrupt) and self._at_once is not None:
-            self._again = threading.Timer(AGAIN_AFTER_S, signal.pthread_kill,
-                                          args=(threading.main_thread().ident, self._at_once))
-            self._again.daemon = True
-            self._again.start()
+            self._again = rundir.send_again(self._at_once)
             return
         self._old_unraisable(info)
 

@@ -1,11 +1,14 @@
 """What the tests share besides fixtures: the shrunken toy's overrides, composing it, waiting for verl's
-environment, holding the machine's Ray lock, the shipped warm start, and a simulated kill."""
+environment, holding the machine's Ray lock, the shipped warm start, a simulated kill, and a signal that lands in a
+finalizer."""
 
 from __future__ import annotations
 
 import contextlib
 import fcntl
 import functools
+import os
+import signal
 import time
 from pathlib import Path
 
@@ -145,3 +148,16 @@ def slurm_manager():
     module = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(module)
     return module
+
+
+class SignalledInFinalizer:
+    """Sends ``sig`` to this process from its ``__del__``, whose bytecodes the handler then runs between: a signal
+    that lands while Python runs a finalizer, where an exception cannot be raised (the stops' ``_unraisable``)."""
+
+    def __init__(self, sig: signal.Signals):
+        self.sig = sig
+
+    def __del__(self):
+        os.kill(os.getpid(), self.sig)
+        for _ in range(1000):  # the handler runs between these bytecodes, inside __del__
+            pass

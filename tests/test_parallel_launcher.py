@@ -6,17 +6,21 @@
   is recorded as failed without taking the others down; the sweep then exits 1 naming it.
 - The warm-started tiny model, asked for by two processes at once, is built once (slow).
 - Ctrl-C on a parallel sweep (SIGINT to its process group) stops each running job after its step with a
-  checkpoint, starts no other job, and exits 130 after one closing line, leaving no process (slow).
+  checkpoint, starts no other job, and exits 130 after one closing line, leaving no process (slow); a second
+  signal that lands in a finalizer of the sweep's process still stops it at once.
 """
 
 from __future__ import annotations
 
 import json
+import signal
 import subprocess
 import sys
+import time
 from pathlib import Path
 
 import pytest
+from helpers import SignalledInFinalizer
 
 from dapo_exp import rundir
 
@@ -173,3 +177,24 @@ def test_a_sweeps_stop_is_seen_only_in_a_sweeps_worker(monkeypatch, tmp_path):
         assert rundir.sweep_stop() is None  # no signal, no stop file
         (tmp_path / ".stop").write_text("SIGINT")
         assert rundir.sweep_stop() == "SIGINT"  # the sweep's process got it (kill <pid>, not the group)
+
+
+def test_a_sweeps_second_signal_that_lands_in_a_finalizer_still_stops_it_at_once(monkeypatch, tmp_path, capsys):
+    """The sweep's process waits for its pool; a second signal stops it at once (KeyboardInterrupt). Where that
+    signal lands inside a finalizer, Python cannot raise it there and would print "Exception ignored" and go on
+    waiting: it is not printed, and it is raised again in the main thread as soon as the finalizer is left."""
+    from hydra_plugins.dapo_exp_launcher.parallel_launcher import SweepStop
+
+    seen, after = [], []
+    monkeypatch.setattr(sys, "unraisablehook", seen.append)
+    with pytest.raises(KeyboardInterrupt, match=r"second signal \(SIGINT\)"):
+        with SweepStop(str(tmp_path)) as stop:
+            signal.raise_signal(signal.SIGINT)  # the first: the stop file, one line
+            assert stop.signame == "SIGINT" and (tmp_path / ".stop").read_text() == "SIGINT"
+            SignalledInFinalizer(signal.SIGINT)  # dropped at once: the second signal lands in its __del__
+            time.sleep(5)  # (the pool's wait) the interrupt comes back within milliseconds, outside the finalizer
+            after.append("not stopped")
+    assert seen == [] and after == []
+    assert sys.unraisablehook == seen.append  # the hook that was there is back
+    assert not (tmp_path / ".stop").exists()  # the stop file goes with the sweep
+    assert "SIGINT: the sweep stops" in capsys.readouterr().err

@@ -11,7 +11,7 @@ import time
 from pathlib import Path
 
 import pytest
-from helpers import compose_small
+from helpers import SignalledInFinalizer, compose_small
 
 from dapo_exp import rundir
 from dapo_exp.rundir import RunLock, RunLockedError
@@ -515,18 +515,6 @@ def test_sigusr2_keeps_its_default_outside_a_scheduler():
         assert signal.getsignal(signal.SIGUSR2) is signal.SIG_DFL
         assert signal.getsignal(signal.SIGTERM) == stop._handle
     assert not stop.requeue
-
-
-class SignalledInFinalizer:
-    """Sends ``sig`` to this process from its ``__del__``, whose bytecodes the handler then runs between."""
-
-    def __init__(self, sig: signal.Signals):
-        self.sig = sig
-
-    def __del__(self):
-        os.kill(os.getpid(), self.sig)
-        for _ in range(1000):  # the handler runs between these bytecodes, inside __del__
-            pass
 
 
 def test_a_set_up_stop_that_lands_in_a_finalizer_is_kept_and_not_printed(monkeypatch):
