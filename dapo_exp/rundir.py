@@ -52,6 +52,7 @@ import json
 import os
 import signal
 import subprocess
+import sys
 import threading
 from collections.abc import Iterator
 from dataclasses import dataclass, field
@@ -677,21 +678,50 @@ def sweep_stop() -> str | None:
         return None
 
 
-AGAIN_AFTER_S = 0.01  # how soon a second signal lost in a finalizer is sent again (send_again)
+AGAIN_AFTER_S = 0.01  # how soon a second signal lost in a finalizer is sent again (FinalizerSignals)
 
 
-def send_again(sig: signal.Signals) -> threading.Timer:
-    """Send ``sig`` to the main thread again in :data:`AGAIN_AFTER_S` seconds, from a timer thread (cancel the timer
-    returned if what it would stop has ended first). For a stop-at-once ``KeyboardInterrupt`` that a signal handler
-    raised inside a finalizer (a ``__del__`` the garbage collector runs, a weakref callback), where Python cannot
-    raise it and hands it to ``sys.unraisablehook`` instead: sent from that hook, the handler would run inside the
-    hook, where it cannot raise either; sent a moment later, it is raised once the finalizer has returned, a blocking
-    call (a sleep, a wait) interrupted too. Used by the run's stop (``runner.StopRequest``) and the parallel
-    sweep's (``SweepStop``)."""
-    timer = threading.Timer(AGAIN_AFTER_S, signal.pthread_kill, args=(threading.main_thread().ident, sig))
-    timer.daemon = True
-    timer.start()
-    return timer
+class FinalizerSignals:
+    """``sys.unraisablehook`` while a stop's signal handlers are installed (the run's, ``runner.StopRequest``; the
+    parallel sweep's, ``SweepStop``), for what those handlers raise inside a finalizer (a ``__del__`` the garbage
+    collector runs, a weakref callback), where Python cannot raise and would print "Exception ignored" and go on.
+
+    - An exception of a type in ``drop`` (the run's set-up stop, ``RunStopped``, whose request is kept elsewhere)
+      is not printed.
+    - The second signal's stop-at-once ``KeyboardInterrupt`` (its handler sets :attr:`at_once` before raising) is
+      not printed but the same signal is sent again to the main thread :data:`AGAIN_AFTER_S` seconds later, from
+      a timer thread (sent from the hook, its handler would run inside the hook, where it cannot raise either),
+      so that it is raised once the finalizer has returned, a blocking call (a sleep, a wait) interrupted too; the
+      timer is cancelled if the stop's context ends first (nothing left to stop).
+    - Anything else goes to the hook that was there, which comes back on exit (unless another was installed since).
+    """
+
+    def __init__(self, drop: tuple[type[BaseException], ...] = ()) -> None:
+        self.drop = drop
+        self.at_once: signal.Signals | None = None  # the second signal, once received
+        self._again: threading.Timer | None = None  # that signal sent again
+
+    def _hook(self, info: Any) -> None:
+        if isinstance(info.exc_value, self.drop):
+            return
+        if isinstance(info.exc_value, KeyboardInterrupt) and self.at_once is not None:
+            self._again = threading.Timer(AGAIN_AFTER_S, signal.pthread_kill,
+                                          args=(threading.main_thread().ident, self.at_once))
+            self._again.daemon = True
+            self._again.start()
+            return
+        self._old(info)
+
+    def __enter__(self) -> FinalizerSignals:
+        self._old = sys.unraisablehook
+        sys.unraisablehook = self._hook
+        return self
+
+    def __exit__(self, *exc: Any) -> None:
+        if self._again is not None:
+            self._again.cancel()
+        if sys.unraisablehook == self._hook:
+            sys.unraisablehook = self._old
 
 
 def watch_stop(source: Any) -> None:

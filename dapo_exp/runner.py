@@ -40,7 +40,6 @@ import logging
 import math
 import os
 import signal
-import sys
 import threading
 import time
 import traceback
@@ -87,8 +86,9 @@ class StopRequest:
 
     def __init__(self) -> None:
         self._signame: str | None = None
-        self._at_once: signal.Signals | None = None  # the second signal, once received
-        self._again: threading.Timer | None = None  # that signal sent again (:meth:`_unraisable`)
+        # what the handlers raise inside a finalizer: the set-up's stop is kept (:attr:`signame`: the warm start stops
+        # at its next step, the loop before its first) and not printed; the second signal is sent again
+        self._finalizers = rundir.FinalizerSignals(drop=(RunStopped,))
         self.phase = "setup"
         self._old: dict[int, Any] = {}
         self._requeue_sig = requeue_signal()
@@ -103,7 +103,7 @@ class StopRequest:
     def _handle(self, signum: int, frame: Any) -> None:
         name = signal.Signals(signum).name
         if self._signame is not None:  # this process's own second signal (not the sweep's stop file)
-            self._at_once = signal.Signals(signum)
+            self._finalizers.at_once = signal.Signals(signum)
             raise KeyboardInterrupt(f"second signal ({name}): stopping at once")
         self._signame = name
         rundir.note_signal(name)
@@ -117,29 +117,8 @@ class StopRequest:
             print(f"[dapo-exp] {name}: stopping after this step with a checkpoint; send it again to stop at once",
                   flush=True)
 
-    def _unraisable(self, info: Any) -> None:
-        """``sys.unraisablehook`` while the run lasts: Python cannot raise an exception in a finalizer (a ``__del__``
-        the garbage collector runs, a weakref callback), and a signal that lands there raises the set-up's
-        :class:`RunStopped` inside one (``regex``'s ``Group.__del__``, say). Python would print
-        it as "Exception ignored" with its traceback; the stop is kept all the same (:attr:`signame`: the warm start
-        stops at its next step, the loop before its first), so nothing is printed for it. Anything else goes to
-        the hook that was there.
-
-        The second signal's ``KeyboardInterrupt`` (stop at once) cannot be dropped like that: landing in a
-        finalizer, it is not printed but the same signal is sent again to the main thread a moment later, from a
-        timer thread (sent from here, its handler would run inside this hook, where it cannot raise either), so
-        that it is raised once the finalizer has returned, a blocking call (a sleep, a wait) interrupted too
-        (:func:`dapo_exp.rundir.send_again`)."""
-        if isinstance(info.exc_value, RunStopped):
-            return
-        if isinstance(info.exc_value, KeyboardInterrupt) and self._at_once is not None:
-            self._again = rundir.send_again(self._at_once)
-            return
-        self._old_unraisable(info)
-
     def __enter__(self) -> StopRequest:
-        self._old_unraisable = sys.unraisablehook
-        sys.unraisablehook = self._unraisable
+        self._finalizers.__enter__()
         if threading.current_thread() is threading.main_thread():
             self._old = {s: signal.signal(s, self._handle) for s in (signal.SIGTERM, signal.SIGINT)}
             sig = self._requeue_sig
@@ -150,13 +129,10 @@ class StopRequest:
         return self
 
     def __exit__(self, *exc: Any) -> None:
-        if self._again is not None:  # the run has ended before the signal came back: nothing left to stop
-            self._again.cancel()
         rundir.watch_stop(None)
         for s, h in self._old.items():
             signal.signal(s, h)
-        if sys.unraisablehook == self._unraisable:  # (unless something installed its own since)
-            sys.unraisablehook = self._old_unraisable
+        self._finalizers.__exit__(*exc)
 
     @property
     def requeue(self) -> bool:

@@ -152,7 +152,7 @@ def slurm_manager():
 
 class SignalledInFinalizer:
     """Sends ``sig`` to this process from its ``__del__``, whose bytecodes the handler then runs between: a signal
-    that lands while Python runs a finalizer, where an exception cannot be raised (the stops' ``_unraisable``)."""
+    that lands while Python runs a finalizer, where an exception cannot be raised (``rundir.FinalizerSignals``)."""
 
     def __init__(self, sig: signal.Signals):
         self.sig = sig

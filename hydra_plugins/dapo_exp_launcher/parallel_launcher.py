@@ -148,48 +148,37 @@ class SweepStop:
 
     A second signal that lands while a finalizer runs (a ``__del__``, a weakref callback: Python cannot raise
     there, and would print it as "Exception ignored" and go on waiting for the pool) is not printed but sent
-    again a moment later (:func:`dapo_exp.rundir.send_again`), as a single run's is (``runner.StopRequest``)."""
+    again a moment later (:class:`dapo_exp.rundir.FinalizerSignals`), as a single run's is (``runner.StopRequest``)."""
 
     def __init__(self, sweep_dir: str) -> None:
+        from dapo_exp import rundir
+
         self.path = Path(sweep_dir) / STOP_FILE
         self.signame: str | None = None
         self._old: dict[int, Any] = {}
-        self._at_once: signal.Signals | None = None  # the second signal, once received
-        self._again: threading.Timer | None = None  # that signal sent again (_unraisable)
+        self._finalizers = rundir.FinalizerSignals()  # a second signal raised in a finalizer: sent again
 
     def _handle(self, signum: int, frame: Any) -> None:
         name = signal.Signals(signum).name
         if self.signame is not None:
-            self._at_once = signal.Signals(signum)
+            self._finalizers.at_once = signal.Signals(signum)
             raise KeyboardInterrupt(f"second signal ({name}): stopping at once")
         self.signame = name
         self.path.write_text(name)
         print(f"[dapo-exp] {name}: the sweep stops: each running job finishes its step and writes a checkpoint, "
               "no other job starts; send it again to stop at once", file=sys.stderr, flush=True)
 
-    def _unraisable(self, info: Any) -> None:
-        if isinstance(info.exc_value, KeyboardInterrupt) and self._at_once is not None:
-            from dapo_exp import rundir
-
-            self._again = rundir.send_again(self._at_once)
-            return
-        self._old_unraisable(info)
-
     def __enter__(self) -> SweepStop:
         self.path.unlink(missing_ok=True)  # a stop file left by a sweep killed before it could remove it
-        self._old_unraisable = sys.unraisablehook
-        sys.unraisablehook = self._unraisable
+        self._finalizers.__enter__()
         if threading.current_thread() is threading.main_thread():
             self._old = {s: signal.signal(s, self._handle) for s in (signal.SIGINT, signal.SIGTERM)}
         return self
 
     def __exit__(self, *exc: Any) -> None:
-        if self._again is not None:  # the sweep has ended before the signal came back: nothing left to stop
-            self._again.cancel()
         for s, h in self._old.items():
             signal.signal(s, h)
-        if sys.unraisablehook == self._unraisable:  # (unless something installed its own since)
-            sys.unraisablehook = self._old_unraisable
+        self._finalizers.__exit__(*exc)
         self.path.unlink(missing_ok=True)
 
 
