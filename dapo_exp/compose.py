@@ -9,7 +9,9 @@ the surrogate; :meth:`Plan.loss`: the surrogate, GRPO's KL term and the loss ter
 (:mod:`dapo_exp.fixes.grpo`) where no fix that is on fills the slot. The rollout step's two slots are plan
 methods too: the reward terms (:meth:`Plan.reward`, which :func:`dapo_exp.rollout.groups.score_groups` calls
 and adds to the correctness reward) and the group filter (:meth:`Plan.keep_groups` with its refill policy
-:attr:`Plan.refill`, which :func:`dapo_exp.rollout.dynamic_sampling.collect_groups` calls). Every hook may
+:attr:`Plan.refill`, which :func:`dapo_exp.rollout.dynamic_sampling.collect_groups` calls); when an estimator
+fix asks for a greedy baseline (:attr:`Plan.greedy_baseline`, ReMax) the rollout also decodes and scores one greedy
+response per prompt, and :meth:`Plan.advantage` hands its reward to the estimator. Every hook may
 return ``Out(value, metrics)``, and every method that calls hooks returns one, but :meth:`Plan.loss`, which
 returns the micro-batch's loss and its statistics (the surrogate's and the loss terms' metrics among them, as
 ``FIX_METRIC + name``): the hooks' metrics reach the step's row. :meth:`Plan.reward_logged` returns the reward
@@ -65,6 +67,7 @@ class Plan:
     kl_coef: float = 0.0  # GRPO's KL penalty against the reference (0: off)
     kl_estimator: str = "k3"
     declared: Mapping[str, tuple[str, ...]] = field(default_factory=dict)  # fix on -> the metrics it declares
+    greedy_baseline: bool = False  # the estimator reads the reward of a greedy response per prompt (ReMax)
 
     def reward(self, *, lengths: Any, correct: Any, texts: list[str]) -> Out:
         """Each reward term's ``(B,)`` values, ``{fix name: values}`` (added to the correctness reward by the
@@ -98,13 +101,22 @@ class Plan:
         keep, metrics = unpack(self.group_filter.keep(correct, reward))
         return Out(keep, metrics)
 
-    def advantage(self, rewards: Any, *, lengths: Any = None, parts: Mapping[str, Any] | None = None) -> Out:
+    def advantage(self, rewards: Any, *, lengths: Any = None, parts: Mapping[str, Any] | None = None,
+                  baseline: Any = None) -> Out:
         """``(N, G)`` advantages of the groups' ``rewards`` (``lengths``: the responses' token counts, ``(N, G)``;
-        ``parts``: the reward's components, default ``{"accuracy": rewards}``): the estimator (GRPO's where no fix
-        fills the slot), then each fix's transform; and their metrics."""
+        ``parts``: the reward's components, default ``{"accuracy": rewards}``; ``baseline``: ``(N,)`` rewards of the
+        prompts' greedy responses, passed to the estimator when :attr:`greedy_baseline`, required then): the
+        estimator (GRPO's where no fix fills the slot), then each fix's transform; and their metrics."""
         if lengths is None:
             lengths = rewards.new_ones(rewards.shape)
-        adv, metrics = unpack(self.estimator(rewards, lengths=lengths, parts=dict(parts or {"accuracy": rewards})))
+        extra = {}
+        if self.greedy_baseline:
+            if baseline is None:
+                raise ValueError("the estimator reads a greedy baseline (ReMax) but none was passed: the rollout "
+                                 "must decode one greedy response per prompt (Group.baseline)")
+            extra["baseline"] = baseline
+        adv, metrics = unpack(self.estimator(rewards, lengths=lengths, parts=dict(parts or {"accuracy": rewards}),
+                                             **extra))
         for transform in self.advantage_transforms:
             adv, m = unpack(transform(adv, rewards))
             metrics.update(m)
@@ -241,6 +253,7 @@ def compose(algo: Any, run: RunInfo) -> Plan:
         rollout_weight=one("rollout_weight", None), loss_terms=named("loss_term"),
         kl_coef=algo.kl_coef, kl_estimator=algo.kl_estimator,
         declared={f.name: f.metrics for f in fixes.active(algo)},
+        greedy_baseline=any(f.greedy_baseline for f in fixes.active(algo)),
     )
     if missing := [slot for slot in fixes.SLOTS if slot not in passed]:
         raise ValueError(f"slot(s) {', '.join(missing)} of fixes.SLOTS reach no Plan field: compose() must pass each "

@@ -77,13 +77,16 @@ class Batch:
 
 
 def build_batch(groups: list[Group], *, group_size: int, plan: Plan) -> Batch:
-    """Advantages (``plan.advantage(rewards (N, G), lengths=, parts=)``) and masks of the kept groups
+    """Advantages (``plan.advantage(rewards (N, G), lengths=, parts=, baseline=)``, the baseline the groups' greedy
+    rewards when the plan reads them) and masks of the kept groups
     (``plan.token_mask(resp_mask (B, T), truncated (B,))``, e.g. Overlong Filtering), with their metrics."""
     rewards = torch.tensor([g.reward for g in groups], dtype=torch.float32)
     responses = [resp for g in groups for resp in g.response_ids]
     lengths = [len(x) for x in responses]
+    baseline = (torch.tensor([g.baseline for g in groups], dtype=torch.float32)  # ReMax: the greedy responses'
+                if plan.greedy_baseline else None)
     adv, adv_metrics = plan.advantage(rewards, lengths=torch.tensor(lengths, dtype=torch.float32).view(rewards.shape),
-                                      parts=reward_parts(groups, rewards))
+                                      parts=reward_parts(groups, rewards), baseline=baseline)
     adv = adv.reshape(-1)
     truncated = torch.tensor([tr for g in groups for tr in g.truncated])
     width = max(1, max(lengths))

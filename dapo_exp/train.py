@@ -181,7 +181,19 @@ def rollout_groups(run: Run, progress: Progress,
             tokenizer=run.tokenizer, verifier=run.verifier, reward=run.plan.reward)
         counters["verify_timeouts"] += timeouts
         reward_metrics.append(metrics)
+        if run.plan.greedy_baseline:  # ReMax: one greedy response per prompt, scored like the samples
+            greedy(prompts, idx, groups)
         return groups
+
+    def greedy(prompts: list[list[int]], idx: list[int], groups: list[Group]) -> None:
+        gens = run.engine.generate(prompts, SamplingSpec(n=1, max_new_tokens=r.max_response_len, greedy=True))
+        counters["gen_seconds"] += gens.stats.get("gen_seconds", 0.0)
+        scored, timeouts, _ = score_groups(  # the reward terms' metrics stay the samples'
+            prompt_indices=idx, prompt_ids=prompts, gens=gens, group_size=1, answers=[run.answers[i] for i in idx],
+            tokenizer=run.tokenizer, verifier=run.verifier, reward=run.plan.reward)
+        counters["verify_timeouts"] += timeouts
+        for g, b in zip(groups, scored, strict=True):
+            g.baseline = b.reward[0]
 
     run.engine.wake()
     groups, progress.state.carry, ds = collect_groups(

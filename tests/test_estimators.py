@@ -1,7 +1,8 @@
 """verl's advantage estimators as switches of the ``estimator`` slot: each on a hand-computed example, each
-training two CPU steps and logging its metrics, the ones the trainer cannot run (ReMax, GAE, the optimal token
-baseline) and the meaningless combinations refused before compute naming why, and their verl translations
-(the refusals included). Parity with verl's own functions: tests/test_verl_parity_estimators.py."""
+training two CPU steps and logging its metrics, ReMax's greedy baseline decoded and scored by the rollout, the ones
+the trainer cannot run (GAE, the optimal token baseline) and the meaningless combinations refused before compute
+naming why, and their verl translations (the refusals included). Parity with verl's own functions:
+tests/test_verl_parity_estimators.py."""
 
 from __future__ import annotations
 
@@ -13,11 +14,11 @@ import torch
 
 from dapo_exp import fixes, rundir
 from dapo_exp.config import ConfigError
-from dapo_exp.fixes import gdpo, grpo_passk, opo, reinforce_pp, rloo
+from dapo_exp.fixes import gdpo, grpo_passk, opo, reinforce_pp, remax, rloo
 from dapo_exp.train import preflight, train
 
-ESTIMATORS = ["rloo", "reinforce_pp", "opo", "grpo_passk", "gdpo"]
-REFUSED = {"remax": "greedy", "gae": "critic", "optimal_token_baseline": "per-token", "bypass_mode": "recomputes"}
+ESTIMATORS = ["rloo", "reinforce_pp", "opo", "grpo_passk", "gdpo", "remax"]
+REFUSED = {"gae": "critic", "optimal_token_baseline": "per-token", "bypass_mode": "recomputes"}
 R = torch.tensor([[1.0, -1.0, -1.0, 1.0], [1.0, 1.0, 1.0, -1.0]])
 L = torch.tensor([[2.0, 4.0, 1.0, 1.0], [3.0, 1.0, 1.0, 3.0]])
 
@@ -76,10 +77,77 @@ def test_gdpo_normalises_each_component_apart():
     assert m["estimator/components"] == 2.0
 
 
+def test_remax_subtracts_the_greedy_responses_reward():
+    adv, m = remax.greedy_baseline(R, baseline=torch.tensor([1.0, -1.0]))
+    # row 0 against a correct greedy response: 0 where correct, -2 where not; row 1 against a wrong one: +2 or 0
+    torch.testing.assert_close(adv, torch.tensor([[0.0, -2.0, -2.0, 0.0], [2.0, 2.0, 2.0, 0.0]]))
+    assert m["estimator/zero_adv_frac"] == pytest.approx(3 / 8) and m["remax/baseline_reward"] == 0
+    one, _ = remax.greedy_baseline(torch.tensor([[0.5], [-1.0]]), baseline=torch.tensor([0.25, -1.0]))
+    torch.testing.assert_close(one, torch.tensor([[0.25], [0.0]]))  # a group of one: the baseline is not the group
+
+
+def test_a_plan_that_reads_a_greedy_baseline_refuses_a_batch_without_one(small_cfg, tmp_path):
+    plan = preflight(small_cfg(tmp_path, "fixes=grpo", "remax=enabled"))
+    assert plan.greedy_baseline and not preflight(small_cfg(tmp_path, "fixes=grpo")).greedy_baseline
+    with pytest.raises(ValueError, match="greedy baseline .* none was passed"):
+        plan.advantage(R)
+    torch.testing.assert_close(plan.advantage(R, baseline=torch.tensor([1.0, -1.0])).value[1], torch.full((4,), 2.0)
+                               - torch.tensor([0.0, 0.0, 0.0, 2.0]))
+
+
+def _greedy_by_argmax(model, prompt: list[int], max_new: int, eos: set[int]) -> list[int]:
+    """The greedy response, one forward of the whole sequence per token (no cache, no generate)."""
+    ids, out = list(prompt), []
+    with torch.no_grad():
+        for _ in range(max_new):
+            nxt = int(model(torch.tensor([ids])).logits[0, -1].argmax())
+            out.append(nxt)
+            ids.append(nxt)
+            if nxt in eos:
+                break
+    return out
+
+
+@pytest.mark.slow
+def test_remax_baseline_is_the_scored_reward_of_the_argmax_response(small_cfg, tmp_path):
+    """The rollout decodes one greedy response per prompt (whatever the seed or keys) and scores it like the
+    samples, the reward terms included: each group's baseline is the reward of the argmax response."""
+    from dapo_exp import runner
+    from dapo_exp.build import build_run
+    from dapo_exp.rollout.engine import SamplingSpec
+    from dapo_exp.tasks.verifier import reward_of
+    from dapo_exp.train import rollout_groups
+
+    cfg = small_cfg(tmp_path, "fixes=grpo", "remax=enabled", "overlong_punishment=soft", "rollout.max_response_len=12",
+                    "algo.overlong_cache_len=6", "train.randomness=keyed")
+    cleanup = []
+    run = build_run(cfg, preflight(cfg), tmp_path, "remax", cleanup)
+    try:
+        assert run.model.generation_config.min_new_tokens in (None, 0)  # no EOS ban for the loop below
+        groups, *_ = rollout_groups(run, runner.resume(run), step=1)
+        prompts = [g.prompt_ids for g in groups]
+        eos = run.engine.eos_ids
+        want = [_greedy_by_argmax(run.model, p, 12, eos) for p in prompts]
+        for seed, keys in ((0, None), (7, list(range(len(prompts))))):
+            gens = run.engine.generate(prompts, SamplingSpec(n=1, max_new_tokens=12, greedy=True, seed=seed, keys=keys))
+            assert gens.response_ids == want
+        texts = run.tokenizer.batch_decode(want, skip_special_tokens=True)
+        results = run.verifier.verify_batch(texts, [run.answers[g.prompt_index] for g in groups])
+        terms, _ = run.plan.reward(lengths=torch.tensor([len(w) for w in want], dtype=torch.float32),
+                                   correct=torch.tensor([r.correct for r in results]), texts=texts)
+        expect = [reward_of(r) + float(terms["overlong_punishment"][i]) for i, r in enumerate(results)]
+        assert [g.baseline for g in groups] == pytest.approx(expect)
+        assert any(float(terms["overlong_punishment"][i]) < 0 for i in range(len(want))) or all(
+            len(w) <= 6 for w in want)  # the term is part of the baseline where a greedy response runs long
+    finally:
+        for close in reversed(cleanup):
+            close()
+
+
 @pytest.mark.slow
 @pytest.mark.parametrize("name, option", [("rloo", "enabled"), ("reinforce_pp", "enabled"),
                                           ("reinforce_pp", "baseline"), ("opo", "enabled"),
-                                          ("grpo_passk", "enabled"), ("gdpo", "enabled")])
+                                          ("grpo_passk", "enabled"), ("gdpo", "enabled"), ("remax", "enabled")])
 def test_each_estimator_trains_two_steps_and_logs_its_metrics(tmp_path, small_cfg, name, option):
     fix = fixes.FIXES[name]
     extra = ["overlong_punishment=soft"] if name == "gdpo" else []  # two components to normalise apart
@@ -93,6 +161,8 @@ def test_each_estimator_trains_two_steps_and_logs_its_metrics(tmp_path, small_cf
         assert 0 <= r["estimator/zero_adv_frac"] <= 1
     if name == "gdpo":
         assert trained[0]["estimator/components"] == 2.0
+    if name == "remax":
+        assert all(-1 <= r["remax/baseline_reward"] <= 1 for r in trained)
 
 
 @pytest.mark.parametrize("name, why", REFUSED.items())
@@ -109,6 +179,8 @@ def test_what_the_trainer_cannot_run_is_refused_naming_why(small_cfg, tmp_path, 
     (["opo=enabled", "dr_grpo_adv=enabled"], "dr_grpo_adv and opo .*algo.adv_norm_std is not read"),
     (["rloo=enabled", "rollout.n=1", "train.mini_batch_size=4"], "rloo: .*rollout.n >= 2"),
     (["grpo_passk=enabled", "rollout.n=1", "train.mini_batch_size=4"], "grpo_passk: .*rollout.n >= 2"),
+    (["remax=enabled", "dr_grpo_adv=enabled"], "dr_grpo_adv and remax .*algo.adv_norm_std is not read"),
+    (["remax=enabled", "rloo=enabled"], "rloo and remax cannot be combined .both fill the estimator slot"),
 ])
 def test_meaningless_combinations_fail_before_compute(small_cfg, tmp_path, overrides, match):
     with pytest.raises(ConfigError, match=match):
@@ -118,7 +190,8 @@ def test_meaningless_combinations_fail_before_compute(small_cfg, tmp_path, overr
 def test_what_composes_composes(small_cfg, tmp_path):
     for extra in (["grpo_passk=enabled", "dr_grpo_adv=enabled"], ["gdpo=enabled", "dr_grpo_adv=enabled"],
                   ["fixes=full", "rloo=enabled"], ["fixes=full", "reinforce_pp=baseline"], ["fixes=rloo"],
-                  ["fixes=reinforce_pp"]):
+                  ["fixes=reinforce_pp"], ["fixes=full", "remax=enabled"],
+                  ["remax=enabled", "rollout.n=1", "train.mini_batch_size=4"]):
         preflight(small_cfg(tmp_path, "fixes=grpo", *extra))
 
 

@@ -9,9 +9,10 @@ through verl's function (``core_algos.get_adv_estimator_fn(name)``) with the rew
 token, as verl's reward manager puts it, and verl's ``AlgoConfig``. verl's per-token advantages must equal ours
 broadcast over each response's tokens, in float64. Each comparison has a mutation test: a perturbed copy of ours
 (the ``G - 1`` of the leave-one-out, the Bessel correction or the token weights of the whitening, the length
-weights of OPO's baseline, the std of Pass@k, GDPO's decoupling) must fail it. Where we differ from verl (groups of
-one response, GDPO's float32 inside verl) the difference is asserted, not skipped. ReMax, GAE and the optimal
-token baseline are refused by their switches: what verl's functions need that the trainer lacks is asserted.
+weights of OPO's baseline, the std of Pass@k, GDPO's decoupling, ReMax's greedy baseline) must fail it. Where we
+differ from verl (groups of one response, GDPO's float32 inside verl) the difference is asserted, not skipped. GAE
+and the optimal token baseline are refused by their switches: what verl's functions need that the trainer lacks is
+asserted.
 
 Imports only torch / numpy / pytest and the estimator modules (.venv-verl lacks our other dependencies).
 """
@@ -37,7 +38,7 @@ verl = pytest.importorskip("verl", reason="verl is not installed here: run these
 from verl.trainer.config.algorithm import AlgoConfig  # noqa: E402
 from verl.trainer.ppo import core_algos  # noqa: E402
 
-from dapo_exp.fixes import gdpo, grpo_passk, opo, reinforce_pp, rloo  # noqa: E402
+from dapo_exp.fixes import gdpo, grpo_passk, opo, reinforce_pp, remax, rloo  # noqa: E402
 
 pytestmark = pytest.mark.verl
 
@@ -263,9 +264,32 @@ def test_gdpo_documented_group_of_one():
 
 
 # --------------------------------------------------------------------------- #
+# ReMax: the reward of each prompt's greedy response as the baseline            #
+# --------------------------------------------------------------------------- #
+def _remax_group_mean(rewards, *, baseline, lengths, parts):  # mutation: the group's mean instead of the greedy reward
+    return remax.Out(rewards - rewards.mean(1, keepdim=True), {})
+
+
+def test_remax_is_verls():
+    """verl reads one baseline per response (its trainer repeats each prompt's greedy reward over the group,
+    interleaved, as ``rollout.n`` repeats the prompts); ours one per prompt."""
+    gen = torch.Generator().manual_seed(11)
+    seen = 0
+    for c in cases():
+        n, g = c["rewards"].shape
+        b = (torch.randint(0, 2, (n,), generator=gen).to(D) * 2 - 1 if c["k"] % 2
+             else torch.randn(n, generator=gen, dtype=D))
+        v = verl_adv("remax", c, reward_baselines=b.repeat_interleave(g), config=AlgoConfig())
+        ours = ours_tokens(remax.greedy_baseline, c, baseline=b)
+        torch.testing.assert_close(ours, v.to(D), rtol=1e-10, atol=1e-12, msg=lambda m, k=c["k"]: f"case {k}: {m}")
+        seen += not same(ours_tokens(_remax_group_mean, c, baseline=b), v)
+    assert seen >= N_CASES // 4, f"the mutant was seen in {seen} of {N_CASES} cases"
+
+
+# --------------------------------------------------------------------------- #
 # Refused: what verl's functions read that the trainer lacks                    #
 # --------------------------------------------------------------------------- #
-@pytest.mark.parametrize("name, needs", [("remax", {"reward_baselines"}), ("gae", {"values"}),
+@pytest.mark.parametrize("name, needs", [("gae", {"values"}),
                                          ("optimal_token_baseline", {"sum_pi_squared", "old_log_probs"})])
 def test_refused_estimators_need_what_the_trainer_lacks(name, needs):
     params = inspect.signature(core_algos.get_adv_estimator_fn(name)).parameters

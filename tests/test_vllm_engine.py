@@ -112,6 +112,28 @@ def test_same_seed_same_samples_and_groups_differ(setup):
 
 
 @pytest.mark.vllm
+def test_greedy_rows_are_the_trainers_argmax_whatever_the_seed(setup):
+    """ReMax's baseline response (SamplingSpec.greedy): vLLM at temperature 0, the same rows for any seed or keys,
+    each token the trainer's argmax (up to a near-tie, below 1e-3 in logit, where kernel rounding may pick the other:
+    the row is checked up to there)."""
+    engine, hf = setup
+    a = engine.generate(PROMPTS, SamplingSpec(n=1, max_new_tokens=8, seed=1, greedy=True))
+    b = engine.generate(PROMPTS, SamplingSpec(n=1, max_new_tokens=8, seed=2, keys=[5, 6, 7, 8], greedy=True))
+    assert a.response_ids == b.response_ids and len(a.response_ids) == len(PROMPTS)
+    checked = 0
+    with torch.no_grad():
+        for prompt, row in zip(PROMPTS, a.response_ids):
+            for t, tok in enumerate(row):
+                logits = hf(torch.tensor([prompt + row[:t]])).logits[0, -1]
+                top2 = logits.topk(2).values
+                if float(top2[0] - top2[1]) < 1e-3:
+                    break
+                assert tok == int(logits.argmax()), (prompt, row, t)
+                checked += 1
+    assert checked >= len(PROMPTS)
+
+
+@pytest.mark.vllm
 @pytest.mark.parametrize("temperature", [1.0, 0.7])
 def test_engine_logprobs_equal_trainer_logprobs(setup, temperature):
     engine, hf = setup

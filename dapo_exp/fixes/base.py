@@ -23,7 +23,9 @@ tensors and scalars, bound once per run by the fix's ``bind(algo, run)``:
 - ``estimator``: ``(rewards (N, G), *, lengths (N, G), parts) -> (N, G)`` advantages, the one estimator
   (default: GRPO's group-relative one, :func:`dapo_exp.fixes.grpo.advantage`); ``lengths`` are the responses'
   token counts, ``parts`` the reward's components (``{"accuracy": correctness reward, <reward fix>: its
-  term}``, each ``(N, G)``, summing to ``rewards``). RLOO, REINFORCE++, OPO, GDPO and kin fill it.
+  term}``, each ``(N, G)``, summing to ``rewards``). RLOO, REINFORCE++, OPO, GDPO and kin fill it. A fix that
+  declares ``greedy_baseline=True`` (ReMax) also receives ``baseline`` (N,): the reward of one greedy response
+  per prompt, which the rollout then decodes and scores besides the group.
 - ``advantage``: ``(advantages (N, G), rewards (N, G)) -> (N, G)``, applied in registry
   order after the estimator: a transform of the advantages it is given, never a replacement of them.
 - ``group_filter``: a :class:`GroupFilter` (which groups a batch keeps, and how it refills); its
@@ -229,10 +231,17 @@ class Fix:
     # its config group as code, {option: {algo key: value}} (an outside fix's, instead of YAML files on a search
     # path): register_fix stores each option in Hydra's ConfigStore, group <name>, package algo
     configs: Mapping[str, Mapping[str, Any]] = field(default_factory=dict)
+    # the rollout also decodes one greedy response per prompt, scored like the samples (correctness reward plus the
+    # reward terms), and the estimator receives its reward as ``baseline`` (N,) (ReMax's baseline); for an
+    # ``estimator`` fix
+    greedy_baseline: bool = False
 
     def __post_init__(self) -> None:
         if not self.keys:
             object.__setattr__(self, "keys", tuple(k.name for k in self.schema))
+        if self.greedy_baseline and "estimator" not in self.slots:
+            raise ValueError(f"fix {self.name!r} asks for a greedy baseline but fills no estimator slot: only the "
+                             "estimator receives it")
         stray = [k.name for k in self.schema if k.name not in self.keys]
         if stray:
             raise ValueError(f"fix {self.name!r} declares schema keys {stray} that are not among its keys {self.keys}")

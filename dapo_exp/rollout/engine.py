@@ -30,6 +30,9 @@ class SamplingSpec:
     # prompt i draws from the key derive(SAMPLE, keys[i], j) alone (HF: per token; vLLM: a per-request
     # seed). None: the engine's seeded stream from ``seed``
     keys: list[int] | None = None
+    # greedy decoding (argmax at every token; temperature, top-p, seed and keys are not read): ReMax's baseline
+    # response (dapo_exp.fixes.remax)
+    greedy: bool = False
 
 
 @dataclass

@@ -33,6 +33,7 @@ class Group:
     preds: list[str | None]
     sampled_logprobs: list[list[float]] | None = None
     meta: dict = field(default_factory=dict)
+    baseline: float | None = None  # the reward of a greedy response to the prompt (ReMax's baseline), when decoded
 
 
 def score_groups(

@@ -223,8 +223,8 @@ class VLLMEngine:
         params = [
             SamplingParams(
                 n=spec.n,
-                temperature=spec.temperature,
-                top_p=spec.top_p,
+                temperature=0.0 if spec.greedy else spec.temperature,  # vLLM decodes greedily at 0
+                top_p=1.0 if spec.greedy else spec.top_p,
                 max_tokens=spec.max_new_tokens,
                 seed=prompt_seed(spec.seed, i, spec.n) if spec.keys is None else vllm_seed(spec.keys[i], spec.n),
                 logprobs=0,  # the sampled token's log-prob only

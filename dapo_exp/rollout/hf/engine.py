@@ -79,6 +79,12 @@ class HFEngine:
         """New tokens of one left-padded chunk ``[rows, <= max_new_tokens]``, pad after EOS
         (``keys``: the rows' keys for keyed sampling; None: the torch stream seeded with ``seed``)."""
         pad = self.tokenizer.pad_token_id
+        if spec.greedy:  # argmax at every token: transformers' own greedy search, whatever rollout.decode picked
+            out = self.model.generate(
+                input_ids=ids, attention_mask=att, do_sample=False, temperature=1.0, top_p=1.0, top_k=None,
+                max_new_tokens=spec.max_new_tokens, pad_token_id=pad, eos_token_id=sorted(self.eos_ids),
+            )
+            return out[:, ids.shape[1]:]
         if self._decoder is not None:
             if keys is None:
                 torch.manual_seed(seed)
@@ -130,7 +136,7 @@ class HFEngine:
         pad = self.tokenizer.pad_token_id
         flat = [p for p in prompt_ids for _ in range(spec.n)]  # group-major
         all_keys = None
-        if spec.keys is not None:
+        if spec.keys is not None and not spec.greedy:
             from dapo_exp.keyed import keys_tensor, row_keys
 
             if len(spec.keys) != len(prompt_ids):
