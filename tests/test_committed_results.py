@@ -652,3 +652,31 @@ def test_the_results_pages_family_is_its_runs_own():
             pairs += [(d[2], r.diff), (d[3], r.lo), (d[4], r.hi), (cells[3], r.p_holm), (cells[4], r.mde)]
             assert bool(d[1]) == (r.p_holm < 0.05), f"{config}: bold only where Holm shows a difference"
         _agree(pairs, f"family, {config}")
+
+
+def test_the_results_pages_remax_figures_are_its_runs_own():
+    """ReMax against GRPO: both arms' endpoint ± 95% half-width from the committed table.csv; the paired difference,
+    its interval and MDE recomputed from the committed runs.csv by sweeps/checks/vs_baseline.py; the verdict, the
+    greedy and sampled rewards and the share of responses with advantage 0 from the runs."""
+    import pandas as pd
+
+    text = _section("The GRPO family and verl's other estimators and losses")
+    name = re.search(r"sweeps/results/(20\d\d-\d\d-\d\d-remax)/", text)
+    assert name, "the family section links no ReMax result"
+    folder = RESULTS / name[1]
+    table = {r["config"]: r for r in csv.DictReader(open(folder / "table.csv", newline=""))}
+    runs = pd.read_csv(folder / "runs.csv")
+    (r,) = _vs_baseline().vs_baseline(runs, "grpo").itertuples()
+    m = re.search(rf"({NUM}) ± ({NUM}) against ({NUM}) ± ({NUM}) \(the mean of the last 3 evaluations\), ({NUM}) "
+                  rf"\[({NUM}), ({NUM})\] pp paired, ([a-z ]+?) \(MDE ({NUM}) pp\)\. .*?\(its reward ({NUM}) against the "
+                  rf"samples' ({NUM})\), .*? ({NUM})% of the responses carry no gradient", _flat(text))
+    assert m, "the ReMax sentence is not where it was"
+    remax, grpo = table["remax"], table["grpo"]
+    mine = runs[runs["label"] == "remax"]
+    _agree([(m[1], float(remax["final_acc"])), (m[2], float(remax["final_acc_hi"]) - float(remax["final_acc"])),
+            (m[3], float(grpo["final_acc"])), (m[4], float(grpo["final_acc_hi"]) - float(grpo["final_acc"])),
+            (m[5], r.diff), (m[6], r.lo), (m[7], r.hi), (m[9], r.mde),
+            (m[10], mine["avg/remax/baseline_reward"].mean()), (m[11], mine["avg/reward/mean"].mean()),
+            (m[12], mine["avg/estimator/zero_adv_frac"].mean() * 100)], "ReMax")
+    assert m[8] == r.verdict == remax["d_verdict"], (m[8], r.verdict, remax["d_verdict"])
+
