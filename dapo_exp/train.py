@@ -96,7 +96,7 @@ def loop(ctx: runner.RunContext) -> dict[str, Any]:
         t_gen = time.perf_counter() - t_step
         st.sampler_position = progress.sampler.position
         st.cum_rollouts += ds.rollouts_generated
-        st.cum_gen_tokens += ds.gen_tokens
+        st.cum_gen_tokens += ds.gen_tokens + int(counters["greedy_tokens"])  # the greedy baselines' tokens too
         if groups:
             m = train_on(run, progress, groups, step)  # advantages, masks, old log-probs, update, sync
         else:
@@ -104,7 +104,10 @@ def loop(ctx: runner.RunContext) -> dict[str, Any]:
             log.warning("step %d: no group kept (dynamic sampling partial batch); no update", step)
         m["reward/verify_timeouts"] = counters["verify_timeouts"]
         run.scheduler.step()
-        m.update(steps.sampling_metrics(ds, group_size=cfg.rollout.n, gen_seconds=counters["gen_seconds"]))
+        m.update(steps.sampling_metrics(ds, group_size=cfg.rollout.n, gen_seconds=counters["gen_seconds"],
+                                        greedy_tokens=counters["greedy_tokens"]))
+        if run.plan.greedy_baseline:
+            m["compute/greedy_gen_tokens"] = counters["greedy_tokens"]  # the step's greedy responses (ReMax)
         m.update(rollout_metrics)
         m.update({
             "compute/rollouts_total": float(st.cum_rollouts),
@@ -165,7 +168,7 @@ def rollout_groups(run: Run, progress: Progress,
     ``progress.sampler`` and Dynamic Sampling's carried groups in ``progress.state``; returns the groups, the
     rounds' counts, the verifier's and engine's counters and the reward terms' and filter's metrics."""
     cfg, r = run.cfg, run.cfg.rollout
-    counters = {"verify_timeouts": 0.0, "gen_seconds": 0.0}
+    counters = {"verify_timeouts": 0.0, "gen_seconds": 0.0, "greedy_tokens": 0.0}
     reward_metrics: list[dict[str, float]] = []  # the reward terms' own, per round
 
     def generate_round(round_idx: int, n_prompts: int) -> list[Group]:
@@ -188,6 +191,7 @@ def rollout_groups(run: Run, progress: Progress,
     def greedy(prompts: list[list[int]], idx: list[int], groups: list[Group]) -> None:
         gens = run.engine.generate(prompts, SamplingSpec(n=1, max_new_tokens=r.max_response_len, greedy=True))
         counters["gen_seconds"] += gens.stats.get("gen_seconds", 0.0)
+        counters["greedy_tokens"] += sum(gens.lengths)
         scored, timeouts, _ = score_groups(  # the reward terms' metrics stay the samples'
             prompt_indices=idx, prompt_ids=prompts, gens=gens, group_size=1, answers=[run.answers[i] for i in idx],
             tokenizer=run.tokenizer, verifier=run.verifier, reward=run.plan.reward)

@@ -151,7 +151,8 @@ def test_remax_baseline_is_the_scored_reward_of_the_argmax_response(small_cfg, t
 def test_each_estimator_trains_two_steps_and_logs_its_metrics(tmp_path, small_cfg, name, option):
     fix = fixes.FIXES[name]
     extra = ["overlong_punishment=soft"] if name == "gdpo" else []  # two components to normalise apart
-    s = train(small_cfg(tmp_path, "fixes=grpo", f"{name}={option}", *extra))
+    cfg = small_cfg(tmp_path, "fixes=grpo", f"{name}={option}", *extra)
+    s = train(cfg)
     assert s["status"] == "finished" and s["switches"][name]
     rows = [json.loads(x) for x in (tmp_path / rundir.METRICS).read_text().splitlines()]
     trained = [r for r in rows if "actor/pg_loss" in r]
@@ -161,8 +162,15 @@ def test_each_estimator_trains_two_steps_and_logs_its_metrics(tmp_path, small_cf
         assert 0 <= r["estimator/zero_adv_frac"] <= 1
     if name == "gdpo":
         assert trained[0]["estimator/components"] == 2.0
-    if name == "remax":
+    if name == "remax":  # the greedy responses' tokens count in the generation's total, beside the samples'
         assert all(-1 <= r["remax/baseline_reward"] <= 1 for r in trained)
+        first = trained[0]
+        greedy = first["compute/greedy_gen_tokens"]
+        assert 1 <= greedy <= first["dynamic_sampling/kept_groups"] * cfg.rollout.max_response_len
+        sampled = first["response_length/mean"] * first["dynamic_sampling/rollouts_generated"]
+        assert first["compute/gen_tokens_total"] == pytest.approx(sampled + greedy)
+    else:
+        assert all("compute/greedy_gen_tokens" not in r for r in trained)
 
 
 @pytest.mark.parametrize("name, why", REFUSED.items())
