@@ -464,13 +464,12 @@ def gpu_peak(device: Any) -> dict[str, float]:
             "perf/gpu_mem_reserved_gib": torch.cuda.max_memory_reserved(device) / 2**30}
 
 
-def sampling_metrics(ds: CollectStats, *, group_size: int, gen_seconds: float,
-                     greedy_tokens: float = 0.0) -> dict[str, float]:
+def sampling_metrics(ds: CollectStats, *, group_size: int, gen_seconds: float) -> dict[str, float]:
     """The group filter's rounds and counts (``ds``, the refill loop's :class:`CollectStats`), whichever fix fills
     the ``group_filter`` slot, under the names ``dynamic_sampling/*`` (Dynamic Sampling's, the slot's first fix);
     logged with no filter too (one round, every group kept; zero-variance groups still counted); and the
-    generation's tokens/s (the sampled responses' and ``greedy_tokens``, the greedy baselines', over the step's
-    ``gen_seconds``, which include both)."""
+    generation's tokens/s (the sampled responses' and the greedy baselines', over the step's generation seconds,
+    which include both)."""
     return {
         "dynamic_sampling/zero_var_frac": ds.zero_var_groups / max(ds.groups_generated, 1),
         "dynamic_sampling/gen_rounds": float(ds.rounds),
@@ -479,7 +478,7 @@ def sampling_metrics(ds: CollectStats, *, group_size: int, gen_seconds: float,
         "dynamic_sampling/rollouts_per_trained": ds.rollouts_generated / max(ds.kept_groups * group_size, 1),
         "dynamic_sampling/surplus_groups": float(ds.surplus_groups),
         "dynamic_sampling/cap_hit": float(ds.cap_hit),
-        "perf/gen_tokens_per_s": (ds.gen_tokens + greedy_tokens) / max(gen_seconds, 1e-9),
+        "perf/gen_tokens_per_s": (ds.gen_tokens + ds.greedy_tokens) / max(gen_seconds, 1e-9),
     }
 
 

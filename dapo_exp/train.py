@@ -96,7 +96,7 @@ def loop(ctx: runner.RunContext) -> dict[str, Any]:
         t_gen = time.perf_counter() - t_step
         st.sampler_position = progress.sampler.position
         st.cum_rollouts += ds.rollouts_generated
-        st.cum_gen_tokens += ds.gen_tokens + int(counters["greedy_tokens"])  # the greedy baselines' tokens too
+        st.cum_gen_tokens += ds.gen_tokens + ds.greedy_tokens  # the greedy baselines' tokens too (ReMax)
         if groups:
             m = train_on(run, progress, groups, step)  # advantages, masks, old log-probs, update, sync
         else:
@@ -104,10 +104,7 @@ def loop(ctx: runner.RunContext) -> dict[str, Any]:
             log.warning("step %d: no group kept (dynamic sampling partial batch); no update", step)
         m["reward/verify_timeouts"] = counters["verify_timeouts"]
         run.scheduler.step()
-        m.update(steps.sampling_metrics(ds, group_size=cfg.rollout.n, gen_seconds=counters["gen_seconds"],
-                                        greedy_tokens=counters["greedy_tokens"]))
-        if run.plan.greedy_baseline:
-            m["compute/greedy_gen_tokens"] = counters["greedy_tokens"]  # the step's greedy responses (ReMax)
+        m.update(steps.sampling_metrics(ds, group_size=cfg.rollout.n, gen_seconds=counters["gen_seconds"]))
         m.update(rollout_metrics)
         m.update({
             "compute/rollouts_total": float(st.cum_rollouts),
@@ -168,7 +165,8 @@ def rollout_groups(run: Run, progress: Progress,
     ``progress.sampler`` and Dynamic Sampling's carried groups in ``progress.state``; returns the groups, the
     rounds' counts, the verifier's and engine's counters and the reward terms' and filter's metrics."""
     cfg, r = run.cfg, run.cfg.rollout
-    counters = {"verify_timeouts": 0.0, "gen_seconds": 0.0, "greedy_tokens": 0.0}
+    counters = {"verify_timeouts": 0.0, "gen_seconds": 0.0}
+    greedy_tokens: list[int] = []  # ReMax: each round's greedy responses' tokens
     reward_metrics: list[dict[str, float]] = []  # the reward terms' own, per round
 
     def generate_round(round_idx: int, n_prompts: int) -> list[Group]:
@@ -191,7 +189,7 @@ def rollout_groups(run: Run, progress: Progress,
     def greedy(prompts: list[list[int]], idx: list[int], groups: list[Group]) -> None:
         gens = run.engine.generate(prompts, SamplingSpec(n=1, max_new_tokens=r.max_response_len, greedy=True))
         counters["gen_seconds"] += gens.stats.get("gen_seconds", 0.0)
-        counters["greedy_tokens"] += sum(gens.lengths)
+        greedy_tokens.append(sum(gens.lengths))
         scored, timeouts, _ = score_groups(  # the reward terms' metrics stay the samples'
             prompt_indices=idx, prompt_ids=prompts, gens=gens, group_size=1, answers=[run.answers[i] for i in idx],
             tokenizer=run.tokenizer, verifier=run.verifier, reward=run.plan.reward)
@@ -205,7 +203,11 @@ def rollout_groups(run: Run, progress: Progress,
         carry=progress.state.carry)
     run.engine.sleep()
     # the rollout slots' own metrics: the reward terms' and the group filter's, each averaged over the step's rounds
-    return groups, ds, counters, {**mean_over_rounds(reward_metrics), **ds.filter_metrics}
+    metrics = {**mean_over_rounds(reward_metrics), **ds.filter_metrics}
+    if run.plan.greedy_baseline:  # the greedy responses count in the step's generation (tokens and seconds)
+        ds.greedy_tokens = sum(greedy_tokens)
+        metrics["compute/greedy_gen_tokens"] = float(ds.greedy_tokens)
+    return groups, ds, counters, metrics
 
 
 def update_sizes(cfg: DictConfig) -> steps.UpdateSizes:

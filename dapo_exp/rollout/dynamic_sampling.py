@@ -54,6 +54,7 @@ class CollectStats:
     carried_in: int = 0
     cap_hit: bool = False
     gen_tokens: int = 0
+    greedy_tokens: int = 0  # the greedy baselines' tokens (ReMax), set by the trainer's rollout, not by this loop
     filter_metrics: dict[str, float] = field(default_factory=dict)  # the filter's own, averaged over its rounds
 
 
