@@ -204,8 +204,8 @@ def rollout_groups(run: Run, progress: Progress,
     run.engine.sleep()
     # the rollout slots' own metrics: the reward terms' and the group filter's, each averaged over the step's rounds
     metrics = {**mean_over_rounds(reward_metrics), **ds.filter_metrics}
-    if run.plan.greedy_baseline:  # the greedy responses count in the step's generation (tokens and seconds)
-        ds.greedy_tokens = sum(greedy_tokens)
+    ds.greedy_tokens = sum(greedy_tokens)  # the greedy responses count in the step's generation (tokens and seconds)
+    if run.plan.greedy_baseline:
         metrics["compute/greedy_gen_tokens"] = float(ds.greedy_tokens)
     return groups, ds, counters, metrics
 

@@ -80,11 +80,7 @@ class HFEngine:
         (``keys``: the rows' keys for keyed sampling; None: the torch stream seeded with ``seed``)."""
         pad = self.tokenizer.pad_token_id
         if spec.greedy:  # argmax at every token: transformers' own greedy search, whatever rollout.decode picked
-            out = self.model.generate(
-                input_ids=ids, attention_mask=att, do_sample=False, temperature=1.0, top_p=1.0, top_k=None,
-                max_new_tokens=spec.max_new_tokens, pad_token_id=pad, eos_token_id=sorted(self.eos_ids),
-            )
-            return out[:, ids.shape[1]:]
+            return self._greedy_search(ids, att, spec)
         if self._decoder is not None:
             if keys is None:
                 torch.manual_seed(seed)
@@ -98,15 +94,8 @@ class HFEngine:
                     raise  # a bug of the loop itself, or memory that generate would lack too
                 self._fall_back(f"the compiled decode step failed: {type(e).__name__}: {str(e)[:300]}")
         if keys is not None:
-            from transformers import LogitsProcessorList
-
-            out = self.model.generate(
-                input_ids=ids, attention_mask=att, do_sample=False, temperature=1.0, top_p=1.0, top_k=None,
-                logits_processor=LogitsProcessorList([KeyedGumbelProcessor(keys, ids.shape[1], spec.temperature,
-                                                                           spec.top_p)]),
-                max_new_tokens=spec.max_new_tokens, pad_token_id=pad, eos_token_id=sorted(self.eos_ids),
-            )
-            return out[:, ids.shape[1]:]
+            return self._greedy_search(ids, att, spec, KeyedGumbelProcessor(keys, ids.shape[1], spec.temperature,
+                                                                            spec.top_p))
         torch.manual_seed(seed)
         out = self.model.generate(
             input_ids=ids,
@@ -118,6 +107,20 @@ class HFEngine:
             max_new_tokens=spec.max_new_tokens,
             pad_token_id=pad,
             eos_token_id=sorted(self.eos_ids),
+        )
+        return out[:, ids.shape[1]:]
+
+    def _greedy_search(self, ids: torch.Tensor, att: torch.Tensor, spec: SamplingSpec,
+                       processor: KeyedGumbelProcessor | None = None) -> torch.Tensor:
+        """New tokens of one chunk by transformers' greedy search (argmax at every step): of the raw scores (a greedy
+        response), or of ``processor``'s (keyed sampling: the warped scores plus keyed Gumbel noise)."""
+        from transformers import LogitsProcessorList
+
+        extra = {} if processor is None else {"logits_processor": LogitsProcessorList([processor])}
+        out = self.model.generate(
+            input_ids=ids, attention_mask=att, do_sample=False, temperature=1.0, top_p=1.0, top_k=None,
+            max_new_tokens=spec.max_new_tokens, pad_token_id=self.tokenizer.pad_token_id,
+            eos_token_id=sorted(self.eos_ids), **extra,
         )
         return out[:, ids.shape[1]:]
 
