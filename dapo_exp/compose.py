@@ -18,13 +18,12 @@ returns the micro-batch's loss and its statistics (the surrogate's and the loss 
 terms' means to log, :meth:`Plan.check_logged` nothing (it raises when a declared metric is missing).
 Below this layer (``steps``, ``rollout``, ``objective``) nothing sees a config object.
 
-Adding a slot is five edits (docs: how-to/extend.md): its declaration in :data:`dapo_exp.fixes.SLOTS`; its
-field and method of :class:`Plan` here; its keyword in the ``Plan(...)`` call that ends :func:`compose`
-(``one(slot, default)`` for an exclusive slot, ``chain(slot)`` or ``named(slot)`` for a combined one:
-:func:`compose` collects the hooks of every slot and refuses, before any compute, a slot of ``SLOTS`` that call
-does not pass on); the one call site of the method (in
-:mod:`dapo_exp.steps` for a point of the update, in the rollout for one of the rollout); and a fix of the slot
-in ``tests/test_extension.py`` (``EXTENSIONS`` and ``VALUES``: its test wants one fix per slot).
+Adding a slot is three edits (docs: how-to/extend.md): its declaration in :data:`dapo_exp.fixes.SLOTS`; a method
+of :class:`Plan` here that reads the slot's hooks (:meth:`Plan.one` for an exclusive slot, :meth:`Plan.chain` or
+:meth:`Plan.named` for a combined one: :func:`compose` hands every slot's hooks to the plan, none to name) and returns
+``Out(value, metrics)``; and the one call site of the method (in :mod:`dapo_exp.steps` for a point of the update,
+in the rollout for one of the rollout). Its test is a fix of the slot in ``tests/test_extension.py``
+(``EXTENSIONS`` and ``VALUES``: its test wants one fix per slot, its hook called and its metric logged).
 
 GRPO's own pieces (:mod:`dapo_exp.fixes.grpo`) fill the slots that no fix that is on fills: the estimator
 (group-relative, DAPO Eq. 9), the surrogate (PPO's clipped one) and the normaliser (``seq-mean-token-mean``).
@@ -50,31 +49,52 @@ FIX_METRIC = "fix:"  # prefix of a fix's own metric in the update's sums (a surr
 class Plan:
     """One run's pipeline: GRPO's pieces and the hooks of the fixes that are on, behind one method per point.
 
-    Fields hold what :func:`compose` bound (tests build a plan directly); the steps call the methods.
+    ``hooks`` holds every slot's bound hooks as :func:`compose` collected them, ``{slot: ((fix name, hook), ...)}``
+    in registry order (a slot no fix that is on fills: empty or absent); ``defaults`` GRPO's piece of an exclusive
+    slot that none fills (the estimator, the surrogate, the normaliser). A method reads its slot's hooks with
+    :meth:`one` (an exclusive slot: the hook, else the default), :meth:`chain` (the hooks in order) or
+    :meth:`named` (``{fix: hook}``); the steps call the methods. :meth:`of` builds a plan by hand (tests).
     """
 
-    surrogate: Callable  # (logp, old_logp, advantages, *, mask) -> objective.SurrogateOut, one slot's
-    normaliser: Callable  # (mask (B, T), group_index (B,)) -> (B,) weights of a mini-batch
-    estimator: Callable = grpo.group_relative  # (rewards (N, G), *, lengths, parts) -> advantages (N, G) | Out
-    advantage_transforms: tuple[Callable, ...] = ()  # (advantages, rewards) -> (N, G) | Out, in registry order
-    reward_terms: Mapping[str, Callable] = field(default_factory=dict)  # fix -> (*, lengths, correct, texts) -> (B,)
+    hooks: Mapping[str, tuple[tuple[str, Callable], ...]] = field(default_factory=dict)
+    defaults: Mapping[str, Any] = field(default_factory=dict)  # exclusive slot -> GRPO's piece where none is on
     reward_metrics: Mapping[str, str] = field(default_factory=dict)  # every registered reward fix -> its metric
-    group_filter: GroupFilter | None = None  # None: every group is kept
-    token_masks: tuple[Callable, ...] = ()  # (mask, truncated) -> (B, T) | Out, chained
-    update_masks: tuple[Callable, ...] = ()  # (entropy, mask) -> (B, T) bool, and-ed
-    rollout_weight: Callable | None = None  # (old_logp, engine_logp, mask) -> (B, T), the slot's
-    loss_terms: Mapping[str, Callable] = field(default_factory=dict)  # fix -> (*, logp, ...) -> scalar | Out
     kl_coef: float = 0.0  # GRPO's KL penalty against the reference (0: off)
     kl_estimator: str = "k3"
     declared: Mapping[str, tuple[str, ...]] = field(default_factory=dict)  # fix on -> the metrics it declares
     greedy_baseline: bool = False  # the estimator reads the reward of a greedy response per prompt (ReMax)
+
+    @classmethod
+    def of(cls, **kwargs: Any) -> Plan:
+        """A plan built by hand: a keyword named after a slot of :data:`dapo_exp.fixes.SLOTS` gives its hook (or
+        a tuple of hooks, in order; None: none), bound as fix ``"<slot>"``; the other keywords are fields."""
+        hooks = {}
+        for slot in [k for k in kwargs if k in fixes.SLOTS]:
+            value = kwargs.pop(slot)
+            chained = value if isinstance(value, tuple) else () if value is None else (value,)
+            hooks[slot] = tuple((slot, h) for h in chained)
+        return cls(hooks=hooks, **kwargs)
+
+    def one(self, slot: str) -> Any:
+        """An exclusive slot's hook (:func:`dapo_exp.fixes.check_combination` lets one fix fill it), else its
+        default (GRPO's piece, or None)."""
+        bound = self.hooks.get(slot)
+        return bound[0][1] if bound else self.defaults.get(slot)
+
+    def chain(self, slot: str) -> tuple[Callable, ...]:
+        """A combined slot's hooks, in registry order."""
+        return tuple(h for _, h in self.hooks.get(slot, ()))
+
+    def named(self, slot: str) -> dict[str, Callable]:
+        """A combined slot's hooks by fix name."""
+        return dict(self.hooks.get(slot, ()))
 
     def reward(self, *, lengths: Any, correct: Any, texts: list[str]) -> Out:
         """Each reward term's ``(B,)`` values, ``{fix name: values}`` (added to the correctness reward by the
         rollout), from the responses' ``lengths`` (B,), ``correct`` (B,) bool and decoded ``texts``; and the
         terms' own metrics."""
         values, metrics = {}, {}
-        for name, term in self.reward_terms.items():
+        for name, term in self.named("reward").items():
             values[name], m = unpack(term(lengths=lengths, correct=correct, texts=texts))
             metrics.update(m)
         return Out(values, metrics)
@@ -91,14 +111,15 @@ class Plan:
     def refill(self) -> GroupFilter | None:
         """The group filter's refill policy (rounds, cap, surplus, over-sampling), or None: no filter, one
         round, every group kept."""
-        return self.group_filter
+        return self.one("group_filter")
 
     def keep_groups(self, correct: Any, reward: Any) -> Out:
         """``(N,)`` bool: of a round's groups (``correct``, ``reward``: ``(N, G)`` float) those the batch
         keeps (every one without a filter); and the filter's metrics."""
-        if self.group_filter is None:
+        group_filter = self.one("group_filter")
+        if group_filter is None:
             return Out(correct.new_ones(correct.shape[0], dtype=bool), {})
-        keep, metrics = unpack(self.group_filter.keep(correct, reward))
+        keep, metrics = unpack(group_filter.keep(correct, reward))
         return Out(keep, metrics)
 
     def advantage(self, rewards: Any, *, lengths: Any = None, parts: Mapping[str, Any] | None = None,
@@ -115,9 +136,10 @@ class Plan:
                 raise ValueError("the estimator reads a greedy baseline (ReMax) but none was passed: the rollout "
                                  "must decode one greedy response per prompt (Group.baseline)")
             extra["baseline"] = baseline
-        adv, metrics = unpack(self.estimator(rewards, lengths=lengths, parts=dict(parts or {"accuracy": rewards}),
+        estimator = self.one("estimator") or grpo.group_relative
+        adv, metrics = unpack(estimator(rewards, lengths=lengths, parts=dict(parts or {"accuracy": rewards}),
                                              **extra))
-        for transform in self.advantage_transforms:
+        for transform in self.chain("advantage"):
             adv, m = unpack(transform(adv, rewards))
             metrics.update(m)
         return Out(adv, metrics)
@@ -125,24 +147,24 @@ class Plan:
     def token_mask(self, mask: Any, truncated: Any) -> Out:
         """``(B, T)`` tokens that count in the loss (``mask`` itself when no fix masks); and their metrics."""
         metrics: dict[str, Any] = {}
-        for hook in self.token_masks:
+        for hook in self.chain("token_mask"):
             mask, m = unpack(hook(mask, truncated))
             metrics.update(m)
         return Out(mask, metrics)
 
     def weights(self, mask: Any, group_index: Any) -> Out:
         """``(B,)`` loss weights of a mini-batch (the normaliser); and its metrics."""
-        return Out(*unpack(self.normaliser(mask, group_index)))
+        return Out(*unpack(self.one("normaliser")(mask, group_index)))
 
     @property
     def masks_updates(self) -> bool:
-        return bool(self.update_masks)
+        return bool(self.chain("update_mask"))
 
     def keep(self, entropy: Any, mask: Any) -> Out:
         """``(B, T)`` bool: of ``mask``'s tokens those whose policy-gradient term counts (every update mask's);
         and their metrics."""
         keep, metrics = mask.bool(), {}
-        for hook in self.update_masks:
+        for hook in self.chain("update_mask"):
             mine, m = unpack(hook(entropy, mask))
             keep = keep & mine.bool()
             metrics.update(m)
@@ -150,22 +172,22 @@ class Plan:
 
     @property
     def weighs_tokens(self) -> bool:
-        return self.rollout_weight is not None
+        return self.one("rollout_weight") is not None
 
     def token_weight(self, old_logp: Any, engine_logp: Any, mask: Any) -> Out:
         """``(B, T)`` detached weights multiplied into the per-token advantages (the rollout weight); and its
         metrics."""
-        return Out(*unpack(self.rollout_weight(old_logp, engine_logp, mask)))
+        return Out(*unpack(self.one("rollout_weight")(old_logp, engine_logp, mask)))
 
     @property
     def needs_entropy(self) -> bool:
         """Does the loss read the policy's per-token entropy (with its gradient)?"""
-        return bool(self.loss_terms)
+        return bool(self.chain("loss_term"))
 
     def token_losses(self, logp: Any, old_logp: Any, advantages: Any, *, mask: Any) -> Out:
         """The surrogate slot: ``(B, T)`` per-token losses and clip flags (:class:`dapo_exp.objective.SurrogateOut`,
         GRPO's clipped surrogate where no fix fills the slot); and the surrogate's own metrics."""
-        return Out(*unpack(self.surrogate(logp, old_logp, advantages, mask=mask)))
+        return Out(*unpack(self.one("surrogate")(logp, old_logp, advantages, mask=mask)))
 
     def loss(self, *, logp: Any, old_logp: Any, entropy: Any, advantages: Any, mask: Any, weights: Any,
              ref_logp: Any = None, keep: Any = None) -> tuple[Any, dict[str, Any]]:
@@ -183,7 +205,7 @@ class Plan:
         loss, stats = objective.policy_loss(
             logp=logp, old_logp=old_logp, advantages=advantages, mask=mask, weights=weights, surrogate=surrogate,
             kl_coef=self.kl_coef, kl_estimator=self.kl_estimator, ref_logp=ref_logp, keep=keep)
-        for term in self.loss_terms.values():
+        for term in self.chain("loss_term"):
             value, metrics = unpack(term(logp=logp, old_logp=old_logp, entropy=entropy, mask=mask, weights=weights))
             loss = loss + value
             own.update(metrics)
@@ -228,34 +250,12 @@ def compose(algo: Any, run: RunInfo) -> Plan:
         for slot, hook in hooks.items():
             bound[slot].append((fix.name, hook))
 
-    passed: set[str] = set()  # the slots whose hooks reach the Plan below
-
-    def one(slot: str, default: Any) -> Any:
-        passed.add(slot)
-        return bound[slot][0][1] if bound[slot] else default  # exclusive slots hold one (check_combination)
-
-    def chain(slot: str) -> tuple[Callable, ...]:
-        passed.add(slot)
-        return tuple(h for _, h in bound[slot])
-
-    def named(slot: str) -> dict[str, Callable]:
-        passed.add(slot)
-        return dict(bound[slot])
-
-    # one keyword per slot of fixes.SLOTS (a slot this call does not pass is refused below, not dropped)
-    plan = Plan(
-        surrogate=one("surrogate", grpo.surrogate(algo)),
-        normaliser=one("normaliser", grpo.normaliser(grpo.MODE, run)),
-        estimator=one("estimator", grpo.advantage(algo)), advantage_transforms=chain("advantage"),
-        reward_terms=named("reward"),
+    return Plan(
+        hooks={slot: tuple(hooks) for slot, hooks in bound.items()},
+        defaults={"estimator": grpo.advantage(algo), "surrogate": grpo.surrogate(algo),
+                  "normaliser": grpo.normaliser(grpo.MODE, run)},
         reward_metrics={f.name: f.metrics[0] for f in fixes.FIXES.values() if "reward" in f.slots},
-        group_filter=one("group_filter", None), token_masks=chain("token_mask"), update_masks=chain("update_mask"),
-        rollout_weight=one("rollout_weight", None), loss_terms=named("loss_term"),
         kl_coef=algo.kl_coef, kl_estimator=algo.kl_estimator,
         declared={f.name: f.metrics for f in fixes.active(algo)},
         greedy_baseline=any(f.greedy_baseline for f in fixes.active(algo)),
     )
-    if missing := [slot for slot in fixes.SLOTS if slot not in passed]:
-        raise ValueError(f"slot(s) {', '.join(missing)} of fixes.SLOTS reach no Plan field: compose() must pass each "
-                         "slot's hooks to Plan(...) (docs/how-to/extend.md, a new slot)")
-    return plan

@@ -338,7 +338,7 @@ def update_policy(
                 keep=None if keep is None else keep[micro, :w].to(device),
             )
             loss.backward()
-            if plan.rollout_weight is not None:
+            if plan.weighs_tokens:
                 st = {**st, **rollout_weight_stats(batch, sel, weight)}
             upd.add(st)
         gn = torch.nn.utils.clip_grad_norm_(model.parameters(), sizes.grad_clip if sizes.grad_clip > 0 else 1e12)

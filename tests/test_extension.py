@@ -207,26 +207,29 @@ def test_unregistered_names_fail_listing_the_choices(tmp_path, small_cfg):
     assert not (tmp_path / rundir.SUMMARY).exists()  # refused before the run directory was touched
 
 
-def test_a_slot_compose_does_not_pass_to_the_plan_is_refused_not_dropped(tmp_path, small_cfg, monkeypatch):
-    """A new slot declared in SLOTS but not passed to Plan(...) by compose(): every run is refused before compute,
-    naming the slot (its hooks would otherwise be bound and never called)."""
+def test_a_new_slot_reaches_the_plan_with_no_edit_of_compose(tmp_path, small_cfg, monkeypatch):
+    """A new slot is its declaration, a plan method and a call site: a slot declared in SLOTS and a fix of it
+    reach the plan's hooks with no edit of compose() (its hook is there, bound, under the fix's name)."""
     from dapo_exp import compose
-    from dapo_exp.fixes.base import RunInfo, Slot
+    from dapo_exp.fixes.base import Fix, RunInfo, Slot
 
     monkeypatch.setitem(fixes.SLOTS, "after_update", Slot("(*, step) -> None", exclusive=False))
+    hook = functools.partial(_shifted, by=0.0)
+    fix = Fix(name="after_update_test", short="au", title="t", paper="-", slots=("after_update",),
+              is_on=lambda a: True, bind=lambda algo, run: {"after_update": hook})
+    monkeypatch.setitem(fixes.FIXES, fix.name, fix)
     cfg = small_cfg(tmp_path)
-    with pytest.raises(ValueError, match=r"slot\(s\) after_update of fixes.SLOTS reach no Plan field"):
-        compose.compose(cfg.algo, RunInfo(max_response_len=cfg.rollout.max_response_len, group_size=cfg.rollout.n,
-                                          seed=0))
-    monkeypatch.undo()
-    assert compose.compose(cfg.algo, RunInfo(max_response_len=cfg.rollout.max_response_len,
-                                             group_size=cfg.rollout.n, seed=0)).surrogate is not None
+    plan = compose.compose(cfg.algo, RunInfo(max_response_len=cfg.rollout.max_response_len,
+                                             group_size=cfg.rollout.n, seed=0))
+    assert plan.chain("after_update") == (hook,)
+    assert plan.named("after_update") == {"after_update_test": hook}
+    assert plan.one("surrogate") is not None and plan.chain("token_mask") == ()  # GRPO's pieces, no other hook
 
 
 def test_a_metric_a_fix_declares_and_nothing_logs_is_refused():
     from dapo_exp.compose import Plan
 
-    plan = Plan(surrogate=objective.clipped_surrogate, normaliser=None, declared={"mine": ("actor/mine",)})
+    plan = Plan.of(surrogate=objective.clipped_surrogate, declared={"mine": ("actor/mine",)})
     plan.check_logged({"actor/mine": 1.0})
     with pytest.raises(RuntimeError, match=r"not logged: actor/mine \(fix mine\)"):
         plan.check_logged({"actor/pg_loss": 0.1})
@@ -246,7 +249,7 @@ def test_the_plan_merges_its_hooks_metrics_and_chains_the_transforms_in_order():
     grpo = objective.group_advantages(rewards)
     for hooks, want in (((functools.partial(_scaled, factor=2.0), functools.partial(_shifted, by=1.0)), 2 * grpo + 1),
                         ((functools.partial(_shifted, by=1.0), functools.partial(_scaled, factor=2.0)), 2 * (grpo + 1))):
-        adv, metrics = Plan(surrogate=None, normaliser=None, advantage_transforms=hooks).advantage(rewards)
+        adv, metrics = Plan.of(advantage=hooks).advantage(rewards)
         torch.testing.assert_close(adv, want, rtol=1e-6, atol=1e-6)
         assert metrics == {"actor/adv_scale": 2.0}
 

@@ -281,8 +281,8 @@ def _update(*, micro_batch_size: int, **plan_kw):
     from dapo_exp.logprobs import ResponseForward
 
     model = tiny_qwen2(vocab=V, dtype=torch.float64)
-    plan = Plan(surrogate=functools.partial(objective.clipped_surrogate, eps_low=0.2, eps_high=0.28),
-                normaliser=TOKEN_MEAN, **plan_kw)
+    plan = Plan.of(surrogate=functools.partial(objective.clipped_surrogate, eps_low=0.2, eps_high=0.28),
+                   normaliser=TOKEN_MEAN, **plan_kw)
     batch = steps.build_batch(make_groups(engine_logprobs=True), group_size=G, plan=plan)
     sizes = steps.UpdateSizes(group_size=G, mini_batch_size=G * N_GROUPS, micro_batch_size=micro_batch_size,
                               token_budget=None, ppo_epochs=1, grad_clip=0.0)
@@ -311,7 +311,7 @@ def test_top_entropy_selects_over_the_mini_batch_whatever_its_micro_batches():
     from dapo_exp import objective
 
     mask = functools.partial(objective.top_entropy_mask, rho=0.2)
-    whole, split = _update(micro_batch_size=16, update_masks=(mask,)), _update(micro_batch_size=4, update_masks=(mask,))
+    whole, split = _update(micro_batch_size=16, update_mask=(mask,)), _update(micro_batch_size=4, update_mask=(mask,))
     _same_update(whole, split)
     upd = whole[0]
     assert upd.n_kept == split[0].n_kept and 0.2 <= upd.n_kept / upd.n_tokens < 0.25

@@ -87,8 +87,8 @@ def one_step(*, recompute: bool, mini_batch_size: int, ppo_epochs: int = 1, tis_
     # truncated IS against the engine's log-probs (rollout_correction's token level) when tis_cap is set
     weight = None if tis_cap is None else functools.partial(objective.rollout_correction_weights, level="token",
                                                             cap=tis_cap)
-    plan = Plan(surrogate=functools.partial(objective.clipped_surrogate, eps_low=0.2, eps_high=0.28),
-                normaliser=TOKEN_MEAN, kl_coef=kl_coef, kl_estimator="k3", rollout_weight=weight)
+    plan = Plan.of(surrogate=functools.partial(objective.clipped_surrogate, eps_low=0.2, eps_high=0.28),
+                   normaliser=TOKEN_MEAN, kl_coef=kl_coef, kl_estimator="k3", rollout_weight=weight)
     batch = steps.build_batch(groups, group_size=G, plan=plan)
     sizes = steps.UpdateSizes(group_size=G, mini_batch_size=mini_batch_size, micro_batch_size=micro_batch_size,
                               token_budget=None, ppo_epochs=ppo_epochs, grad_clip=0.0)

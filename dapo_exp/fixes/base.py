@@ -64,8 +64,9 @@ Slots marked ``exclusive`` take one fix at a time: two fixes that are on and fil
 same exclusive slot fail before any compute, naming both (so do fixes that name each
 other in ``excludes``).
 
-This module imports nothing of the project but the config error; it never imports torch,
-so the analysis can read the registry.
+This module imports nothing of the project but the config error at import time, and not torch, so the
+analysis can read the registry without it; binding a fix that logs the tokens it selects (``logs_selected``)
+imports :mod:`dapo_exp.objective`, and so torch, when the fix is bound for a run.
 """
 
 from __future__ import annotations

@@ -5,7 +5,7 @@ before it is clipped, against ``1 - eps_low`` (0.2) below, so that rare tokens c
 (the paper's argument against entropy collapse). Off, the range is symmetric, as GRPO's.
 Its behaviour is the range of the surrogates that use PPO's clip: GRPO's own
 (:func:`dapo_exp.fixes.grpo.surrogate`, :func:`dapo_exp.objective.clipped_surrogate` bound to
-``eps_low`` / ``eps_high``, ``algo.policy_loss=clipped``) and Clip-Cov's, so it fills no slot: it is
+``eps_low`` / ``eps_high``) and Clip-Cov's, so it fills no slot: it is
 a value of GRPO's surrogate, and its switch is read from that value. The range's keys, checks and verl rules are
 GRPO's (:data:`dapo_exp.fixes.grpo.SCHEMA`, :func:`dapo_exp.fixes.grpo.check`, :data:`dapo_exp.fixes.grpo.VERL`). The surrogates with a range or weight of their own (GSPO,
 CISPO, GMPO) and KL-Cov (no clip) exclude it.
