@@ -1,8 +1,8 @@
 #!/usr/bin/env bash
-# A quick check of a change to the slots, the plan or the steps: 16 short runs of the toy (3 steps of 8 prompts
+# A quick check of a change to the slots, the plan or the steps: 17 short runs of the toy (3 steps of 8 prompts
 # x 4, seed 0) that between them fill every slot with each built-in fix (the DAPO fixes and their variants,
-# the GRPO family, top-entropy, both rollout corrections, two estimators and a loss of verl's registry), in the checkout REPO, writing to OUT. About 1.5 min
-# on one core. Compare two such outputs (before and after the change) with
+# the GRPO family, top-entropy, both rollout corrections, three estimators of verl's registry, ReMax's with its
+# greedy baseline among them, and a loss of it), in the checkout REPO, writing to OUT. About 1.5 min on one core. Compare two such outputs (before and after the change) with
 #   python -m dapo_exp.benchmarks.compare_runs OUT_A OUT_B --new-metrics-ok
 # (exit 0: every metric of every step identical; metrics the change added are listed, not counted).
 # sweeps/checks/refactor_check.sh is the long check (the headline's 30-step runs, a kill and resume).
@@ -16,7 +16,8 @@ SMALL=(train.steps=3 train.prompts_per_step=8 rollout.n=4 train.mini_batch_size=
 CONFIGS=("fixes=full" "fixes=paper_6_dapo" "fixes=grpo" "fixes=clip_cov" "fixes=kl_cov" "fixes=gspo" "fixes=cispo"
          "fixes=gmpo" "fixes=dr_grpo" "fixes=grpo top_entropy=enabled" "fixes=grpo rollout_correction=enabled"
          "fixes=grpo rollout_correction=icepop" "fixes=full algo.ds_signal=reward algo.ds_surplus=carry"
-         "experiment=toy_overlong fixes=paper_6_dapo" "fixes=reinforce_pp overlong_punishment=soft" "fixes=gpg")
+         "experiment=toy_overlong fixes=paper_6_dapo" "fixes=reinforce_pp overlong_punishment=soft" "fixes=gpg"
+         "fixes=grpo remax=enabled")
 failed=0
 for i in "${!CONFIGS[@]}"; do
     name="$(printf '%02d' "$i")_$(echo "${CONFIGS[$i]}" | tr ' =' '_-')"
