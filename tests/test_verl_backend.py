@@ -173,6 +173,38 @@ def test_every_switch_without_a_preset_composes_reads_back_and_validates(extra, 
     assert algo.adv_estimator == expected.get("algorithm.adv_estimator", "grpo")
 
 
+def test_every_switch_verl_runs_is_dry_run_by_a_preset_or_the_list_above():
+    """A switch (each option of each fix's group) that verl runs has its dry run here: a `fixes=` preset turns
+    it on (every preset composes and validates above) or it is in SWITCHES_WITHOUT_A_PRESET with the verl
+    settings its rule must give (the rollout corrections: ROLLOUT_CORRECTIONS, read back as verl's typed config). One that verl refuses fails translation, naming why (tested per switch in
+    tests/test_estimators.py and below). A new switch with a verl rule and neither fails here."""
+    from hydra.core.global_hydra import GlobalHydra
+
+    from dapo_exp import fixes
+    from dapo_exp.errors import ConfigError
+
+    extras = [extra for extra, _ in SWITCHES_WITHOUT_A_PRESET] + [extra for extra, *_ in ROLLOUT_CORRECTIONS]
+    covered = {tuple(o.split("=", 1)) for extra in extras for o in extra if o.split("=", 1)[0] in fixes.FIXES}
+    register_resolvers()
+    GlobalHydra.instance().clear()
+    with initialize_config_dir(config_dir=CONF, version_base="1.3"):
+        for preset in PRESETS:
+            cfg = compose("config", overrides=["backend=verl", f"fixes={preset}"], return_hydra_config=True)
+            covered |= {(g, o) for g, o in cfg.hydra.runtime.choices.items() if g in fixes.FIXES and o != "disabled"}
+    missing, refused = [], []
+    for name, fix in fixes.FIXES.items():
+        for option in (o for o in fix.options if o != "disabled"):
+            try:
+                vb.translate(ours("experiment=dapo_32b_paper", "fixes=grpo", f"{name}={option}"))
+            except (vb.Untranslatable, ConfigError):
+                refused.append(f"{name}={option}")
+                continue
+            if (name, option) not in covered:
+                missing.append(f"{name}={option}")
+    assert not missing, f"switches verl runs with no dry run (add them to SWITCHES_WITHOUT_A_PRESET): {missing}"
+    assert {"remax=enabled", "gdpo=enabled", "gae=enabled", "top_entropy=enabled"} <= set(refused)  # the guard ran
+
+
 def test_paper_recipe_reads_back_from_verls_config():
     """The paper's 32B row 6 (DAPO), as verl holds it after composition."""
     c = verl_config("dapo_32b_paper", "paper_6_dapo")
@@ -748,12 +780,15 @@ def test_top_entropy_is_refused_on_verl_naming_the_key():
         translated("dapo_32b_paper", "full", "top_entropy=enabled")
 
 
-@pytest.mark.parametrize("extra, level, threshold", [
+ROLLOUT_CORRECTIONS = [
     (("rollout_correction=enabled",), "sequence", 2.0),
     (("rollout_correction=icepop",), "token", "0.5_5.0"),
     (("rollout_correction=enabled", "algo.rc_level=token", "algo.rc_cap=3.0"), "token", 3.0),
     (("rollout_correction=enabled", "algo.rc_band_low=0.25", "algo.rc_band_high=2.0"), "sequence", "0.25_2.0"),
-])
+]
+
+
+@pytest.mark.parametrize("extra, level, threshold", ROLLOUT_CORRECTIONS)
 def test_rollout_correction_composes_against_verls_config(extra, level, threshold):
     from verl.trainer.config.algorithm import RolloutCorrectionConfig
     from verl.utils.config import omega_conf_to_dataclass

@@ -34,6 +34,7 @@ if str(ROOT) not in sys.path:
 verl = pytest.importorskip("verl", reason="verl is not installed here: run these tests with "
                            ".venv-verl/bin/python (bash .ci/install-verl creates it)")
 
+from verl.trainer.config.algorithm import AlgoConfig  # noqa: E402
 from verl.trainer.ppo import core_algos  # noqa: E402
 from verl.trainer.ppo import rollout_corr_helper as rc  # noqa: E402
 from verl.workers.config.actor import ActorConfig, PolicyLossConfig  # noqa: E402
@@ -394,6 +395,49 @@ def test_dr_grpo_advantage_is_verls():
     v, _ = core_algos.compute_grpo_outcome_advantage(torch.tensor([[0.0, 2.0]]), torch.ones(1, 2),
                                                      np.array(["solo"], dtype=object), norm_adv_by_std_in_grpo=False)
     assert v[0, 0] == 2.0 and obj.group_advantages(torch.tensor([[2.0]]), norm_std=False)[0, 0] == 0
+
+
+def test_grpo_advantage_is_verls_grpo_and_grpo_vectorized():
+    """GRPO's estimator (ours, with and without the std; computed in float32, as the project trains) against verl's
+    two registered GRPO estimators given float64 rewards: both equal to float32's precision. The documented
+    difference between verl's two: ``grpo_vectorized``'s ``group_mean_std`` (verl/utils/groupwise.py) computes the
+    groups' mean and std in float32 whatever the input's dtype, where ``grpo`` keeps float64, so the two differ by
+    rounding (asserted: above 1e-10 in some cases, never above 1e-5), and a group whose equal rewards float32
+    cannot hold exactly (0.7 here; never the toy's or math's +-1 rewards) gets ``grpo_vectorized`` a rounding residue
+    divided by ``std + 1e-6`` (an advantage of 0.01-0.12 here, asserted above 1e-4) where ours and ``grpo``
+    give 0."""
+    gen = torch.Generator().manual_seed(11)
+    grpo, vectorized = (core_algos.get_adv_estimator_fn(n) for n in ("grpo", "grpo_vectorized"))
+    rounding = 0
+    for k in range(40):
+        N, G, T = int(torch.randint(1, 6, (1,), generator=gen)), (2, 3, 4, 8, 16)[k % 5], 6
+        rewards = (torch.randint(0, 2, (N, G), generator=gen).to(D) * 2 - 1 if k % 2
+                   else torch.randn(N, G, generator=gen, dtype=D))
+        if k % 3 == 0:
+            rewards[0] = 0.7  # an all-equal group
+        B = N * G
+        lengths = torch.randint(1, T + 1, (B,), generator=gen)
+        mask = (torch.arange(T)[None] < lengths[:, None]).to(D)
+        scores = torch.zeros(B, T, dtype=D)
+        scores[torch.arange(B), lengths - 1] = rewards.reshape(-1)
+        index = np.array([f"p{i // G}" for i in range(B)], dtype=object)
+        for norm_std in (True, False):
+            ours = obj.group_advantages(rewards, norm_std=norm_std, eps=1e-6).to(D).reshape(-1, 1) * mask
+            v, _ = grpo(token_level_rewards=scores.clone(), response_mask=mask, index=index,
+                        norm_adv_by_std_in_grpo=norm_std)
+            w, _ = vectorized(token_level_rewards=scores.clone(), response_mask=mask, index=index,
+                              norm_adv_by_std_in_grpo=norm_std, config=AlgoConfig(norm_adv_by_std_in_grpo=norm_std))
+            torch.testing.assert_close(ours, v.to(D), rtol=1e-6, atol=1e-6)
+            rows = slice(G, None) if k % 3 == 0 else slice(None)  # the all-equal group 0.7: below
+            torch.testing.assert_close(ours[rows], w.to(D)[rows], rtol=1e-6, atol=1e-6)
+            torch.testing.assert_close(v.to(D)[rows], w.to(D)[rows], rtol=1e-5, atol=1e-5)
+            gap = (v.to(D) - w.to(D))[rows].abs()
+            rounding += bool(gap.numel()) and float(gap.max()) > 1e-10
+            if k % 3 == 0:
+                assert not ours[:G].any() and float(v[:G].abs().max()) < 1e-9
+                residue = float(w[:G].abs().max())
+                assert (1e-4 < residue < 1) if norm_std else residue < 1e-6, (k, norm_std, residue)
+    assert rounding > 0, "grpo_vectorized matched grpo in float64: its float32 statistics are no longer a difference"
 
 
 def test_dr_grpo_normaliser_is_verls_with_its_global_batch_normalisers():

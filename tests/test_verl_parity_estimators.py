@@ -289,9 +289,12 @@ def test_remax_is_verls():
 # --------------------------------------------------------------------------- #
 # Refused: what verl's functions read that the trainer lacks                    #
 # --------------------------------------------------------------------------- #
-@pytest.mark.parametrize("name, needs", [("gae", {"values"}),
-                                         ("optimal_token_baseline", {"sum_pi_squared", "old_log_probs"})])
-def test_refused_estimators_need_what_the_trainer_lacks(name, needs):
+@pytest.mark.parametrize("name, switch, needs", [
+    ("gae", "gae", {"values"}),
+    ("optimal_token_baseline", "optimal_token_baseline", {"sum_pi_squared", "old_log_probs"}),
+    # the multi-turn variant needs the same per-token statistics: the same switch refuses both, naming it
+    ("tir_optimal_token_baseline", "optimal_token_baseline", {"sum_pi_squared", "old_log_probs"})])
+def test_refused_estimators_need_what_the_trainer_lacks(name, switch, needs):
     params = inspect.signature(core_algos.get_adv_estimator_fn(name)).parameters
     assert needs <= set(params)
     from omegaconf import OmegaConf
@@ -300,8 +303,27 @@ def test_refused_estimators_need_what_the_trainer_lacks(name, needs):
     from dapo_exp.errors import ConfigError
     from dapo_exp.fixes.base import RunInfo
 
-    with pytest.raises(ConfigError, match=f"^{name}: not supported"):
-        fixes.FIXES[name].check(OmegaConf.create({name: True}), RunInfo(max_response_len=T, group_size=4, seed=0))
+    with pytest.raises(ConfigError, match=f"^{switch}: not supported") as refusal:
+        fixes.FIXES[switch].check(OmegaConf.create({switch: True}), RunInfo(max_response_len=T, group_size=4, seed=0))
+    assert name in str(refusal.value) or name == switch
+
+
+def test_verls_v1_trainer_gives_its_estimators_no_greedy_baseline_and_no_reward_components():
+    """Why ReMax and GDPO are refused on verl, read from verl 0.9.1's own code: the V1 trainer this backend runs
+    (trainer.use_v1=true) fetches a fixed list of fields for its advantage (``_compute_advantage``) that holds no
+    ``reward_baselines`` and no reward component, and nothing of verl's V1 package names either; only the legacy
+    trainer (ray_trainer.py) decodes the greedy baseline and passes GDPO its ``gdpo_reward_keys``."""
+    from pathlib import Path
+
+    ppo = Path(core_algos.__file__).parent  # read as text: importing the trainers needs their data loaders
+    base = (ppo / "v1" / "trainer_base.py").read_text()
+    fetched = base[base.index("    def _compute_advantage("):]
+    fetched = fetched[:fetched.index("\n    def ", 10)]
+    assert "select_fields" in fetched and "compute_advantage_for_multi_trajectories" in fetched
+    v1 = "".join(p.read_text() for p in (ppo / "v1").glob("*.py"))
+    for name in ("reward_baselines", "gdpo_reward_keys"):
+        assert name not in v1, f"verl's V1 trainer now reads {name}: ReMax/GDPO may run on verl (fixes/remax.py, gdpo.py)"
+        assert name in (ppo / "ray_trainer.py").read_text(), f"the legacy trainer no longer reads {name}"
 
 
 def test_every_registered_estimator_is_a_switch_or_documented():
@@ -310,7 +332,8 @@ def test_every_registered_estimator_is_a_switch_or_documented():
 
     mine = {"rloo": "rloo", "rloo_vectorized": "rloo", "reinforce_plus_plus": "reinforce_pp",
             "reinforce_plus_plus_baseline": "reinforce_pp", "opo": "opo", "grpo_passk": "grpo_passk", "gdpo": "gdpo",
-            "remax": "remax", "gae": "gae", "optimal_token_baseline": "optimal_token_baseline"}
-    elsewhere = {"grpo", "grpo_vectorized", "gpg", "tir_optimal_token_baseline"}  # GRPO; GPG's; multi-turn OTB
+            "remax": "remax", "gae": "gae", "optimal_token_baseline": "optimal_token_baseline",
+            "tir_optimal_token_baseline": "optimal_token_baseline"}
+    elsewhere = {"grpo", "grpo_vectorized", "gpg"}  # GRPO's own (test_verl_parity.py compares both); GPG's gpg_adv
     assert set(core_algos.ADV_ESTIMATOR_REGISTRY) == set(mine) | elsewhere
     assert set(mine.values()) <= set(fixes.FIXES)
