@@ -391,6 +391,14 @@ def test_test_command_ends_with_the_verdict_of_everything_it_ran_whatever_fails(
     assert rc == 1 and "environment: failed (exit 1) | main suite: not run" in last
 
 
+def test_test_command_writes_its_verdict_where_ci_asks(test_command, tmp_path):
+    """With DAPO_VERDICT_FILE set (.ci/run sets it), the verdict line also goes to that file, for CI's own last line
+    to repeat when the default run's output comes after it."""
+    where = tmp_path / "verdict"
+    rc, last = test_command(says="9 passed in 1.00s", rc=0, DAPO_VERDICT_FILE=str(where))
+    assert rc == 0 and where.read_text() == last + "\n" and last.startswith("test command: PASS (exit 0)")
+
+
 def test_the_tests_write_bytecode_where_the_environment_says_not_to(test_command):
     """PYTHONDONTWRITEBYTECODE=1 (set on this machine and CI's) is dropped for the suite's processes: otherwise each
     of its hundreds of Python processes compiles what it imports again (.ci/test says why)."""

@@ -611,13 +611,16 @@ ENDS = {"run ends first": "until [ -f run-ended ]; do sleep 0.1; done\nsleep 5\n
 def test_ci_runs_the_test_command_beside_the_default_run_once_it_has_trained_its_first_step(tmp_path, run_rc, ends):
     """The test command starts once the default run has logged its first step, while it goes on (the run here ends
     only after the tests started); the rest of the run's output comes in one block when it ends, a verdict line stays
-    last however the two ends fall (the test command's where the block came before it, CI's own where it came after),
+    last however the two ends fall (the test command's where the block came before it, CI's own, which repeats the
+    test command's with its counts, where it came after),
     and a default run that fails after its first step fails CI, naming it."""
     run_py = ("echo 'loading'\necho '[dapo-exp] full s0 step 1/2 | reward 0.1'\n"
               "until [ -f tests-started ]; do sleep 0.1; done\n"
               + ("until [ -f tests-ending ]; do sleep 0.1; done\nsleep 1\n" if ends == "run ends after" else "")
               + f"echo '[dapo-exp] full s0 step 2/2 | reward 0.2'\ntouch run-ended\nexit {run_rc}\n")
-    test = "[ ! -f run-ended ] || exit 9\ntouch tests-started\n" + ENDS[ends] + "echo 'test command: PASS (exit 0)'\n"
+    test = ("[ ! -f run-ended ] || exit 9\ntouch tests-started\n" + ENDS[ends]
+            + "echo 'test command: PASS (exit 0) | main suite: 3 passed'\n"
+            + "echo 'test command: PASS (exit 0) | main suite: 3 passed' > \"$DAPO_VERDICT_FILE\"\n")  # as .ci/test
     repo = fake_ci(tmp_path, run_py, test)
     out = subprocess.run(["bash", ".ci/run"], cwd=repo, capture_output=True, text=True, timeout=120)
     lines = out.stdout.splitlines()
@@ -625,7 +628,7 @@ def test_ci_runs_the_test_command_beside_the_default_run_once_it_has_trained_its
     block = lines.index(f"--- the default run (bin/python run.py, beside the test command) ended, exit {run_rc}:")
     assert lines[block + 1] == "[dapo-exp] full s0 step 2/2 | reward 0.2"
     assert sum("step 1/2" in ln for ln in lines) == 1  # nothing shown twice
-    verdict = lines.index("test command: PASS (exit 0)")
+    verdict = lines.index("test command: PASS (exit 0) | main suite: 3 passed")
     if run_rc == 3:
         assert out.returncode == 3, out.stdout
         assert lines[-1] == ("CI: FAIL (exit 3) | bash .ci/install && bin/python run.py failed (above), beside the "
@@ -635,4 +638,4 @@ def test_ci_runs_the_test_command_beside_the_default_run_once_it_has_trained_its
     else:  # the block came after the test command's verdict: CI says so in a last line of its own
         assert ends != "run ends first" and out.returncode == 0, out.stdout
         assert lines[-1] == ("CI: the default run passed (its last output above, after the test command's "
-                             "verdict); the test command: exit 0"), out.stdout
+                             "verdict, repeated here): test command: PASS (exit 0) | main suite: 3 passed"), out.stdout
