@@ -132,15 +132,17 @@ def _check_model(need: Need) -> None:
 
 def _check_task_data(need: Need) -> None:
     """The task's sources (:func:`dapo_exp.tasks.check_task_sources`: a file that exists, a known name or id,
-    valid options), then each hub data set reachable (one short request; skipped under HF_HUB_OFFLINE=1).
-    TaskSourceError names the field and the path or id."""
+    valid options), then each hub data set reachable (one short request; skipped under HF_HUB_OFFLINE=1) and each
+    local file readable, its first rows of a known schema and holding problems
+    (:func:`dapo_exp.tasks.math_data.check_file_rows`). TaskSourceError names the field and the path or id."""
     from dapo_exp.tasks import check_task_sources
-    from dapo_exp.tasks.math_data import check_hub_reachable, task_sources
+    from dapo_exp.tasks.math_data import check_file_rows, check_hub_reachable, task_sources
 
     task = json.loads(need.key)
     check_task_sources(task)
     for source, field in zip(task_sources(task), ("task.train_source", "task.eval_source")):
         check_hub_reachable(source, field)
+        check_file_rows(source, field)
 
 
 def _check_packaged_model(need: Need) -> None:

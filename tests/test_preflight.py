@@ -106,6 +106,33 @@ def test_a_sweep_whose_data_path_is_mistyped_is_refused_once(tmp_path):
     _refused_once(out, tmp_path, "task.train_source", str(data))
 
 
+@pytest.mark.parametrize("content, says", [
+    ('{"foo": 1}\n{"foo": 2}\n', "cannot tell the schema from its columns ['foo']"),
+    ('{"question": "1+1?", "answer": ""}\n', "none of its first 1 rows is a usable problem of the gsm8k schema"),
+    ("", "holds no rows"),
+])
+def test_a_sweep_whose_data_file_cannot_be_used_is_refused_once(tmp_path, content, says):
+    """A data file that exists but that no job could train on (columns of no known schema, no usable row, empty) is
+    read once by the launch check and refused in one line naming the field and the file, before any job (before:
+    each job of the sweep failed with its own traceback)."""
+    data = tmp_path / "train.jsonl"
+    data.write_text(content)
+    out = _sweep(tmp_path, "fixes=grpo,full", "task=gsm8k", f"task.train_source={data}")
+    _refused_once(out, tmp_path, f"task.train_source={data}: {says}")
+
+
+def test_a_data_file_that_cannot_be_read_is_named_and_a_good_one_passes(tmp_path):
+    from dapo_exp.tasks.math_data import Source, TaskSourceError, check_file_rows
+
+    broken = tmp_path / "train.parquet"
+    broken.write_text("not a parquet file\n")
+    with pytest.raises(TaskSourceError, match=rf"^task\.train_source={broken}: cannot be read: "):
+        check_file_rows(Source("train", "file", str(broken)), "task.train_source")
+    good = tmp_path / "good.jsonl"
+    good.write_text('{"foo": 1}\n{"question": "1+1?", "answer": "#### 2"}\n')
+    check_file_rows(Source("good", "file", str(good)), "task.train_source")  # a known schema, one usable problem
+
+
 def test_a_sweep_whose_data_set_the_hub_cannot_give_is_refused_once(tmp_path):
     import socket
 

@@ -340,6 +340,31 @@ def detect_schema(rows: list[dict[str, Any]]) -> str | None:
     return None
 
 
+def check_file_rows(source: Source, field: str, head_rows: int = 100) -> None:
+    """Raise :class:`TaskSourceError` naming ``field`` and the file if a local file source cannot be read, holds no
+    row, or its first ``head_rows`` rows match no schema (or, with the schema given or found, hold no problem): the
+    launch check's read of what every job would read, so a sweep fails once before any job instead of in each.
+    Hub sources are read by the jobs (their reachability is :func:`check_hub_reachable`'s)."""
+    if source.kind != "file":
+        return
+    try:
+        head = list(itertools.islice(iter_rows(source), head_rows))
+    except Exception as exc:  # a corrupt parquet, bad UTF-8, a JSON file that is not JSON
+        raise TaskSourceError(f"{field}={source.location}: cannot be read: {type(exc).__name__}: {exc}") from exc
+    if not head:
+        raise TaskSourceError(f"{field}={source.location}: holds no rows")
+    schema = source.schema or detect_schema(head)
+    if schema is None:
+        columns = sorted({k for row in head for k in row})[:12]
+        raise TaskSourceError(f"{field}={source.location}: cannot tell the schema from its columns "
+                              f"{columns or '(none: no line is a JSON object)'} (want prompt+reward_model, "
+                              "question+answer or problem+answer)")
+    problems, _ = rows_to_problems(head, schema, source.name)
+    if not problems:
+        raise TaskSourceError(f"{field}={source.location}: none of its first {len(head)} rows is a usable problem of "
+                              f"the {schema} schema (a prompt and a non-empty answer)")
+
+
 # --------------------------------------------------------------------------- #
 # Rows -> problems (None: malformed, skipped and counted)                        #
 # --------------------------------------------------------------------------- #
