@@ -223,10 +223,30 @@ def git_commit() -> str:
 ENV_PACKAGES = ("torch", "transformers", "tokenizers", "safetensors", "numpy", "vllm", "hydra-core")
 
 
+def cpu() -> str | None:
+    """The CPU's model name (``/proc/cpuinfo``, else :func:`platform.processor`) and the instruction set torch's
+    kernels use on it (``torch.backends.cpu.get_cpu_capability``, where torch is imported): float kernels differ
+    between CPUs, so a run's numbers are bit-for-bit the same only on the same kind (and thread count)."""
+    import platform
+    import sys
+
+    model = None
+    try:
+        with open("/proc/cpuinfo", encoding="utf-8", errors="replace") as f:
+            model = next((ln.split(":", 1)[1].strip() for ln in f if ln.startswith("model name")), None)
+    except OSError:
+        pass
+    model = model or platform.processor() or None
+    torch = sys.modules.get("torch")
+    capability = torch.backends.cpu.get_cpu_capability() if torch is not None else None
+    return " / ".join(x for x in (model, capability) if x) or None
+
+
 def environment() -> dict[str, Any]:
     """What besides the commit decides a run's numbers: Python, package versions, torch's thread
-    count (float reductions depend on it) and the platform; and, for its wall time, the machine's load
-    when it started (:func:`load_average`). Recorded in config.json and summary.json."""
+    count (float reductions depend on it), the CPU (:func:`cpu`: its kernels too) and the platform; and, for its
+    wall time, the machine's load when it started (:func:`load_average`). Recorded in config.json and
+    summary.json."""
     import platform
     import sys
     from importlib import metadata
@@ -239,7 +259,7 @@ def environment() -> dict[str, Any]:
             versions[name] = None
     torch = sys.modules.get("torch")
     return {"python": platform.python_version(), "platform": platform.platform(), "packages": versions,
-            "torch_threads": torch.get_num_threads() if torch is not None else None,
+            "torch_threads": torch.get_num_threads() if torch is not None else None, "cpu": cpu(),
             "omp_num_threads": os.environ.get("OMP_NUM_THREADS"), "load_avg_1m": load_average()}
 
 

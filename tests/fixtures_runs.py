@@ -212,7 +212,8 @@ def make_run(
             "config": cfg,
             "git_commit": "0" * 40,
             "wall_time_s": wall_time_s if wall_time_s is not None else 100.0 + 10 * seed,
-            "environment": {"load_avg_1m": 0.5 + seed},  # the machine's load at the start and end
+            # the machine's load at the start (and end, below), the threads and CPU the run used
+            "environment": {"load_avg_1m": 0.5 + seed, "torch_threads": 1, "cpu": "AMD EPYC / AVX512"},
             "load_avg_end": 1.5 + seed,
             "steps_done": last,
             "final": {k: v for k, v in evals[-1].items() if k != "step"},

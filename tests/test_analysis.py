@@ -73,6 +73,7 @@ def test_runs_frame_one_row_per_run_with_status(data):
     assert full0["final/eval/acc_avg"] == pytest.approx(0.50)
     # the wall time stays in the runs frame (runs.csv), beside the machine's load when it started and ended
     assert (full0["wall_time_s"], full0["load_avg_start"], full0["load_avg_end"]) == (100.0, 0.5, 1.5)
+    assert (full0["torch_threads"], full0["cpu"]) == (1, "AMD EPYC / AVX512")  # what its numbers depend on
     assert full0["base/eval/acc_avg"] == pytest.approx(0.10)
     # training metrics: last value and average over steps 1..6
     assert full0[f"end/{rundir.ENTROPY}"] == pytest.approx(1.0 - 0.3 + 0.1)

@@ -239,7 +239,7 @@ def test_resume_survives_a_half_written_jsonl_line(tmp_path, small_cfg, monkeypa
 
 @pytest.mark.slow
 def test_the_run_records_the_environment_that_decides_its_numbers(tmp_path, small_cfg):
-    """Package versions and torch's thread count go into config.json and summary.json."""
+    """Package versions, torch's thread count and the CPU go into config.json and summary.json."""
     import torch
     import transformers
 
@@ -249,3 +249,4 @@ def test_the_run_records_the_environment_that_decides_its_numbers(tmp_path, smal
         assert env["packages"]["torch"] == torch.__version__
         assert env["packages"]["transformers"] == transformers.__version__
         assert env["torch_threads"] == torch.get_num_threads() and env["python"]
+        assert env["cpu"] == rundir.cpu() and env["cpu"].endswith(torch.backends.cpu.get_cpu_capability())

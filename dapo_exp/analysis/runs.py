@@ -27,6 +27,9 @@ The runs frame (:attr:`RunSet.runs`), one row per run:
 ``load_avg_start``     the 1-minute load average when the run started
                        (``summary.environment.load_avg_1m``) and when it ended
 ``load_avg_end``       (``summary.load_avg_end``): read wall times with them
+``torch_threads, cpu`` torch's thread count and the CPU (model / kernels' instruction set) the
+                       run used (``summary.environment``): a run's numbers repeat bit for bit only
+                       with the same commit, packages, threads and CPU kind
 ``final/<eval key>``   ``summary.final`` (eval at the end); ``best/``, ``base/``
                        (step 0) likewise; derived from the eval history where the
                        summary lacks them
@@ -539,6 +542,8 @@ def _run_row(rec: RunRecord, wide: pd.DataFrame, end_window: int) -> dict[str, A
             # the machine's 1-minute load at the run's start and end: what its wall time also measures
             "load_avg_start": _num((summ.get("environment") or {}).get("load_avg_1m")),
             "load_avg_end": _num(summ.get("load_avg_end")),
+            "torch_threads": _num((summ.get("environment") or {}).get("torch_threads")),
+            "cpu": (summ.get("environment") or {}).get("cpu"),
             "steps_done": _num(summ.get("steps_done", wide["step"].max() if len(wide) else np.nan)),
             "git_commit": summ.get("git_commit"),
             "error": summ.get("error"),
