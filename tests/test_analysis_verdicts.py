@@ -122,6 +122,23 @@ def test_one_piece_of_seed_advice_everywhere_it_is_printed(regime, tmp_path, cap
     assert PL.plan(root, 5.0, metrics=["final_acc"]).loc["final_acc", "n_paired"] == n
 
 
+def test_the_tiny_model_on_another_task_gets_no_toy_seed_advice():
+    """The toy's seed advice and run times were measured on its task (arith) with its model: the tiny model on
+    task=gsm8k is another regime, and its launch line says nothing of the toy."""
+    from test_sweeps import _multirun_config
+
+    from dapo_exp.analysis.callback import launch_plan
+
+    schema = {"task.name": "arith", "model.path": "tiny"}
+    assert V.toy_regime(lambda k: {**schema, "task.name": "gsm8k"}.get(k), "toy_fast") == "other"
+    assert V.toy_regime(lambda k: {**schema, "model.path": "/m"}.get(k), "toy_fast") == "other"
+    assert V.toy_regime(lambda k: schema.get(k), "toy_fast") == "fast"
+    line = launch_plan(_multirun_config(["task=gsm8k"], ["task=gsm8k", "fixes=grpo,clip"]), cores=2, load=0.0)
+    assert "on the toy" not in line and "seeds per arm detect" not in line, line
+    toy = launch_plan(_multirun_config([], ["fixes=grpo,clip"]), cores=2, load=0.0)
+    assert "on the toy" in toy, toy  # the toy's own line keeps it
+
+
 def test_a_sweep_of_which_no_run_finished_suggests_no_seeds(tmp_path):
     """Every job failed (a data error before the preflight checked data): no "add seeds" command, whose
     overrides would come from no run (issue 49 saw `python run.py -m seed=0,...,15`, every override dropped)."""

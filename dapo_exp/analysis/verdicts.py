@@ -70,6 +70,7 @@ DEFAULT_PAIRED_DF = 15
 TOY_PAIRED_SD: dict[tuple[str, str], float] = {("default", "final"): 2.96, ("fast", "final"): 7.8,
                                                ("fast", "last_k_mean"): 4.1}
 TOY_PAIRED_DF = 23  # 24 seeds' pairs
+TOY_KEYS = ("task.name", "model.path")  # the toy's task and model (their schema defaults: arith, tiny)
 # the keys that make the toy's measured default regime (their schema defaults): the batch, the held-out set
 REGIME_KEYS = ("train.prompts_per_step", "train.mini_batch_size", "rollout.n", "task.arith_n_eval",
                "eval.final_problems", "eval.final_samples")
@@ -78,13 +79,16 @@ REGIME_KEYS = ("train.prompts_per_step", "train.mini_batch_size", "rollout.n", "
 def toy_regime(value: Callable[[str], Any], experiment: str | None) -> str:
     """``default``: the toy's measured default regime (no experiment preset, whose warm starts differ, and the
     schema's defaults of :data:`REGIME_KEYS`, read with ``value(key)``); ``fast``: ``experiment=toy_fast``;
-    ``other`` otherwise."""
+    ``other`` otherwise, and for another task or model than the toy's (``task.name``, ``model.path``: the tiny
+    model on ``task=gsm8k`` is no toy regime; a value that is not recorded, None, does not count against)."""
     from omegaconf import OmegaConf
 
     from dapo_exp.config import Config
 
+    schema = OmegaConf.structured(Config)
+    if any(value(key) not in (None, OmegaConf.select(schema, key)) for key in TOY_KEYS):
+        return "other"
     if experiment in (None, "null"):
-        schema = OmegaConf.structured(Config)
         if all(value(key) == OmegaConf.select(schema, key) for key in REGIME_KEYS):
             return "default"
     return "fast" if experiment == "toy_fast" else "other"
