@@ -89,7 +89,8 @@ def classify(item: dict) -> tuple[str, str]:
     version = str(meta.get("version", ""))
     url = (item.get("download_info") or {}).get("url", "")
     filename = urllib.parse.unquote(url.rsplit("/", 1)[-1]) if url else "?"
-    what = f"torch {version} ({filename})"
+    where = url.rsplit("/", 1)[0] if "/" in url else ""  # where pip takes it from (a find-links folder, an index)
+    what = f"torch {version} ({filename}{f', from {where}' if where else ''})"
     local = version.partition("+")[2].lower() or (filename.split("-")[1].partition("+")[2].lower()
                                                   if filename.count("-") >= 2 else "")
     if local.startswith("cpu"):

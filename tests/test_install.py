@@ -49,6 +49,16 @@ def item(version: str, filename: str, requires: list[str] | None = None) -> dict
 def test_classify_tells_cpu_from_gpu_wheels(entry, kind):
     got, what = torch_source.classify(entry)
     assert got == kind and "torch 2.13.0" in what and ".whl" in what
+    assert ", from https://example.org/whl)" in what  # where the wheel comes from, whatever the source tried
+
+
+def test_a_chosen_wheel_names_the_folder_pip_takes_it_from():
+    """pip's configured sources start from an index but may take the wheel from a find-links folder: the line names
+    the folder the wheel comes from, not only the index."""
+    entry = {"metadata": {"name": "torch", "version": "2.13.0+cpu"},
+             "download_info": {"url": "file:///opt/wheels/torch-2.13.0%2Bcpu-cp311-cp311-linux_x86_64.whl"}}
+    assert torch_source.classify(entry) == ("cpu", "torch 2.13.0+cpu (torch-2.13.0+cpu-cp311-cp311-linux_x86_64.whl, "
+                                                   "from file:///opt/wheels)")
 
 
 def test_classify_does_not_import_pip_where_packaging_is_installed():
