@@ -346,7 +346,9 @@ def launch_plan(config: Any, *, cores: int | None = None, load: float | None = M
                 f"steps x ~{float(_get(config, GPU_S_KEY)):,.0f} GPU-s per step ({whose} arithmetic estimate, "
                 f"{GPU_S_KEY}; not a measurement)")
     launcher = str(_get(config, "hydra.launcher._target_", "") or "")
-    toy = _get(config, "model.path") == "tiny" and _get(config, "task.name") == "arith"  # its measured run times
+    from dapo_exp.analysis.verdicts import toy_setup
+
+    toy = toy_setup(lambda key: _get(config, key))  # the toy's task and model: its measured run times hold
     local = launcher.endswith(("BasicLauncher", "ParallelLauncher"))
     native_cost = _get(config, CPU_S_KEY) is not None and _get(config, "backend.name") == "native"
     if not local or (not toy and not native_cost):

@@ -76,6 +76,18 @@ REGIME_KEYS = ("train.prompts_per_step", "train.mini_batch_size", "rollout.n", "
                "eval.final_problems", "eval.final_samples")
 
 
+def toy_setup(value: Callable[[str], Any]) -> bool:
+    """Whether the toy's task and model (:data:`TOY_KEYS` at their schema defaults, read with ``value(key)``) are
+    the run's: its measured seed advice and run times hold only there (a value not recorded, None, counts as
+    the toy's)."""
+    from omegaconf import OmegaConf
+
+    from dapo_exp.config import Config
+
+    schema = OmegaConf.structured(Config)
+    return all(value(key) in (None, OmegaConf.select(schema, key)) for key in TOY_KEYS)
+
+
 def toy_regime(value: Callable[[str], Any], experiment: str | None) -> str:
     """``default``: the toy's measured default regime (no experiment preset, whose warm starts differ, and the
     schema's defaults of :data:`REGIME_KEYS`, read with ``value(key)``); ``fast``: ``experiment=toy_fast``;
@@ -85,9 +97,9 @@ def toy_regime(value: Callable[[str], Any], experiment: str | None) -> str:
 
     from dapo_exp.config import Config
 
-    schema = OmegaConf.structured(Config)
-    if any(value(key) not in (None, OmegaConf.select(schema, key)) for key in TOY_KEYS):
+    if not toy_setup(value):
         return "other"
+    schema = OmegaConf.structured(Config)
     if experiment in (None, "null"):
         if all(value(key) == OmegaConf.select(schema, key) for key in REGIME_KEYS):
             return "default"

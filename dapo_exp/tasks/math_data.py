@@ -340,6 +340,18 @@ def detect_schema(rows: list[dict[str, Any]]) -> str | None:
     return None
 
 
+def schema_of(source: Source, head: list[dict[str, Any]], where: str) -> str:
+    """The source's schema: the one it names, else the one its first rows ``head`` show; else
+    :class:`TaskSourceError`, ``where`` first, naming the columns found."""
+    schema = source.schema or detect_schema(head)
+    if schema is None:
+        columns = sorted({k for row in head for k in row})[:12]
+        raise TaskSourceError(f"{where}: cannot tell the schema from its columns "
+                              f"{columns or '(none: no line is a JSON object)'} (want prompt+reward_model, "
+                              "question+answer or problem+answer)")
+    return schema
+
+
 def check_file_rows(source: Source, field: str, head_rows: int = 100) -> None:
     """Raise :class:`TaskSourceError` naming ``field`` and the file if a local file source cannot be read, holds no
     row, or its first ``head_rows`` rows match no schema (or, with the schema given or found, hold no problem): the
@@ -353,12 +365,7 @@ def check_file_rows(source: Source, field: str, head_rows: int = 100) -> None:
         raise TaskSourceError(f"{field}={source.location}: cannot be read: {type(exc).__name__}: {exc}") from exc
     if not head:
         raise TaskSourceError(f"{field}={source.location}: holds no rows")
-    schema = source.schema or detect_schema(head)
-    if schema is None:
-        columns = sorted({k for row in head for k in row})[:12]
-        raise TaskSourceError(f"{field}={source.location}: cannot tell the schema from its columns "
-                              f"{columns or '(none: no line is a JSON object)'} (want prompt+reward_model, "
-                              "question+answer or problem+answer)")
+    schema = schema_of(source, head, f"{field}={source.location}")
     problems, _ = rows_to_problems(head, schema, source.name)
     if not problems:
         raise TaskSourceError(f"{field}={source.location}: none of its first {len(head)} rows is a usable problem of "
@@ -517,12 +524,7 @@ def load_problems(source: Source, role: str = "train") -> tuple[list[Problem], d
     check_hub_reachable(source, f"task.{role}_source")
     rows = iter_rows(source)
     head = list(itertools.islice(rows, 100))
-    schema = source.schema or detect_schema(head)
-    if schema is None:
-        raise TaskSourceError(
-            f"{source.location}: cannot tell the schema from its columns "
-            f"(want prompt+reward_model, question+answer or problem+answer)"
-        )
+    schema = schema_of(source, head, source.location)
     problems, stats = rows_to_problems(itertools.chain(head, rows), schema, source.name)
     if role == "eval" and all(isinstance(p.meta.get("index"), int) for p in problems):
         problems.sort(key=lambda p: p.meta["index"])

@@ -2,7 +2,8 @@
 # A quick check of a change to the slots, the plan or the steps: 17 short runs of the toy (3 steps of 8 prompts
 # x 4, seed 0) that between them fill every slot with each built-in fix (the DAPO fixes and their variants,
 # the GRPO family, top-entropy, both rollout corrections, three estimators of verl's registry, ReMax's with its
-# greedy baseline among them, and a loss of it), in the checkout REPO, writing to OUT. About 1.5 min on one core. Compare two such outputs (before and after the change) with
+# greedy baseline among them, and a loss of it), in the checkout REPO, writing to OUT. About 1.5 min on one core.
+# Compare two such outputs (before and after the change) with
 #   python -m dapo_exp.benchmarks.compare_runs OUT_A OUT_B --new-metrics-ok
 # (exit 0: every metric of every step identical; metrics the change added are listed, not counted).
 # sweeps/checks/refactor_check.sh is the long check (the headline's 30-step runs, a kill and resume).
